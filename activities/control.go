@@ -1,0 +1,133 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/blobstore"
+	"github.com/wdc-runtime/wdc/internal/fleet"
+	"github.com/wdc-runtime/wdc/internal/wdcclient"
+)
+
+// Control are the control-plane activities. Client reaches the Temporal
+// namespace; Blobs is the parent blob store (its data dir holds staging).
+type Control struct {
+	Client client.Client
+	Blobs  *blobstore.Store
+}
+
+// SelectWorker picks a worker for a task's next lease and reserves capacity
+// on it under the given fence. Candidates are the ACTIVE workers in
+// visibility; each is asked for its record (query "worker"), and
+// fleet.Rank keeps the eligible ones in preference order (not the last
+// holder first, then most free capacity). They are tried in that order
+// through the reserve update, whose validator re-checks on the worker
+// itself, so two tasks racing for the last slot cannot both win.
+//
+// Errors: a non-retryable no_eligible_worker ApplicationError carrying
+// api.NoEligibleWorkerDetails when nobody fits; other errors are retried.
+func (c *Control) SelectWorker(ctx context.Context, in api.SelectWorkerInput) (api.SelectWorkerResult, error) {
+	wc := &wdcclient.Client{C: c.Client}
+	views, err := wc.ListWorkers(ctx, string(fleet.Active))
+	if err != nil {
+		return api.SelectWorkerResult{}, err
+	}
+	workers := make([]fleet.Worker, 0, len(views))
+	for _, v := range views {
+		if v.Registered {
+			workers = append(workers, v.Worker)
+		}
+	}
+	ranked, reasons := fleet.Rank(workers, in.Requirements, in.AvoidWorker)
+	for _, w := range ranked {
+		var res api.ReserveResult
+		handle, err := c.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+			WorkflowID:   api.WorkerWorkflowID(w.WorkerID),
+			UpdateName:   api.UpdateReserve,
+			Args:         []any{api.ReserveInput{TaskID: in.TaskID, Fence: in.Fence, Requirements: in.Requirements}},
+			WaitForStage: client.WorkflowUpdateStageCompleted,
+		})
+		if err == nil {
+			err = handle.Get(ctx, &res)
+		}
+		if err == nil {
+			return api.SelectWorkerResult{WorkerID: res.WorkerID, Incarnation: res.Incarnation}, nil
+		}
+		var appErr *temporal.ApplicationError
+		if errors.As(err, &appErr) {
+			reasons = append(reasons, fleet.Ineligible{WorkerID: w.WorkerID, Reason: "reserve_rejected", Detail: appErr.Message()})
+			continue
+		}
+		if ctx.Err() != nil {
+			return api.SelectWorkerResult{}, ctx.Err()
+		}
+		reasons = append(reasons, fleet.Ineligible{WorkerID: w.WorkerID, Reason: "unreachable", Detail: err.Error()})
+		activity.GetLogger(ctx).Warn("reserve failed", "worker", w.WorkerID, "error", err)
+	}
+	details := api.NoEligibleWorkerDetails{Candidates: len(workers), Reasons: reasons}
+	return api.SelectWorkerResult{}, temporal.NewNonRetryableApplicationError(NoEligibleMessage(details), api.ErrTypeNoEligibleWorker, nil, details)
+}
+
+// NoEligibleMessage renders why no worker fits, naming up to three.
+func NoEligibleMessage(d api.NoEligibleWorkerDetails) string {
+	if d.Candidates == 0 {
+		return "no ACTIVE worker is registered"
+	}
+	msg := fmt.Sprintf("none of %d ACTIVE workers can take the task", d.Candidates)
+	for i, r := range d.Reasons {
+		if i == 3 {
+			msg += fmt.Sprintf("; and %d more", len(d.Reasons)-3)
+			break
+		}
+		msg += "; " + r.WorkerID + ": " + r.Reason + " (" + r.Detail + ")"
+	}
+	return msg
+}
+
+// Ingest is parent ingest: each declared artifact is re-hashed from the
+// attempt's staging directory while it is copied into the blob store, and
+// promoted only when the hash matches. The staging directory is removed
+// afterwards.
+//
+// Errors: a non-retryable artifact_mismatch ApplicationError when a file is
+// missing, not regular, or hashes differently; nothing of that result is
+// then kept in the store under a wrong name (content-addressed blobs that
+// did verify may stay: they are valid content).
+func (c *Control) Ingest(ctx context.Context, in api.IngestInput) (api.IngestResult, error) {
+	dir := c.Blobs.StagingDir(in.TaskID, in.Attempt, in.Fence)
+	out := make([]api.Artifact, 0, len(in.Artifacts))
+	for _, a := range in.Artifacts {
+		src, err := stagedPath(dir, a.Name)
+		if err != nil {
+			return api.IngestResult{}, temporal.NewNonRetryableApplicationError(err.Error(), api.ErrTypeArtifactMismatch, nil)
+		}
+		size, err := c.Blobs.Promote(src, a.Digest)
+		if err != nil {
+			if errors.Is(err, blobstore.ErrDigestMismatch) || errors.Is(err, blobstore.ErrNotFound) {
+				return api.IngestResult{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("artifact %s: %v", a.Name, err), api.ErrTypeArtifactMismatch, nil)
+			}
+			return api.IngestResult{}, fmt.Errorf("artifact %s: %w", a.Name, err)
+		}
+		if size != a.SizeBytes {
+			return api.IngestResult{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("artifact %s: declared %d bytes, staged %d", a.Name, a.SizeBytes, size), api.ErrTypeArtifactMismatch, nil)
+		}
+		out = append(out, a)
+		activity.RecordHeartbeat(ctx, len(out))
+	}
+	if err := c.Blobs.RemoveStaging(in.TaskID, in.Attempt, in.Fence); err != nil {
+		activity.GetLogger(ctx).Warn("remove staging", "error", err)
+	}
+	return api.IngestResult{Artifacts: out}, nil
+}
+
+// CleanupStaging removes every attempt's staging of an ended task, so a
+// stale attempt's outputs never linger (they are never promoted).
+func (c *Control) CleanupStaging(ctx context.Context, in api.CleanupInput) error {
+	return c.Blobs.RemoveTaskStaging(in.TaskID)
+}

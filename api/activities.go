@@ -1,0 +1,72 @@
+package api
+
+import (
+	"time"
+
+	"github.com/wdc-runtime/wdc/internal/envelope"
+	"github.com/wdc-runtime/wdc/internal/fleet"
+	"github.com/wdc-runtime/wdc/internal/lease"
+)
+
+// SelectWorkerInput asks the control plane to pick a worker for a task's
+// next lease and reserve capacity on it under Fence.
+type SelectWorkerInput struct {
+	TaskID       string             `json:"task_id"`
+	Fence        int64              `json:"fence"`
+	Requirements fleet.Requirements `json:"requirements"`
+	// AvoidWorker is the last holder; it is chosen only if no other fits.
+	AvoidWorker string `json:"avoid_worker,omitempty"`
+}
+
+// SelectWorkerResult is the reserved worker.
+type SelectWorkerResult struct {
+	WorkerID    string `json:"worker_id"`
+	Incarnation int64  `json:"incarnation"`
+}
+
+// NoEligibleWorkerDetails is the detail of a no_eligible_worker error: why
+// each registered worker was passed over.
+type NoEligibleWorkerDetails struct {
+	Candidates int                `json:"candidates"`
+	Reasons    []fleet.Ineligible `json:"reasons,omitempty"`
+}
+
+// LaunchInput starts one attempt.
+type LaunchInput struct {
+	Envelope envelope.Envelope `json:"envelope"`
+	// Lease is the attempt's lease (claim, TTL).
+	Lease lease.Lease `json:"lease"`
+	// HeartbeatInterval is how often the executor heartbeats the lease.
+	HeartbeatInterval time.Duration `json:"heartbeat_interval"`
+}
+
+// LaunchResult says where the attempt runs.
+type LaunchResult struct {
+	// TaskDir is <work-dir>/<task>/<attempt>-<fence> on the worker.
+	TaskDir string `json:"task_dir"`
+	// PID is the command's process (group) ID for Local attempts.
+	PID int `json:"pid,omitempty"`
+}
+
+// CancelAttemptInput stops an attempt whose lease ended (best effort).
+type CancelAttemptInput struct {
+	Claim
+	Reason string `json:"reason"`
+}
+
+// IngestInput asks parent ingest to verify and promote a result's staged
+// artifacts into the blob store.
+type IngestInput struct {
+	Claim
+	Artifacts []Artifact `json:"artifacts"`
+}
+
+// IngestResult lists the artifacts now in the blob store.
+type IngestResult struct {
+	Artifacts []Artifact `json:"artifacts"`
+}
+
+// CleanupInput removes a task's staging area once the task has ended.
+type CleanupInput struct {
+	TaskID string `json:"task_id"`
+}

@@ -1,0 +1,439 @@
+package api
+
+import (
+	"time"
+
+	"github.com/wdc-runtime/wdc/internal/envelope"
+	"github.com/wdc-runtime/wdc/internal/fleet"
+	"github.com/wdc-runtime/wdc/internal/lease"
+	"github.com/wdc-runtime/wdc/internal/resource"
+)
+
+// Claim is what every message from an attempt asserts about itself; see
+// lease.Check.
+type Claim = lease.Claim
+
+// ---- WdcWorker ----
+
+// WorkerInput starts (or continues) a WdcWorker. State is nil on the first
+// run; continue-as-new carries the record forward.
+type WorkerInput struct {
+	WorkerID string        `json:"worker_id"`
+	State    *fleet.Worker `json:"state,omitempty"`
+}
+
+// RegisterInput is the register update: the worker's declaration.
+type RegisterInput = fleet.Registration
+
+// RegisterResult tells a worker process its incarnation: it must put it on
+// every heartbeat.
+type RegisterResult struct {
+	WorkerID    string `json:"worker_id"`
+	Incarnation int64  `json:"incarnation"`
+}
+
+// WorkerHeartbeatSignal is fleet.Heartbeat on the wire.
+type WorkerHeartbeatSignal = fleet.Heartbeat
+
+// DrainInput is the drain update's (empty) argument.
+type DrainInput struct {
+	// Reason is kept for operators, e.g. "kernel upgrade".
+	Reason string `json:"reason,omitempty"`
+}
+
+// SweepSignal asks a worker to re-evaluate its liveness now.
+type SweepSignal struct{}
+
+// ReserveInput asks a worker to hold capacity for a task's lease.
+type ReserveInput struct {
+	TaskID       string             `json:"task_id"`
+	Fence        int64              `json:"fence"`
+	Requirements fleet.Requirements `json:"requirements"`
+}
+
+// ReserveResult confirms a reservation.
+type ReserveResult struct {
+	WorkerID    string `json:"worker_id"`
+	Incarnation int64  `json:"incarnation"`
+}
+
+// ReleaseSignal returns the reservation held for TaskID under Fence.
+type ReleaseSignal struct {
+	TaskID string `json:"task_id"`
+	Fence  int64  `json:"fence"`
+}
+
+// WorkerView is the worker query's answer: the record plus free capacity.
+type WorkerView struct {
+	fleet.Worker
+	Free resource.List `json:"free"`
+	// Registered is false for a workflow that has not been registered yet.
+	Registered bool `json:"registered"`
+}
+
+// ---- WdcTask ----
+
+// TaskState is the task's lifecycle state (search attribute WdcTaskState).
+type TaskState string
+
+const (
+	// TaskPending: looking for a worker for the next attempt.
+	TaskPending TaskState = "PENDING"
+	// TaskLeased: an attempt holds an ACTIVE lease.
+	TaskLeased TaskState = "LEASED"
+	// TaskIngesting: a result was accepted and its artifacts are being
+	// verified into the blob store.
+	TaskIngesting TaskState = "INGESTING"
+	// TaskBackoff: waiting before the next attempt after a retry directive.
+	TaskBackoff TaskState = "BACKOFF"
+	// TaskCompleted: a result was accepted, whatever the program's exit code.
+	TaskCompleted TaskState = "COMPLETED"
+	// TaskRetriesExhausted: max attempts used without a result. A distinct
+	// outcome, not a scientific failure.
+	TaskRetriesExhausted TaskState = "RETRIES_EXHAUSTED"
+	// TaskCancelled: cancelled by a user.
+	TaskCancelled TaskState = "CANCELLED"
+)
+
+// Terminal reports whether the task has ended.
+func (s TaskState) Terminal() bool {
+	return s == TaskCompleted || s == TaskRetriesExhausted || s == TaskCancelled
+}
+
+// TaskOptions is the retry and liveness policy of a task. Zero fields take
+// the defaults (WithDefaults).
+type TaskOptions struct {
+	// LeaseTTL: a lease without a current-fence heartbeat for this long
+	// expires. Default 30 s.
+	LeaseTTL time.Duration `json:"lease_ttl,omitempty"`
+	// HeartbeatInterval is how often the executor heartbeats. Default
+	// LeaseTTL/3.
+	HeartbeatInterval time.Duration `json:"heartbeat_interval,omitempty"`
+	// MaxAttempts bounds attempts; then RETRIES_EXHAUSTED. Default 5.
+	MaxAttempts int64 `json:"max_attempts,omitempty"`
+	// Backoff between attempts (lease.DefaultBackoff for zero fields).
+	Backoff lease.Backoff `json:"backoff,omitzero"`
+	// LaunchTimeout bounds the launch activity, including waiting for the
+	// agent to pick it up; past it the attempt is launch_failed. Default
+	// LeaseTTL.
+	LaunchTimeout time.Duration `json:"launch_timeout,omitempty"`
+	// SelectInterval is the wait between looks for an eligible worker when
+	// none fits. Default 2 s.
+	SelectInterval time.Duration `json:"select_interval,omitempty"`
+}
+
+// Defaults for TaskOptions (issue #3).
+const (
+	DefaultLeaseTTL       = 30 * time.Second
+	DefaultMaxAttempts    = 5
+	DefaultSelectInterval = 2 * time.Second
+)
+
+// WithDefaults fills zero fields.
+func (o TaskOptions) WithDefaults() TaskOptions {
+	if o.LeaseTTL == 0 {
+		o.LeaseTTL = DefaultLeaseTTL
+	}
+	if o.HeartbeatInterval == 0 {
+		o.HeartbeatInterval = o.LeaseTTL / 3
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = DefaultMaxAttempts
+	}
+	o.Backoff = o.Backoff.WithDefaults()
+	if o.LaunchTimeout == 0 {
+		o.LaunchTimeout = o.LeaseTTL
+	}
+	if o.SelectInterval == 0 {
+		o.SelectInterval = DefaultSelectInterval
+	}
+	return o
+}
+
+// Validate names the first bad field (after WithDefaults).
+func (o TaskOptions) Validate() error {
+	switch {
+	case o.LeaseTTL < time.Second:
+		return fieldErr("lease_ttl", "must be at least 1s (got %s)", o.LeaseTTL)
+	case o.HeartbeatInterval <= 0 || o.HeartbeatInterval >= o.LeaseTTL:
+		return fieldErr("heartbeat_interval", "must be positive and below lease_ttl %s (got %s)", o.LeaseTTL, o.HeartbeatInterval)
+	case o.MaxAttempts < 1:
+		return fieldErr("max_attempts", "must be at least 1 (got %d)", o.MaxAttempts)
+	case o.LaunchTimeout < time.Second:
+		return fieldErr("launch_timeout", "must be at least 1s (got %s)", o.LaunchTimeout)
+	case o.SelectInterval < 100*time.Millisecond:
+		return fieldErr("select_interval", "must be at least 100ms (got %s)", o.SelectInterval)
+	}
+	return o.Backoff.Validate()
+}
+
+// TaskInput starts (or continues) a WdcTask.
+type TaskInput struct {
+	Envelope envelope.Envelope `json:"envelope"`
+	// EnvelopeDigest is Envelope.Digest(); the workflow checks it.
+	EnvelopeDigest string      `json:"envelope_digest"`
+	Options        TaskOptions `json:"options"`
+	// Carry is nil on the first run; continue-as-new carries the state.
+	Carry *TaskCarry `json:"carry,omitempty"`
+}
+
+// TaskCarry is the task state continue-as-new carries forward, so attempt
+// and fence keep growing and the lease history is kept.
+type TaskCarry struct {
+	Ledger     lease.Ledger           `json:"ledger"`
+	Directives []lease.RetryDirective `json:"directives,omitempty"`
+	Stats      TaskStats              `json:"stats"`
+	Cancelled  bool                   `json:"cancelled,omitempty"`
+	// Pending is a retry directive whose backoff has not yet been waited.
+	Pending *lease.RetryDirective `json:"pending,omitempty"`
+}
+
+// TaskStats counts messages the task ignored or refused.
+type TaskStats struct {
+	// HeartbeatsAccepted counts current-fence lease heartbeats.
+	HeartbeatsAccepted int64 `json:"heartbeats_accepted"`
+	// HeartbeatsRejected counts heartbeats that failed the fence check, by
+	// reason.
+	HeartbeatsRejected map[string]int64 `json:"heartbeats_rejected,omitempty"`
+	// TimersStarted counts lease timers (one per TTL window).
+	TimersStarted int64 `json:"timers_started"`
+	// ContinuedAsNew counts continue-as-new generations.
+	ContinuedAsNew int64 `json:"continued_as_new"`
+}
+
+// Artifact is one output file of an attempt.
+type Artifact struct {
+	// Name is the path under outputs/ (envelope.ValidateRelativePath).
+	Name string `json:"name"`
+	// Digest is "sha256:<hex>" of its bytes.
+	Digest string `json:"digest"`
+	// SizeBytes is its size in bytes.
+	SizeBytes int64 `json:"size_bytes"`
+}
+
+// SubmitResultInput is an attempt's result. The executor staged each
+// artifact under <data-dir>/staging/<task>/<attempt>-<fence>/ first.
+type SubmitResultInput struct {
+	Claim
+	// ExitCode is the command's exit code (the task's own outcome).
+	ExitCode int `json:"exit_code"`
+	// Artifacts are the files of outputs/, hashed.
+	Artifacts []Artifact `json:"artifacts,omitempty"`
+	// OutputError is set when outputs/ broke the output rules (a symlink, a
+	// file over the size cap, ...); no artifact is then ingested.
+	OutputError string `json:"output_error,omitempty"`
+	// StartedAt and FinishedAt bound the command's run (executor clock).
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
+}
+
+// SubmitResultResult answers an accepted submission once ingested.
+type SubmitResultResult struct {
+	Accepted bool `json:"accepted"`
+	// Result is the task's result as the parent received it.
+	Result TaskResult `json:"result"`
+}
+
+// TaskResult is an accepted attempt's result after parent ingest.
+type TaskResult struct {
+	TaskID         string     `json:"task_id"`
+	RunID          string     `json:"run_id"`
+	WorkerID       string     `json:"worker_id"`
+	Attempt        int64      `json:"attempt"`
+	Fence          int64      `json:"fence"`
+	EnvelopeDigest string     `json:"envelope_digest"`
+	ExitCode       int        `json:"exit_code"`
+	OutputError    string     `json:"output_error,omitempty"`
+	Artifacts      []Artifact `json:"artifacts,omitempty"`
+	StartedAt      time.Time  `json:"started_at"`
+	FinishedAt     time.Time  `json:"finished_at"`
+}
+
+// AttemptFailedSignal reports that an attempt ended without a result.
+type AttemptFailedSignal struct {
+	Claim
+	// Reason is infra_killed or launch_failed.
+	Reason lease.RetryReason `json:"reason"`
+	Detail string            `json:"detail,omitempty"`
+}
+
+// LeaseHeartbeatSignal renews a lease. Seq increases per attempt.
+type LeaseHeartbeatSignal struct {
+	Claim
+	Seq int64 `json:"seq"`
+}
+
+// WorkerLostSignal tells a task that the worker holding its reservation
+// under Fence is gone.
+type WorkerLostSignal struct {
+	WorkerID    string `json:"worker_id"`
+	Incarnation int64  `json:"incarnation"`
+	TaskID      string `json:"task_id"`
+	Fence       int64  `json:"fence"`
+	// State is the worker's new state (STALE, OFFLINE) or "REREGISTERED".
+	State string `json:"state"`
+}
+
+// CancelTaskInput cancels a task.
+type CancelTaskInput struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// TaskView is the lease query's answer.
+type TaskView struct {
+	TaskID         string    `json:"task_id"`
+	RunID          string    `json:"run_id"`
+	State          TaskState `json:"state"`
+	EnvelopeDigest string    `json:"envelope_digest"`
+	// Lease is the current (latest) lease; nil before the first grant.
+	Lease *lease.Lease `json:"lease"`
+	// Leases is every lease granted, oldest first.
+	Leases []lease.Lease `json:"leases"`
+	// Directives are the retry directives issued, oldest first.
+	Directives  []lease.RetryDirective `json:"directives"`
+	MaxAttempts int64                  `json:"max_attempts"`
+	Options     TaskOptions            `json:"options"`
+	Stats       TaskStats              `json:"stats"`
+	// Result is set once COMPLETED.
+	Result *TaskResult `json:"result,omitempty"`
+	// Waiting says what the task waits for, e.g. "no eligible worker:
+	// worker-a: insufficient_capacity: ...".
+	Waiting string `json:"waiting,omitempty"`
+}
+
+// TaskOutcome is what WdcTask returns and reports to its run.
+type TaskOutcome struct {
+	TaskID string    `json:"task_id"`
+	RunID  string    `json:"run_id"`
+	State  TaskState `json:"state"`
+	// Attempts is the number of attempts made.
+	Attempts int64 `json:"attempts"`
+	// Result is set for COMPLETED.
+	Result *TaskResult `json:"result,omitempty"`
+}
+
+// ---- WdcRun ----
+
+// RunInput starts (or continues) a WdcRun.
+type RunInput struct {
+	RunID   string `json:"run_id"`
+	WorldID string `json:"world_id"`
+	// CloseWhenDone closes the run as soon as every task has ended.
+	CloseWhenDone bool `json:"close_when_done,omitempty"`
+	// Carry is nil on the first run.
+	Carry *RunState `json:"carry,omitempty"`
+}
+
+// RunStatus summarises a run.
+type RunStatus string
+
+const (
+	// RunRunning: some task has not ended (or none was added yet).
+	RunRunning RunStatus = "RUNNING"
+	// RunCompleted: every task ended COMPLETED.
+	RunCompleted RunStatus = "COMPLETED"
+	// RunIncomplete: every task ended, some not COMPLETED.
+	RunIncomplete RunStatus = "INCOMPLETE"
+)
+
+// AddTaskInput adds a task to a run.
+type AddTaskInput struct {
+	Envelope       envelope.Envelope `json:"envelope"`
+	EnvelopeDigest string            `json:"envelope_digest"`
+	Options        TaskOptions       `json:"options"`
+}
+
+// AddTaskResult confirms the task's child workflow started (or already
+// existed with the same envelope digest: adding is idempotent).
+type AddTaskResult struct {
+	TaskID         string `json:"task_id"`
+	WorkflowID     string `json:"workflow_id"`
+	EnvelopeDigest string `json:"envelope_digest"`
+	// Existing is true when the task was already in the run.
+	Existing bool `json:"existing"`
+}
+
+// TaskEndedSignal is a task's outcome, sent to its run.
+type TaskEndedSignal = TaskOutcome
+
+// RunTask is a task's entry in the run.
+type RunTask struct {
+	TaskID         string    `json:"task_id"`
+	EnvelopeDigest string    `json:"envelope_digest"`
+	State          TaskState `json:"state"`
+	Attempts       int64     `json:"attempts"`
+}
+
+// Event is an entry of the run's event log.
+type Event struct {
+	// Seq numbers events from 1.
+	Seq int64 `json:"seq"`
+	// Type is EventWorkerResult or EventCommit.
+	Type string `json:"type"`
+	// Time is the workflow time it was appended.
+	Time time.Time `json:"time"`
+	// Result is set for worker_result.
+	Result *TaskResult `json:"result,omitempty"`
+	// Commit is set for commit events.
+	Commit *CommitRecord `json:"commit,omitempty"`
+	// Committed is true once a commit took this worker_result as evidence.
+	Committed bool `json:"committed,omitempty"`
+}
+
+// Event types.
+const (
+	EventWorkerResult = "worker_result"
+	EventCommit       = "commit"
+)
+
+// CommitInput commits worker results as evidence. ExpectedParentTime must
+// equal the run's parent_time (optimistic concurrency).
+type CommitInput struct {
+	ExpectedParentTime int64 `json:"expected_parent_time"`
+	// EventSeqs are the worker_result events to commit, each at most once.
+	EventSeqs []int64 `json:"event_seqs"`
+	// Note is kept with the commit.
+	Note string `json:"note,omitempty"`
+}
+
+// CommitRecord is what a commit did.
+type CommitRecord struct {
+	EventSeqs  []int64 `json:"event_seqs"`
+	ParentTime int64   `json:"parent_time"`
+	Evidence   int64   `json:"evidence"`
+	TCDDigest  string  `json:"tcd_digest"`
+	Note       string  `json:"note,omitempty"`
+}
+
+// CommitResult is the run's authority state after a commit.
+type CommitResult = CommitRecord
+
+// CloseRunInput closes a run.
+type CloseRunInput struct{}
+
+// RunState is the run's whole state (the run query's answer and the
+// continue-as-new carry).
+type RunState struct {
+	RunID   string    `json:"run_id"`
+	WorldID string    `json:"world_id"`
+	Status  RunStatus `json:"status"`
+	// Closed: no more tasks; the workflow ends when every task has ended.
+	Closed        bool      `json:"closed"`
+	CloseWhenDone bool      `json:"close_when_done,omitempty"`
+	Tasks         []RunTask `json:"tasks"`
+	Events        []Event   `json:"events"`
+	// Evidence counts worker results committed as evidence.
+	Evidence int64 `json:"evidence"`
+	// ParentTime is the run's logical clock; +1 per commit.
+	ParentTime int64 `json:"parent_time"`
+	// TCDDigest chains every commit: sha256 of the JCS of the previous
+	// digest, the new parent_time and the committed results.
+	TCDDigest string `json:"tcd_digest"`
+	// WorkerResultEvents counts worker_result events.
+	WorkerResultEvents int64 `json:"worker_result_events"`
+	// ContinuedAsNew counts continue-as-new generations.
+	ContinuedAsNew int64 `json:"continued_as_new"`
+}
+
+// RunView is the run query's answer.
+type RunView = RunState

@@ -1,0 +1,163 @@
+package api
+
+import (
+	"strconv"
+	"strings"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+)
+
+// Task queues.
+const (
+	// ControlTaskQueue is polled by `wdc control-plane`: every workflow and
+	// the control activities (select/reserve, ingest, cleanup).
+	ControlTaskQueue = "wdc-control"
+	// agentTaskQueuePrefix + worker ID is polled by that worker's agent.
+	agentTaskQueuePrefix = "wdc-agent/"
+)
+
+// AgentTaskQueue is the task queue of fleet worker workerID's agent, where
+// Local attempts are launched and cancelled: "wdc-agent/<worker-id>".
+func AgentTaskQueue(workerID string) string { return agentTaskQueuePrefix + workerID }
+
+// Workflow types.
+const (
+	WorkerWorkflowType = "WdcWorker"
+	TaskWorkflowType   = "WdcTask"
+	RunWorkflowType    = "WdcRun"
+)
+
+// Workflow-ID prefixes; IDs are prefix + the wdc ID.
+const (
+	workerIDPrefix = "wdc-worker/"
+	taskIDPrefix   = "wdc-task/"
+	runIDPrefix    = "wdc-run/"
+)
+
+// WorkerWorkflowID is the registry entry's workflow ID: "wdc-worker/<id>".
+func WorkerWorkflowID(workerID string) string { return workerIDPrefix + workerID }
+
+// TaskWorkflowID is the logical task's workflow ID: "wdc-task/<id>".
+// Workflow-ID uniqueness gives at most one running WdcTask, hence at most
+// one ACTIVE lease, per task (invariant 5).
+func TaskWorkflowID(taskID string) string { return taskIDPrefix + taskID }
+
+// RunWorkflowID is the run's workflow ID: "wdc-run/<id>".
+func RunWorkflowID(runID string) string { return runIDPrefix + runID }
+
+// WorkerIDFromWorkflowID returns the worker ID of a "wdc-worker/<id>"
+// workflow ID, or "" for any other ID.
+func WorkerIDFromWorkflowID(wfID string) string {
+	if id, ok := strings.CutPrefix(wfID, workerIDPrefix); ok {
+		return id
+	}
+	return ""
+}
+
+// SubmitResultUpdateID is the update ID of a result submission,
+// "<task>/<attempt>/<fence>": a resubmission of the same attempt is
+// deduplicated by Temporal.
+func SubmitResultUpdateID(c Claim) string {
+	return c.TaskID + "/" + strconv.FormatInt(c.Attempt, 10) + "/" + strconv.FormatInt(c.Fence, 10)
+}
+
+// WdcWorker messages.
+const (
+	// UpdateRegister (RegisterInput → RegisterResult) registers or
+	// re-registers a worker; sent with UpdateWithStart.
+	UpdateRegister = "register"
+	// SignalWorkerHeartbeat (WorkerHeartbeatSignal) renews worker liveness.
+	SignalWorkerHeartbeat = "worker-heartbeat"
+	// UpdateDrain (DrainInput → WorkerView) stops new reservations.
+	UpdateDrain = "drain"
+	// SignalSweep (SweepSignal) re-evaluates liveness now.
+	SignalSweep = "sweep"
+	// UpdateReserve (ReserveInput → ReserveResult) holds capacity for a
+	// lease; its validator rejects (writing no history) unless the worker is
+	// ACTIVE and the request fits.
+	UpdateReserve = "reserve"
+	// SignalRelease (ReleaseSignal) returns a reservation.
+	SignalRelease = "release"
+	// QueryWorker (→ WorkerView) returns the registry record.
+	QueryWorker = "worker"
+)
+
+// WdcTask messages.
+const (
+	// SignalLeaseHeartbeat (LeaseHeartbeatSignal) renews a lease; a
+	// heartbeat failing the fence check is counted and ignored.
+	SignalLeaseHeartbeat = "lease-heartbeat"
+	// UpdateSubmitResult (SubmitResultInput → SubmitResultResult) hands an
+	// attempt's result to the task; the validator is the fence check.
+	UpdateSubmitResult = "submit-result"
+	// SignalAttemptFailed (AttemptFailedSignal) reports an attempt that
+	// ended without a result (e.g. infra_killed).
+	SignalAttemptFailed = "attempt-failed"
+	// SignalWorkerLost (WorkerLostSignal) is sent by WdcWorker when the
+	// worker holding a reservation goes STALE/OFFLINE or re-registers.
+	SignalWorkerLost = "worker-lost"
+	// UpdateCancelTask (CancelTaskInput → TaskView) cancels the task.
+	UpdateCancelTask = "cancel"
+	// QueryLease (→ TaskView) returns the current lease and lease history.
+	QueryLease = "lease"
+)
+
+// WdcRun messages.
+const (
+	// UpdateAddTask (AddTaskInput → AddTaskResult) starts a task as a child
+	// of the run; with UpdateWithStart it creates the run if needed.
+	UpdateAddTask = "add-task"
+	// SignalTaskEnded (TaskEndedSignal) is how a task hands its outcome to
+	// the run: parent ingest appends a worker_result event for an accepted
+	// result.
+	SignalTaskEnded = "task-ended"
+	// UpdateCommit (CommitInput → CommitResult) is the only way evidence,
+	// parent_time and the TCD digest change.
+	UpdateCommit = "commit"
+	// UpdateCloseRun (CloseRunInput → RunView) closes the run: it ends once
+	// every task has ended.
+	UpdateCloseRun = "close"
+	// QueryRun (→ RunView) returns the run.
+	QueryRun = "run"
+)
+
+// Search attributes (DESIGN §4). SQLite visibility allows 10 Keyword and 3
+// Int custom attributes; wdc uses 5 and 2.
+var (
+	// SAKind is "worker", "task" or "run".
+	SAKind = temporal.NewSearchAttributeKeyKeyword("WdcKind")
+	// SAWorkerState is a worker's fleet.State.
+	SAWorkerState = temporal.NewSearchAttributeKeyKeyword("WdcWorkerState")
+	// SATaskState is a task's TaskState.
+	SATaskState = temporal.NewSearchAttributeKeyKeyword("WdcTaskState")
+	// SAWorkerID is the worker's ID (on tasks: the current lease holder).
+	SAWorkerID = temporal.NewSearchAttributeKeyKeyword("WdcWorkerID")
+	// SARunID is the run of a task or run.
+	SARunID = temporal.NewSearchAttributeKeyKeyword("WdcRunID")
+	// SAAttempt and SAFence are a task's current attempt and fence.
+	SAAttempt = temporal.NewSearchAttributeKeyInt64("WdcAttempt")
+	SAFence   = temporal.NewSearchAttributeKeyInt64("WdcFence")
+)
+
+// Kinds, the values of SAKind.
+const (
+	KindWorker = "worker"
+	KindTask   = "task"
+	KindRun    = "run"
+)
+
+// SearchAttributes lists wdc's search attributes and their types, to be
+// registered on a namespace before any wdc workflow starts (the dev server
+// does; for another server: `temporal operator search-attribute create`).
+func SearchAttributes() map[string]enumspb.IndexedValueType {
+	return map[string]enumspb.IndexedValueType{
+		SAKind.GetName():        enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+		SAWorkerState.GetName(): enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+		SATaskState.GetName():   enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+		SAWorkerID.GetName():    enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+		SARunID.GetName():       enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+		SAAttempt.GetName():     enumspb.INDEXED_VALUE_TYPE_INT,
+		SAFence.GetName():       enumspb.INDEXED_VALUE_TYPE_INT,
+	}
+}

@@ -1,0 +1,11 @@
+// Package devserver embeds a complete Temporal server (go.temporal.io/server)
+// in the current process: SQLite persistence (a file, or memory), a frontend
+// on a fixed or random port, wdc's namespaces and search attributes
+// registered before the first workflow starts, and optionally the Temporal
+// Web UI (github.com/temporalio/ui-server/v2).
+//
+// It is what `wdc server start-dev` runs, and what tests and
+// `wdc demo worker-leases` start in-process. It is the only non-test package
+// of wdc that imports go.temporal.io/server (DESIGN §7): linking the server is
+// slow, so keep everything else on the SDK.
+package devserver

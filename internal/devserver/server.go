@@ -1,0 +1,390 @@
+package devserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/server/common/cluster"
+	"go.temporal.io/server/common/config"
+	"go.temporal.io/server/common/dynamicconfig"
+	"go.temporal.io/server/common/log"
+	"go.temporal.io/server/common/metrics"
+	sqliteplugin "go.temporal.io/server/common/persistence/sql/sqlplugin/sqlite"
+	"go.temporal.io/server/schema/sqlite"
+	"go.temporal.io/server/temporal"
+)
+
+// DefaultNamespace is the namespace every dev server creates.
+const DefaultNamespace = "default"
+
+// clusterName is the single cluster of a dev server.
+const clusterName = "active"
+
+// memoryDBCounter makes in-memory SQLite database names unique within a
+// process, so two servers in one test binary never share a store.
+var memoryDBCounter atomic.Int64
+
+// Options configures a Server. The zero value is a usable in-memory server on
+// a random port with no UI.
+type Options struct {
+	// DBFilename is the SQLite file that holds all state. Empty keeps the
+	// state in memory (lost when the server stops). A new file gets the schema;
+	// an existing one is reused as is, so a restart keeps every workflow.
+	DBFilename string
+	// IP is the address the frontend binds to. Default 127.0.0.1. Use an IP,
+	// not a host name (the server binds exactly this address).
+	IP string
+	// Port is the frontend gRPC port. 0 picks a free port.
+	Port int
+	// UIPort is the Web UI's HTTP port when EnableUI is set. 0 means Port+1000
+	// (the `temporal server start-dev` convention), or a free port when Port
+	// is 0.
+	UIPort int
+	// EnableUI serves the Temporal Web UI.
+	EnableUI bool
+	// Namespaces are created in addition to DefaultNamespace. Existing ones
+	// are left as they are.
+	Namespaces []string
+	// SearchAttributes are registered on every namespace before the server
+	// starts (see workflows.SearchAttributes for wdc's). SQLite visibility has
+	// fixed slots: 10 Keyword, 3 Int, 3 Double, 3 Bool, 3 Datetime, 3 Text,
+	// 3 KeywordList; more of one type is an error.
+	SearchAttributes map[string]enumspb.IndexedValueType
+	// LogLevel is the server's log level: debug, info, warn, error, or "off"
+	// (default) for no server logs.
+	LogLevel string
+}
+
+// Server is a running embedded Temporal server.
+type Server struct {
+	opts     Options
+	server   temporal.Server
+	ui       *uiServer
+	frontend string
+	uiAddr   string
+	started  time.Duration
+}
+
+// Start creates the store if needed, registers namespaces and search
+// attributes, starts the server and, when asked, the Web UI. It returns when
+// the frontend answers; the context bounds that wait.
+//
+// Errors: a port already in use, a DBFilename whose directory does not exist
+// or that is not a SQLite database, or more search attributes of one type
+// than SQLite visibility has slots for.
+func Start(ctx context.Context, opts Options) (*Server, error) {
+	began := time.Now()
+	if opts.IP == "" {
+		opts.IP = "127.0.0.1"
+	}
+	if net.ParseIP(opts.IP) == nil {
+		return nil, fmt.Errorf("ip %q: not an IP address", opts.IP)
+	}
+	if opts.LogLevel == "" {
+		opts.LogLevel = "off"
+	}
+	if opts.Port == 0 {
+		p, err := freePort(opts.IP)
+		if err != nil {
+			return nil, err
+		}
+		opts.Port = p
+	} else if err := checkPortFree(opts.IP, opts.Port); err != nil {
+		return nil, fmt.Errorf("port %d: %w", opts.Port, err)
+	}
+	if opts.EnableUI {
+		if opts.UIPort == 0 {
+			opts.UIPort = opts.Port + 1000
+		}
+		if err := checkPortFree(opts.IP, opts.UIPort); err != nil {
+			return nil, fmt.Errorf("ui-port %d: %w", opts.UIPort, err)
+		}
+	}
+
+	sqlCfg, err := prepareStore(opts)
+	if err != nil {
+		return nil, err
+	}
+	logger, err := newLogger(opts.LogLevel)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := serverConfig(opts, sqlCfg)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := temporal.NewServer(
+		temporal.WithConfig(cfg),
+		temporal.ForServices(temporal.DefaultServices),
+		temporal.WithLogger(logger),
+		temporal.WithCustomMetricsHandler(metrics.NoopMetricsHandler),
+		temporal.WithDynamicConfigClient(dynamicconfig.StaticClient{
+			dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): true,
+			dynamicconfig.FrontendPersistenceMaxQPS.Key():               10000,
+			dynamicconfig.HistoryPersistenceMaxQPS.Key():                45000,
+			dynamicconfig.MatchingPersistenceMaxQPS.Key():               10000,
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("create temporal server: %w", err)
+	}
+	if err := srv.Start(); err != nil {
+		return nil, fmt.Errorf("start temporal server: %w", err)
+	}
+	s := &Server{opts: opts, server: srv, frontend: net.JoinHostPort(opts.IP, strconv.Itoa(opts.Port))}
+	if err := s.waitReady(ctx); err != nil {
+		_ = srv.Stop()
+		return nil, err
+	}
+	if opts.EnableUI {
+		ui, err := startUI(opts.IP, opts.UIPort, s.frontend)
+		if err != nil {
+			_ = srv.Stop()
+			return nil, err
+		}
+		s.ui = ui
+		s.uiAddr = "http://" + net.JoinHostPort(opts.IP, strconv.Itoa(opts.UIPort))
+	}
+	s.started = time.Since(began)
+	return s, nil
+}
+
+// FrontendHostPort is the gRPC address clients dial, e.g. "127.0.0.1:7233".
+func (s *Server) FrontendHostPort() string { return s.frontend }
+
+// UIAddress is the Web UI's URL, or "" when the UI is off.
+func (s *Server) UIAddress() string { return s.uiAddr }
+
+// Namespaces lists the namespaces this server was started with.
+func (s *Server) Namespaces() []string {
+	return append([]string{DefaultNamespace}, s.opts.Namespaces...)
+}
+
+// StartupDuration is how long Start took until the frontend answered.
+func (s *Server) StartupDuration() time.Duration { return s.started }
+
+// Stop stops the UI and the server. Safe to call once.
+func (s *Server) Stop() error {
+	if s.ui != nil {
+		s.ui.stop()
+	}
+	return s.server.Stop()
+}
+
+// waitReady dials the frontend until it answers a health check and every
+// namespace is visible.
+func (s *Server) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	var lastErr error
+	for {
+		c, err := client.DialContext(ctx, client.Options{HostPort: s.frontend, Namespace: DefaultNamespace, Logger: quietSDKLogger{}})
+		if err == nil {
+			lastErr = s.ensureSearchAttributes(ctx, c)
+			c.Close()
+			if lastErr == nil {
+				return nil
+			}
+		} else {
+			lastErr = err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("temporal server at %s not ready: %w", s.frontend, errors.Join(ctx.Err(), lastErr))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// ensureSearchAttributes adds any search attribute missing from a namespace
+// that existed before (a database made by an older wdc). New namespaces get
+// them straight in the store before start, which is immediate.
+func (s *Server) ensureSearchAttributes(ctx context.Context, c client.Client) error {
+	for _, ns := range s.Namespaces() {
+		resp, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: ns})
+		if err != nil {
+			return fmt.Errorf("namespace %s: list search attributes: %w", ns, err)
+		}
+		missing := map[string]enumspb.IndexedValueType{}
+		for name, typ := range s.opts.SearchAttributes {
+			if _, ok := resp.GetCustomAttributes()[name]; !ok {
+				missing[name] = typ
+			}
+		}
+		if len(missing) == 0 {
+			continue
+		}
+		_, err = c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{Namespace: ns, SearchAttributes: missing})
+		if err != nil {
+			return fmt.Errorf("namespace %s: add search attributes: %w", ns, err)
+		}
+	}
+	return nil
+}
+
+// prepareStore returns the SQLite config, creating the schema in a new file
+// and the namespaces (with search attributes) when absent.
+func prepareStore(opts Options) (*config.SQL, error) {
+	sqlCfg := &config.SQL{PluginName: sqliteplugin.PluginName, ConnectAttributes: map[string]string{}}
+	if opts.DBFilename == "" {
+		sqlCfg.DatabaseName = fmt.Sprintf("wdc-mem-%d-%d", os.Getpid(), memoryDBCounter.Add(1))
+		sqlCfg.ConnectAttributes["mode"] = "memory"
+		sqlCfg.ConnectAttributes["cache"] = "shared"
+		// The SQLite plugin creates the schema itself when it opens a
+		// memory database.
+	} else {
+		path, err := filepath.Abs(opts.DBFilename)
+		if err != nil {
+			return nil, fmt.Errorf("db-filename %q: %w", opts.DBFilename, err)
+		}
+		sqlCfg.DatabaseName = path
+		sqlCfg.ConnectAttributes["mode"] = "rwc"
+		if dir := filepath.Dir(path); !isDir(dir) {
+			return nil, fmt.Errorf("db-filename %q: directory %s does not exist", opts.DBFilename, dir)
+		}
+		if fi, err := os.Stat(path); errors.Is(err, os.ErrNotExist) || (err == nil && fi.Size() == 0) {
+			if err := sqlite.SetupSchema(sqlCfg); err != nil {
+				_ = os.Remove(path)
+				return nil, fmt.Errorf("db-filename %q: set up schema: %w", opts.DBFilename, err)
+			}
+		} else if err != nil {
+			return nil, fmt.Errorf("db-filename %q: %w", opts.DBFilename, err)
+		}
+	}
+	var nsConfigs []*sqlite.NamespaceConfig
+	for _, ns := range append([]string{DefaultNamespace}, opts.Namespaces...) {
+		nc, err := sqlite.NewNamespaceConfig(clusterName, ns, false, opts.SearchAttributes)
+		if err != nil {
+			return nil, fmt.Errorf("namespace %s: %w", ns, err)
+		}
+		nsConfigs = append(nsConfigs, nc)
+	}
+	if err := sqlite.CreateNamespaces(sqlCfg, nsConfigs...); err != nil {
+		return nil, fmt.Errorf("create namespaces: %w", err)
+	}
+	return sqlCfg, nil
+}
+
+// serverConfig is the static configuration of a single-node, single-shard
+// server whose frontend is at opts.IP:opts.Port and whose other services
+// listen on free loopback ports.
+func serverConfig(opts Options, sqlCfg *config.SQL) (*config.Config, error) {
+	service := func(grpcPort int, bindIP string) (config.Service, error) {
+		if grpcPort == 0 {
+			p, err := freePort("127.0.0.1")
+			if err != nil {
+				return config.Service{}, err
+			}
+			grpcPort = p
+		}
+		member, err := freePort("127.0.0.1")
+		if err != nil {
+			return config.Service{}, err
+		}
+		rpc := config.RPC{GRPCPort: grpcPort, MembershipPort: member, BindOnIP: bindIP}
+		if bindIP == "" {
+			rpc.BindOnLocalHost = true
+		}
+		return config.Service{RPC: rpc}, nil
+	}
+	services := map[string]config.Service{}
+	for name, port := range map[string]int{"frontend": opts.Port, "history": 0, "matching": 0, "worker": 0} {
+		bind := ""
+		if name == "frontend" {
+			bind = opts.IP
+		}
+		svc, err := service(port, bind)
+		if err != nil {
+			return nil, err
+		}
+		services[name] = svc
+	}
+	frontend := net.JoinHostPort(opts.IP, strconv.Itoa(opts.Port))
+	return &config.Config{
+		Global: config.Global{
+			Membership: config.Membership{MaxJoinDuration: 30 * time.Second, BroadcastAddress: "127.0.0.1"},
+		},
+		Persistence: config.Persistence{
+			DefaultStore:     sqliteplugin.PluginName,
+			VisibilityStore:  sqliteplugin.PluginName,
+			NumHistoryShards: 1,
+			DataStores:       map[string]config.DataStore{sqliteplugin.PluginName: {SQL: sqlCfg}},
+		},
+		ClusterMetadata: &cluster.Config{
+			EnableGlobalNamespace:    false,
+			FailoverVersionIncrement: 10,
+			MasterClusterName:        clusterName,
+			CurrentClusterName:       clusterName,
+			ClusterInformation: map[string]cluster.ClusterInformation{
+				clusterName: {Enabled: true, InitialFailoverVersion: 1, RPCAddress: frontend},
+			},
+		},
+		DCRedirectionPolicy: config.DCRedirectionPolicy{Policy: "noop"},
+		Services:            services,
+		Archival: config.Archival{
+			History:    config.HistoryArchival{State: "disabled"},
+			Visibility: config.VisibilityArchival{State: "disabled"},
+		},
+		NamespaceDefaults: config.NamespaceDefaults{Archival: config.ArchivalNamespaceDefaults{
+			History:    config.HistoryArchivalNamespaceDefaults{State: "disabled"},
+			Visibility: config.VisibilityArchivalNamespaceDefaults{State: "disabled"},
+		}},
+		PublicClient: config.PublicClient{HostPort: frontend},
+	}, nil
+}
+
+func newLogger(level string) (log.Logger, error) {
+	switch level {
+	case "off":
+		return log.NewNoopLogger(), nil
+	case "debug", "info", "warn", "error":
+		return log.NewZapLogger(log.BuildZapLogger(log.Config{Level: level})), nil
+	default:
+		return nil, fmt.Errorf("log-level %q: want one of debug, info, warn, error, off", level)
+	}
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
+}
+
+// freePort asks the kernel for an unused TCP port on ip.
+func freePort(ip string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		return 0, fmt.Errorf("find a free port on %s: %w", ip, err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// checkPortFree fails with a clear error when ip:port is already bound.
+func checkPortFree(ip string, port int) error {
+	if port < 1 || port > 65535 {
+		return fmt.Errorf("must be between 1 and 65535")
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
+	if err != nil {
+		return fmt.Errorf("cannot listen on %s:%d (already in use?): %w", ip, port, err)
+	}
+	return l.Close()
+}
+
+// quietSDKLogger drops the SDK client's log lines while waiting for readiness.
+type quietSDKLogger struct{}
+
+func (quietSDKLogger) Debug(string, ...interface{}) {}
+func (quietSDKLogger) Info(string, ...interface{})  {}
+func (quietSDKLogger) Warn(string, ...interface{})  {}
+func (quietSDKLogger) Error(string, ...interface{}) {}

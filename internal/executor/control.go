@@ -1,0 +1,102 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/wdc-runtime/wdc/api"
+)
+
+// Control is what the executor needs from the control plane.
+type Control interface {
+	// Heartbeat renews the lease (signal lease-heartbeat).
+	Heartbeat(ctx context.Context, hb api.LeaseHeartbeatSignal) error
+	// Lease returns the task's lease view (query lease).
+	Lease(ctx context.Context, taskID string) (api.TaskView, error)
+	// SubmitResult hands the result to the task (update submit-result).
+	// A refusal is a *Rejected.
+	SubmitResult(ctx context.Context, in api.SubmitResultInput) (api.SubmitResultResult, error)
+	// ReportFailure reports an attempt that ended without a result.
+	ReportFailure(ctx context.Context, f api.AttemptFailedSignal) error
+}
+
+// Rejected is a refused message: Reason is a lease.RejectReason string
+// (stale_fence, wrong_worker, ...) or an api.ErrType* string.
+type Rejected struct {
+	Reason  string
+	Message string
+}
+
+func (r *Rejected) Error() string { return r.Reason + ": " + r.Message }
+
+// ErrTaskGone: the task workflow no longer exists or has ended; the
+// attempt's lease is certainly not current.
+var ErrTaskGone = errors.New("task workflow has ended or does not exist")
+
+// TemporalControl is Control over a Temporal client.
+type TemporalControl struct {
+	Client client.Client
+}
+
+var _ Control = (*TemporalControl)(nil)
+
+// Heartbeat signals the task. Errors: ErrTaskGone (wrapped) when the task
+// has ended; other errors mean Temporal was not reached.
+func (c *TemporalControl) Heartbeat(ctx context.Context, hb api.LeaseHeartbeatSignal) error {
+	err := c.Client.SignalWorkflow(ctx, api.TaskWorkflowID(hb.TaskID), "", api.SignalLeaseHeartbeat, hb)
+	return classify(err)
+}
+
+// Lease queries the task's lease.
+func (c *TemporalControl) Lease(ctx context.Context, taskID string) (api.TaskView, error) {
+	var v api.TaskView
+	resp, err := c.Client.QueryWorkflow(ctx, api.TaskWorkflowID(taskID), "", api.QueryLease)
+	if err != nil {
+		return v, classify(err)
+	}
+	return v, resp.Get(&v)
+}
+
+// SubmitResult sends the submit-result update with ID
+// "<task>/<attempt>/<fence>" and waits for its outcome.
+func (c *TemporalControl) SubmitResult(ctx context.Context, in api.SubmitResultInput) (api.SubmitResultResult, error) {
+	var out api.SubmitResultResult
+	handle, err := c.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID:   api.TaskWorkflowID(in.TaskID),
+		UpdateID:     api.SubmitResultUpdateID(in.Claim),
+		UpdateName:   api.UpdateSubmitResult,
+		Args:         []any{in},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err == nil {
+		err = handle.Get(ctx, &out)
+	}
+	return out, classify(err)
+}
+
+// ReportFailure signals attempt-failed.
+func (c *TemporalControl) ReportFailure(ctx context.Context, f api.AttemptFailedSignal) error {
+	return classify(c.Client.SignalWorkflow(ctx, api.TaskWorkflowID(f.TaskID), "", api.SignalAttemptFailed, f))
+}
+
+// classify maps Temporal errors: application errors become *Rejected,
+// NotFound / already-completed become ErrTaskGone.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		return &Rejected{Reason: appErr.Type(), Message: appErr.Message()}
+	}
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return fmt.Errorf("%w: %v", ErrTaskGone, err)
+	}
+	return err
+}

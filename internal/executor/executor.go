@@ -1,0 +1,559 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/blobstore"
+	"github.com/wdc-runtime/wdc/internal/envelope"
+	"github.com/wdc-runtime/wdc/internal/lease"
+	"github.com/wdc-runtime/wdc/launchers"
+)
+
+// Environment variables the executor sets for every command.
+const (
+	EnvTaskID  = "WDC_TASK_ID"
+	EnvAttempt = "WDC_ATTEMPT"
+	EnvFence   = "WDC_FENCE"
+	EnvTaskDir = "WDC_TASK_DIR"
+)
+
+// DefaultSearchPath resolves a command name when the envelope sets no PATH.
+// It is used for the lookup only; the command's environment gets no PATH
+// unless the envelope sets one.
+const DefaultSearchPath = "/usr/local/bin:/usr/bin:/bin"
+
+// ExitInfraKilled is the exit status a shell reports for a child killed by
+// SIGKILL (128+9); the executor treats it as an infrastructure kill.
+const ExitInfraKilled = 137
+
+// ExitTimedOut is the exit code a result gets when the command ran past
+// the envelope's timeouts.execution_seconds (as GNU timeout(1)).
+const ExitTimedOut = 124
+
+// Outcome is how an attempt ended, from the executor's side.
+type Outcome string
+
+const (
+	// OutcomeAccepted: the result was submitted and accepted.
+	OutcomeAccepted Outcome = "accepted"
+	// OutcomeRejected: the result was submitted and refused (Reason says
+	// why, e.g. stale_fence); its staging was removed.
+	OutcomeRejected Outcome = "rejected"
+	// OutcomeInfraKilled: the command was killed without a result; the
+	// attempt was reported as infra_killed.
+	OutcomeInfraKilled Outcome = "infra_killed"
+	// OutcomeSelfFenced: the executor killed the command because its lease
+	// was lost or Temporal was unreachable for a whole TTL.
+	OutcomeSelfFenced Outcome = "self_fenced"
+	// OutcomeCancelled: the control plane cancelled the attempt.
+	OutcomeCancelled Outcome = "cancelled"
+	// OutcomeSubmitFailed: the result could not be delivered at all.
+	OutcomeSubmitFailed Outcome = "submit_failed"
+)
+
+// Report is what an attempt's executor did; it is also written to
+// result.json in the task directory.
+type Report struct {
+	Claim   lease.Claim `json:"claim"`
+	Outcome Outcome     `json:"outcome"`
+	// Reason is the rejection reason or the self-fencing cause.
+	Reason string `json:"reason,omitempty"`
+	// Message explains Reason.
+	Message string `json:"message,omitempty"`
+	// ExitCode is the command's exit code; -1 when killed by a signal.
+	ExitCode int `json:"exit_code"`
+	// Signal names the signal that killed the command, if any.
+	Signal string `json:"signal,omitempty"`
+	// Artifacts are the staged outputs that were submitted.
+	Artifacts   []api.Artifact `json:"artifacts,omitempty"`
+	OutputError string         `json:"output_error,omitempty"`
+	StartedAt   time.Time      `json:"started_at"`
+	FinishedAt  time.Time      `json:"finished_at"`
+	// Result is the parent's copy of an accepted result.
+	Result *api.TaskResult `json:"result,omitempty"`
+}
+
+// Faults injects failures for demos and tests. The zero value injects none.
+type Faults struct {
+	// Freeze, when set, is called after the command has exited and before
+	// its outputs are staged and its result submitted. While it blocks the
+	// executor is frozen (a GC pause, SIGSTOP, a VM pause): no heartbeats, no
+	// submission. The demo uses it to let a lease expire before ingest, then
+	// thaws the stale attempt so that its result is refused by the fence.
+	Freeze func(c lease.Claim)
+}
+
+// Options configures one attempt's execution.
+type Options struct {
+	Attempt launchers.Attempt
+	// Root is the work directory; the task directory is
+	// Root/<task>/<attempt>-<fence>.
+	Root string
+	// Blobs holds the inputs and the staging area.
+	Blobs   *blobstore.Store
+	Control Control
+	Limits  OutputLimits
+	Faults  Faults
+	Logger  *slog.Logger
+	// OnReport, when set, is called once with the final report.
+	OnReport func(Report)
+}
+
+// Execution is a running attempt.
+type Execution struct {
+	opts    Options
+	claim   lease.Claim
+	taskDir string
+	cmd     *exec.Cmd
+	started time.Time
+	log     *slog.Logger
+
+	mu        sync.Mutex
+	exited    bool    // the command has exited; Cancel is then a no-op
+	stopCause Outcome // set when the executor itself kills the command
+	stopMsg   string
+	done      chan struct{}
+	report    Report
+}
+
+// TaskDir returns Root/<task>/<attempt>-<fence>.
+func TaskDir(root string, c lease.Claim) string {
+	return filepath.Join(root, c.TaskID, strconv.FormatInt(c.Attempt, 10)+"-"+strconv.FormatInt(c.Fence, 10))
+}
+
+// Start lays out the task directory, stages the inputs from the blob store,
+// starts the command and returns; heartbeating, fencing and submission run
+// in the background until the attempt ends (Done).
+//
+// Errors (nothing is left running): the task directory exists already, an
+// input is missing from the blob store or fails its digest, the command
+// cannot be found or started. Callers report these as launch_failed.
+func Start(opts Options) (*Execution, error) {
+	a := opts.Attempt
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if a.HeartbeatInterval <= 0 || a.HeartbeatInterval >= a.Lease.TTL {
+		return nil, fmt.Errorf("heartbeat interval %s must be positive and below the lease TTL %s", a.HeartbeatInterval, a.Lease.TTL)
+	}
+	claim := a.Claim()
+	e := &Execution{
+		opts:    opts,
+		claim:   claim,
+		taskDir: TaskDir(opts.Root, claim),
+		done:    make(chan struct{}),
+		log:     opts.Logger.With("task", claim.TaskID, "attempt", claim.Attempt, "fence", claim.Fence),
+	}
+	if err := e.prepare(); err != nil {
+		os.RemoveAll(e.taskDir)
+		return nil, err
+	}
+	if err := e.startCommand(); err != nil {
+		return nil, err
+	}
+	go e.supervise()
+	return e, nil
+}
+
+// prepare creates the task directory with envelope.json, inputs/ and
+// outputs/.
+func (e *Execution) prepare() error {
+	if err := os.MkdirAll(filepath.Dir(e.taskDir), 0o755); err != nil {
+		return err
+	}
+	if err := os.Mkdir(e.taskDir, 0o755); err != nil {
+		return fmt.Errorf("task dir %s: %w", e.taskDir, err)
+	}
+	env := e.opts.Attempt.Envelope
+	digest, err := env.Digest()
+	if err != nil {
+		return err
+	}
+	if digest != e.claim.EnvelopeDigest {
+		return fmt.Errorf("envelope digest %s does not match the lease's %s", digest, e.claim.EnvelopeDigest)
+	}
+	canon, err := env.CanonicalJSON()
+	if err != nil {
+		return err
+	}
+	if err := blobstore.WriteFileAtomic(filepath.Join(e.taskDir, "envelope.json"), 0o644, func(w io.Writer) error {
+		_, err := w.Write(canon)
+		return err
+	}); err != nil {
+		return err
+	}
+	for _, d := range []string{"inputs", "outputs"} {
+		if err := os.Mkdir(filepath.Join(e.taskDir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	for i, in := range env.Inputs {
+		dst := filepath.Join(e.taskDir, "inputs", filepath.FromSlash(in.Name))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		if err := e.opts.Blobs.CopyTo(in.Digest, dst, 0o444); err != nil {
+			return fmt.Errorf("inputs[%d] %s: %w", i, in.Name, err)
+		}
+	}
+	return nil
+}
+
+// Environ is the command's whole environment: the envelope's variables plus
+// the four WDC_* ones, sorted. Nothing comes from the executor's own
+// environment.
+func Environ(env envelope.Envelope, c lease.Claim, taskDir string) []string {
+	out := make([]string, 0, len(env.Env)+4)
+	for k, v := range env.Env {
+		out = append(out, k+"="+v)
+	}
+	out = append(out,
+		EnvTaskID+"="+c.TaskID,
+		EnvAttempt+"="+strconv.FormatInt(c.Attempt, 10),
+		EnvFence+"="+strconv.FormatInt(c.Fence, 10),
+		EnvTaskDir+"="+taskDir,
+	)
+	sort.Strings(out)
+	return out
+}
+
+// ResolveCommand finds the program: a name with a '/' is taken as is
+// (relative to the task directory), any other name is looked up in the
+// envelope's PATH, or DefaultSearchPath when it sets none.
+func ResolveCommand(env envelope.Envelope, taskDir string) (string, error) {
+	prog := env.Command[0]
+	if strings.Contains(prog, "/") {
+		if !filepath.IsAbs(prog) {
+			prog = filepath.Join(taskDir, prog)
+		}
+		return prog, nil
+	}
+	search := env.Env["PATH"]
+	if search == "" {
+		search = DefaultSearchPath
+	}
+	for _, dir := range filepath.SplitList(search) {
+		if dir == "" || !filepath.IsAbs(dir) {
+			continue
+		}
+		p := filepath.Join(dir, prog)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("command[0]: %q not found in PATH %q", prog, search)
+}
+
+func (e *Execution) startCommand() error {
+	env := e.opts.Attempt.Envelope
+	prog, err := ResolveCommand(env, e.taskDir)
+	if err != nil {
+		return err
+	}
+	stdout, err := os.Create(filepath.Join(e.taskDir, "stdout.log"))
+	if err != nil {
+		return err
+	}
+	stderr, err := os.Create(filepath.Join(e.taskDir, "stderr.log"))
+	if err != nil {
+		stdout.Close()
+		return err
+	}
+	cmd := &exec.Cmd{
+		Path:   prog,
+		Args:   env.Command,
+		Env:    Environ(env, e.claim, e.taskDir),
+		Dir:    e.taskDir,
+		Stdout: stdout,
+		Stderr: stderr,
+		// Own process group (killed as a whole); SIGKILL if the agent dies.
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+	}
+	if err := cmd.Start(); err != nil {
+		stdout.Close()
+		stderr.Close()
+		return fmt.Errorf("start %s: %w", prog, err)
+	}
+	stdout.Close()
+	stderr.Close()
+	e.cmd = cmd
+	e.started = time.Now()
+	e.log.Info("attempt started", "pid", cmd.Process.Pid, "dir", e.taskDir)
+	return nil
+}
+
+// PID is the command's process (and process group) ID.
+func (e *Execution) PID() int { return e.cmd.Process.Pid }
+
+// Dir is the task directory.
+func (e *Execution) Dir() string { return e.taskDir }
+
+// Done is closed when the attempt has ended and its report is final.
+func (e *Execution) Done() <-chan struct{} { return e.done }
+
+// Report returns the final report (valid after Done).
+func (e *Execution) Report() Report {
+	<-e.done
+	return e.report
+}
+
+// Cancel kills the command's process group; the attempt ends as cancelled
+// and submits nothing. Once the command has exited Cancel does nothing: the
+// result, if any, is still submitted and the fence decides.
+func (e *Execution) Cancel(reason string) {
+	e.stop(OutcomeCancelled, reason)
+}
+
+// stop kills the running process group once, recording why.
+func (e *Execution) stop(cause Outcome, msg string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.exited {
+		return
+	}
+	if e.stopCause == "" {
+		e.stopCause, e.stopMsg = cause, msg
+		e.log.Warn("killing attempt", "cause", cause, "detail", msg)
+	}
+	_ = syscall.Kill(-e.cmd.Process.Pid, syscall.SIGKILL)
+}
+
+func (e *Execution) stopped() (Outcome, string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.stopCause, e.stopMsg
+}
+
+// supervise runs the attempt to its end.
+func (e *Execution) supervise() {
+	defer close(e.done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	waited := make(chan error, 1)
+	go func() { waited <- e.cmd.Wait() }()
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		e.heartbeatLoop(ctx)
+	}()
+
+	var deadline <-chan time.Time
+	if secs := e.opts.Attempt.Envelope.Timeouts.ExecutionSeconds; secs > 0 {
+		t := time.NewTimer(time.Duration(secs) * time.Second)
+		defer t.Stop()
+		deadline = t.C
+	}
+	var waitErr error
+	timedOut := false
+	select {
+	case waitErr = <-waited:
+	case <-deadline:
+		timedOut = true
+		e.log.Warn("execution timeout; killing the command", "seconds", e.opts.Attempt.Envelope.Timeouts.ExecutionSeconds)
+		_ = syscall.Kill(-e.cmd.Process.Pid, syscall.SIGKILL)
+		waitErr = <-waited
+	}
+	finished := time.Now()
+	e.mu.Lock()
+	e.exited = true
+	e.mu.Unlock()
+	// The attempt is over: nothing of its process group may linger.
+	_ = syscall.Kill(-e.cmd.Process.Pid, syscall.SIGKILL)
+	cancel()
+	<-hbDone
+	if f := e.opts.Faults.Freeze; f != nil {
+		e.log.Warn("executor frozen (fault injection)")
+		f(e.claim)
+		e.log.Warn("executor thawed")
+	}
+
+	rep := Report{Claim: e.claim, StartedAt: e.started, FinishedAt: finished}
+	rep.ExitCode, rep.Signal = exitStatus(e.cmd.ProcessState, waitErr)
+	if timedOut {
+		rep.ExitCode, rep.Signal = ExitTimedOut, ""
+	}
+	e.finish(&rep)
+	e.report = rep
+	if err := writeReport(e.taskDir, rep); err != nil {
+		e.log.Warn("write result.json", "error", err)
+	}
+	e.log.Info("attempt ended", "outcome", rep.Outcome, "reason", rep.Reason, "exit_code", rep.ExitCode)
+	if e.opts.OnReport != nil {
+		e.opts.OnReport(rep)
+	}
+}
+
+// finish decides what the ended command means and tells the control plane.
+func (e *Execution) finish(rep *Report) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if cause, msg := e.stopped(); cause != "" {
+		rep.Outcome, rep.Reason, rep.Message = cause, string(cause), msg
+		return
+	}
+	if rep.Signal != "" || rep.ExitCode == ExitInfraKilled {
+		detail := fmt.Sprintf("command killed (%s) without a result", describeExit(rep))
+		rep.Outcome, rep.Reason, rep.Message = OutcomeInfraKilled, string(lease.ReasonInfraKilled), detail
+		err := e.opts.Control.ReportFailure(ctx, api.AttemptFailedSignal{Claim: e.claim, Reason: lease.ReasonInfraKilled, Detail: detail})
+		if err != nil {
+			e.log.Warn("report infra kill", "error", err)
+		}
+		return
+	}
+	staging := e.opts.Blobs.StagingDir(e.claim.TaskID, e.claim.Attempt, e.claim.Fence)
+	arts, err := StageOutputs(filepath.Join(e.taskDir, "outputs"), staging, e.opts.Limits)
+	var outErr *OutputError
+	switch {
+	case errors.As(err, &outErr):
+		rep.OutputError = outErr.Error()
+		e.log.Warn("outputs rejected", "error", outErr)
+	case err != nil:
+		rep.OutputError = "staging outputs: " + err.Error()
+	}
+	rep.Artifacts = arts
+	in := api.SubmitResultInput{
+		Claim: e.claim, ExitCode: rep.ExitCode, Artifacts: arts, OutputError: rep.OutputError,
+		StartedAt: rep.StartedAt, FinishedAt: rep.FinishedAt,
+	}
+	res, err := e.submitWithRetry(ctx, in)
+	var rej *Rejected
+	switch {
+	case err == nil:
+		rep.Outcome = OutcomeAccepted
+		r := res.Result
+		rep.Result = &r
+	case errors.As(err, &rej):
+		rep.Outcome, rep.Reason, rep.Message = OutcomeRejected, rej.Reason, rej.Message
+		_ = e.opts.Blobs.RemoveStaging(e.claim.TaskID, e.claim.Attempt, e.claim.Fence)
+	case errors.Is(err, ErrTaskGone):
+		rep.Outcome, rep.Reason, rep.Message = OutcomeRejected, string(lease.RejectLeaseNotActive), err.Error()
+		_ = e.opts.Blobs.RemoveStaging(e.claim.TaskID, e.claim.Attempt, e.claim.Fence)
+	default:
+		rep.Outcome, rep.Reason, rep.Message = OutcomeSubmitFailed, "unreachable", err.Error()
+		_ = e.opts.Blobs.RemoveStaging(e.claim.TaskID, e.claim.Attempt, e.claim.Fence)
+	}
+}
+
+// submitWithRetry retries transport failures (not rejections) for up to a
+// lease TTL; the update ID makes retries safe.
+func (e *Execution) submitWithRetry(ctx context.Context, in api.SubmitResultInput) (api.SubmitResultResult, error) {
+	deadline := time.Now().Add(e.opts.Attempt.Lease.TTL)
+	wait := 200 * time.Millisecond
+	for {
+		res, err := e.opts.Control.SubmitResult(ctx, in)
+		var rej *Rejected
+		if err == nil || errors.As(err, &rej) || errors.Is(err, ErrTaskGone) || time.Now().After(deadline) {
+			return res, err
+		}
+		e.log.Warn("submit failed; retrying", "error", err)
+		select {
+		case <-ctx.Done():
+			return res, err
+		case <-time.After(wait):
+		}
+		if wait < 5*time.Second {
+			wait *= 2
+		}
+	}
+}
+
+// heartbeatLoop renews the lease every interval and fences the attempt:
+// the command is killed when the lease is no longer this attempt's, or
+// when no heartbeat got through for a whole TTL.
+func (e *Execution) heartbeatLoop(ctx context.Context) {
+	interval := e.opts.Attempt.HeartbeatInterval
+	ttl := e.opts.Attempt.Lease.TTL
+	lastContact := time.Now()
+	var seq int64
+	for {
+		seq++
+		err := e.beat(ctx, seq, interval)
+		switch {
+		case err == nil:
+			lastContact = time.Now()
+		case errors.Is(err, errFenced):
+			e.stop(OutcomeSelfFenced, err.Error())
+			return
+		case ctx.Err() != nil:
+			return
+		default:
+			e.log.Warn("heartbeat failed", "error", err)
+			if time.Since(lastContact) >= ttl {
+				e.stop(OutcomeSelfFenced, fmt.Sprintf("control plane unreachable for %s (lease TTL %s): %v", time.Since(lastContact).Round(time.Millisecond), ttl, err))
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(interval):
+		}
+	}
+}
+
+var errFenced = errors.New("fenced")
+
+// beat sends one heartbeat and checks the fence.
+func (e *Execution) beat(ctx context.Context, seq int64, timeout time.Duration) error {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := e.opts.Control.Heartbeat(cctx, api.LeaseHeartbeatSignal{Claim: e.claim, Seq: seq})
+	if errors.Is(err, ErrTaskGone) {
+		return fmt.Errorf("%w: %v", errFenced, err)
+	}
+	if err != nil {
+		return err
+	}
+	view, err := e.opts.Control.Lease(cctx, e.claim.TaskID)
+	if errors.Is(err, ErrTaskGone) {
+		return fmt.Errorf("%w: %v", errFenced, err)
+	}
+	if err != nil {
+		return err
+	}
+	if rej := lease.Check(view.Lease, e.claim); rej != nil {
+		return fmt.Errorf("%w: lease lost: %v", errFenced, rej)
+	}
+	return nil
+}
+
+func exitStatus(ps *os.ProcessState, waitErr error) (code int, signal string) {
+	if ps == nil {
+		return -1, ""
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return -1, ws.Signal().String()
+	}
+	return ps.ExitCode(), ""
+}
+
+func describeExit(r *Report) string {
+	if r.Signal != "" {
+		return "signal: " + r.Signal
+	}
+	return "exit " + strconv.Itoa(r.ExitCode)
+}
+
+func writeReport(dir string, r Report) error {
+	return blobstore.WriteFileAtomic(filepath.Join(dir, "result.json"), 0o644, func(w io.Writer) error {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	})
+}

@@ -1,0 +1,157 @@
+package executor
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"syscall"
+
+	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/blobstore"
+	"github.com/wdc-runtime/wdc/internal/envelope"
+)
+
+// OutputLimits are the output rules' size caps. Zero fields take defaults.
+type OutputLimits struct {
+	// MaxFiles is the most files outputs/ may hold. Default 10,000.
+	MaxFiles int
+	// MaxFileBytes caps one file, in bytes. Default 1 GiB.
+	MaxFileBytes int64
+	// MaxTotalBytes caps all files together, in bytes. Default 4 GiB.
+	MaxTotalBytes int64
+}
+
+// WithDefaults fills zero fields.
+func (l OutputLimits) WithDefaults() OutputLimits {
+	if l.MaxFiles == 0 {
+		l.MaxFiles = 10000
+	}
+	if l.MaxFileBytes == 0 {
+		l.MaxFileBytes = 1 << 30
+	}
+	if l.MaxTotalBytes == 0 {
+		l.MaxTotalBytes = 4 << 30
+	}
+	return l
+}
+
+// OutputError is a broken output rule; its message names the file.
+type OutputError struct {
+	Path   string
+	Reason string
+}
+
+func (e *OutputError) Error() string { return "outputs/" + e.Path + ": " + e.Reason }
+
+// StageOutputs lists outputDir (never following a symlink), checks each
+// entry against the output rules — regular files and directories only, a
+// clean relative name (no "..", no symlinks), size caps — and copies every
+// file into stagingDir while hashing it. It returns the artifacts sorted by
+// name. A broken rule returns an *OutputError and leaves stagingDir
+// removed; nothing is half-staged.
+func StageOutputs(outputDir, stagingDir string, limits OutputLimits) (_ []api.Artifact, err error) {
+	limits = limits.WithDefaults()
+	var files []string
+	var total int64
+	walkErr := filepath.WalkDir(outputDir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p == outputDir {
+			return nil
+		}
+		rel, _ := filepath.Rel(outputDir, p)
+		rel = filepath.ToSlash(rel)
+		if vErr := envelope.ValidateRelativePath(rel); vErr != nil {
+			return &OutputError{Path: rel, Reason: vErr.Error()}
+		}
+		switch t := d.Type(); {
+		case t&fs.ModeSymlink != 0:
+			target, _ := os.Readlink(p)
+			return &OutputError{Path: rel, Reason: fmt.Sprintf("is a symlink (to %q); outputs must be regular files", target)}
+		case t.IsDir():
+			return nil
+		case !t.IsRegular():
+			return &OutputError{Path: rel, Reason: fmt.Sprintf("is not a regular file (%s)", t)}
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if info.Size() > limits.MaxFileBytes {
+			return &OutputError{Path: rel, Reason: fmt.Sprintf("is %d bytes, over the %d-byte cap per file", info.Size(), limits.MaxFileBytes)}
+		}
+		total += info.Size()
+		if total > limits.MaxTotalBytes {
+			return &OutputError{Path: rel, Reason: fmt.Sprintf("brings outputs to %d bytes, over the %d-byte total cap", total, limits.MaxTotalBytes)}
+		}
+		files = append(files, rel)
+		if len(files) > limits.MaxFiles {
+			return &OutputError{Path: rel, Reason: fmt.Sprintf("is file %d, over the cap of %d files", len(files), limits.MaxFiles)}
+		}
+		return nil
+	})
+	if walkErr != nil {
+		return nil, walkErr
+	}
+	sort.Strings(files)
+	defer func() {
+		if err != nil {
+			os.RemoveAll(stagingDir)
+		}
+	}()
+	if err := os.MkdirAll(stagingDir, 0o755); err != nil {
+		return nil, err
+	}
+	out := make([]api.Artifact, 0, len(files))
+	for _, rel := range files {
+		a, err := stageFile(filepath.Join(outputDir, filepath.FromSlash(rel)), filepath.Join(stagingDir, filepath.FromSlash(rel)), limits.MaxFileBytes)
+		if err != nil {
+			var oe *OutputError
+			if errors.As(err, &oe) {
+				oe.Path = rel
+			}
+			return nil, err
+		}
+		a.Name = rel
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// stageFile copies src to dst (atomically) while hashing. src is opened
+// with O_NOFOLLOW so a file swapped for a symlink after the listing is
+// refused.
+func stageFile(src, dst string, maxBytes int64) (api.Artifact, error) {
+	f, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return api.Artifact{}, &OutputError{Reason: "became a symlink while staging"}
+		}
+		return api.Artifact{}, err
+	}
+	defer f.Close()
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return api.Artifact{}, err
+	}
+	h := sha256.New()
+	var n int64
+	err = blobstore.WriteFileAtomic(dst, 0o644, func(w io.Writer) error {
+		var err error
+		n, err = io.Copy(io.MultiWriter(w, h), io.LimitReader(f, maxBytes+1))
+		if err == nil && n > maxBytes {
+			return &OutputError{Reason: fmt.Sprintf("grew over the %d-byte cap while staging", maxBytes)}
+		}
+		return err
+	})
+	if err != nil {
+		return api.Artifact{}, err
+	}
+	return api.Artifact{Digest: "sha256:" + hex.EncodeToString(h.Sum(nil)), SizeBytes: n}, nil
+}

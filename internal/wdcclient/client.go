@@ -1,0 +1,181 @@
+package wdcclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/wdc-runtime/wdc/api"
+)
+
+// Client wraps a Temporal client with wdc's calls.
+type Client struct {
+	C client.Client
+}
+
+// Error is a refusal by a wdc workflow: Type is an api.ErrType* or a
+// lease.RejectReason string; Message says why and names the field.
+type Error struct {
+	Type    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Type + ": " + e.Message }
+
+// ErrNotFound: the workflow (worker, task or run) does not exist.
+var ErrNotFound = errors.New("not found")
+
+// wrap converts Temporal errors: application errors become *Error,
+// NotFound becomes ErrNotFound (wrapped with what was looked for).
+func wrap(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		return &Error{Type: appErr.Type(), Message: appErr.Message()}
+	}
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return fmt.Errorf("%s: %w", what, ErrNotFound)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// ---- workers ----
+
+// RegisterWorker registers (or re-registers) a fleet worker with
+// UpdateWithStart: the WdcWorker workflow is started when absent. It
+// returns the new incarnation.
+func (c *Client) RegisterWorker(ctx context.Context, reg api.RegisterInput) (api.RegisterResult, error) {
+	var res api.RegisterResult
+	if err := reg.Validate(); err != nil {
+		return res, &Error{Type: api.ErrTypeInvalidArgument, Message: err.Error()}
+	}
+	op := c.C.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+		ID:                       api.WorkerWorkflowID(reg.WorkerID),
+		TaskQueue:                api.ControlTaskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			api.SAKind.ValueSet(api.KindWorker), api.SAWorkerID.ValueSet(reg.WorkerID),
+		),
+	}, api.WorkerWorkflowType, api.WorkerInput{WorkerID: reg.WorkerID})
+	handle, err := c.C.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: op,
+		UpdateOptions: client.UpdateWorkflowOptions{
+			UpdateName: api.UpdateRegister, Args: []any{reg}, WaitForStage: client.WorkflowUpdateStageCompleted,
+		},
+	})
+	if err == nil {
+		err = handle.Get(ctx, &res)
+	}
+	return res, wrap("register worker "+reg.WorkerID, err)
+}
+
+// WorkerHeartbeat signals worker-heartbeat.
+func (c *Client) WorkerHeartbeat(ctx context.Context, hb api.WorkerHeartbeatSignal) error {
+	return wrap("worker "+hb.WorkerID, c.C.SignalWorkflow(ctx, api.WorkerWorkflowID(hb.WorkerID), "", api.SignalWorkerHeartbeat, hb))
+}
+
+// DrainWorker stops new reservations on a worker.
+func (c *Client) DrainWorker(ctx context.Context, workerID, reason string) (api.WorkerView, error) {
+	var v api.WorkerView
+	err := c.update(ctx, api.WorkerWorkflowID(workerID), "", api.UpdateDrain, api.DrainInput{Reason: reason}, &v)
+	return v, wrap("worker "+workerID, err)
+}
+
+// Worker returns one worker's record. Errors: ErrNotFound.
+func (c *Client) Worker(ctx context.Context, workerID string) (api.WorkerView, error) {
+	var v api.WorkerView
+	resp, err := c.C.QueryWorkflow(ctx, api.WorkerWorkflowID(workerID), "", api.QueryWorker)
+	if err == nil {
+		err = resp.Get(&v)
+	}
+	return v, wrap("worker "+workerID, err)
+}
+
+// WorkersQuery is the visibility query for workers, optionally in one state.
+func WorkersQuery(state string) string {
+	q := fmt.Sprintf(`%s = %q AND ExecutionStatus = "Running"`, api.SAKind.GetName(), api.KindWorker)
+	if state != "" {
+		q += fmt.Sprintf(` AND %s = %q`, api.SAWorkerState.GetName(), state)
+	}
+	return q
+}
+
+// ListWorkers lists workers through visibility (optionally one state) and
+// asks each for its record; workers that do not answer are skipped. Sorted
+// by worker ID.
+func (c *Client) ListWorkers(ctx context.Context, state string) ([]api.WorkerView, error) {
+	ids, err := c.listIDs(ctx, WorkersQuery(state))
+	if err != nil {
+		return nil, err
+	}
+	views := make([]api.WorkerView, 0, len(ids))
+	for _, wfID := range ids {
+		id := api.WorkerIDFromWorkflowID(wfID)
+		if id == "" {
+			continue
+		}
+		v, err := c.Worker(ctx, id)
+		if err != nil {
+			continue
+		}
+		views = append(views, v)
+	}
+	sort.Slice(views, func(i, j int) bool { return views[i].WorkerID < views[j].WorkerID })
+	return views, nil
+}
+
+// Sweep signals every running worker workflow to re-evaluate liveness now
+// and returns how many were signalled.
+func (c *Client) Sweep(ctx context.Context) (int, error) {
+	ids, err := c.listIDs(ctx, WorkersQuery(""))
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, id := range ids {
+		if err := c.C.SignalWorkflow(ctx, id, "", api.SignalSweep, api.SweepSignal{}); err == nil {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// listIDs returns the workflow IDs matching a visibility query.
+func (c *Client) listIDs(ctx context.Context, query string) ([]string, error) {
+	var ids []string
+	var token []byte
+	for {
+		resp, err := c.C.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token, PageSize: 1000})
+		if err != nil {
+			return nil, wrap("list workflows", err)
+		}
+		for _, ex := range resp.GetExecutions() {
+			ids = append(ids, ex.GetExecution().GetWorkflowId())
+		}
+		token = resp.GetNextPageToken()
+		if len(token) == 0 {
+			return ids, nil
+		}
+	}
+}
+
+func (c *Client) update(ctx context.Context, wfID, updateID, name string, arg, out any) error {
+	handle, err := c.C.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID: wfID, UpdateID: updateID, UpdateName: name, Args: []any{arg},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err != nil {
+		return err
+	}
+	return handle.Get(ctx, out)
+}

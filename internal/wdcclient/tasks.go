@@ -1,0 +1,169 @@
+package wdcclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/envelope"
+)
+
+// SubmitTask adds a sealed envelope's task to its run, starting the run
+// (UpdateWithStart) when it does not exist yet. Adding the same envelope
+// again is idempotent (Existing is set); the same task ID with another
+// envelope is a conflict *Error.
+func (c *Client) SubmitTask(ctx context.Context, env envelope.Envelope, opts api.TaskOptions) (api.AddTaskResult, error) {
+	var res api.AddTaskResult
+	env.Normalize()
+	if err := env.Validate(true); err != nil {
+		return res, &Error{Type: api.ErrTypeInvalidArgument, Message: err.Error()}
+	}
+	if err := opts.WithDefaults().Validate(); err != nil {
+		return res, &Error{Type: api.ErrTypeInvalidArgument, Message: "options." + err.Error()}
+	}
+	digest, err := env.Digest()
+	if err != nil {
+		return res, err
+	}
+	op := c.C.NewWithStartWorkflowOperation(c.runStartOptions(env.RunID), api.RunWorkflowType, api.RunInput{RunID: env.RunID, WorldID: env.WorldID})
+	handle, err := c.C.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: op,
+		UpdateOptions: client.UpdateWorkflowOptions{
+			UpdateName: api.UpdateAddTask, Args: []any{api.AddTaskInput{Envelope: env, EnvelopeDigest: digest, Options: opts}},
+			WaitForStage: client.WorkflowUpdateStageCompleted,
+		},
+	})
+	if err == nil {
+		err = handle.Get(ctx, &res)
+	}
+	return res, wrap("submit task "+env.TaskID, err)
+}
+
+func (c *Client) runStartOptions(runID string) client.StartWorkflowOptions {
+	return client.StartWorkflowOptions{
+		ID:                       api.RunWorkflowID(runID),
+		TaskQueue:                api.ControlTaskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		TypedSearchAttributes:    temporal.NewSearchAttributes(api.SAKind.ValueSet(api.KindRun), api.SARunID.ValueSet(runID)),
+	}
+}
+
+// Task returns a task's lease view (query lease). Errors: ErrNotFound.
+func (c *Client) Task(ctx context.Context, taskID string) (api.TaskView, error) {
+	var v api.TaskView
+	resp, err := c.C.QueryWorkflow(ctx, api.TaskWorkflowID(taskID), "", api.QueryLease)
+	if err == nil {
+		err = resp.Get(&v)
+	}
+	return v, wrap("task "+taskID, err)
+}
+
+// TaskSummary is a task as visibility lists it.
+type TaskSummary struct {
+	TaskID   string        `json:"task_id"`
+	RunID    string        `json:"run_id"`
+	State    api.TaskState `json:"state"`
+	WorkerID string        `json:"worker_id,omitempty"`
+	Attempt  int64         `json:"attempt"`
+	Fence    int64         `json:"fence"`
+	Started  time.Time     `json:"started"`
+}
+
+// ListTasks lists tasks from visibility, optionally filtered by state
+// and/or run, newest first.
+func (c *Client) ListTasks(ctx context.Context, state, runID string) ([]TaskSummary, error) {
+	q := fmt.Sprintf(`%s = %q`, api.SAKind.GetName(), api.KindTask)
+	if state != "" {
+		q += fmt.Sprintf(` AND %s = %q`, api.SATaskState.GetName(), state)
+	}
+	if runID != "" {
+		q += fmt.Sprintf(` AND %s = %q`, api.SARunID.GetName(), runID)
+	}
+	var out []TaskSummary
+	var token []byte
+	for {
+		resp, err := c.C.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, NextPageToken: token, PageSize: 1000})
+		if err != nil {
+			return nil, wrap("list tasks", err)
+		}
+		for _, ex := range resp.GetExecutions() {
+			sa := ex.GetSearchAttributes()
+			s := TaskSummary{
+				TaskID:  trimPrefix(ex.GetExecution().GetWorkflowId(), api.TaskWorkflowID("")),
+				Started: ex.GetStartTime().AsTime(),
+			}
+			s.RunID = keyword(sa, api.SARunID.GetName())
+			s.State = api.TaskState(keyword(sa, api.SATaskState.GetName()))
+			s.WorkerID = keyword(sa, api.SAWorkerID.GetName())
+			s.Attempt = intAttr(sa, api.SAAttempt.GetName())
+			s.Fence = intAttr(sa, api.SAFence.GetName())
+			out = append(out, s)
+		}
+		token = resp.GetNextPageToken()
+		if len(token) == 0 {
+			return out, nil
+		}
+	}
+}
+
+// CancelTask cancels a task; the answer is its view after the request.
+func (c *Client) CancelTask(ctx context.Context, taskID, reason string) (api.TaskView, error) {
+	var v api.TaskView
+	err := c.update(ctx, api.TaskWorkflowID(taskID), "", api.UpdateCancelTask, api.CancelTaskInput{Reason: reason}, &v)
+	return v, wrap("task "+taskID, err)
+}
+
+// WaitTask blocks until the task workflow ends and returns its outcome.
+func (c *Client) WaitTask(ctx context.Context, taskID string) (api.TaskOutcome, error) {
+	var out api.TaskOutcome
+	err := c.C.GetWorkflow(ctx, api.TaskWorkflowID(taskID), "").Get(ctx, &out)
+	return out, wrap("task "+taskID, err)
+}
+
+// ---- runs ----
+
+// StartRun starts a run (no tasks yet). Errors: a conflict *Error when the
+// run exists (a run ID is never reused).
+func (c *Client) StartRun(ctx context.Context, in api.RunInput) error {
+	opts := c.runStartOptions(in.RunID)
+	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL
+	_, err := c.C.ExecuteWorkflow(ctx, opts, api.RunWorkflowType, in)
+	var started *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &started) {
+		return &Error{Type: api.ErrTypeConflict, Message: fmt.Sprintf("run %s already exists", in.RunID)}
+	}
+	return wrap("start run "+in.RunID, err)
+}
+
+// Run returns a run's state (query run). Errors: ErrNotFound.
+func (c *Client) Run(ctx context.Context, runID string) (api.RunView, error) {
+	var v api.RunView
+	resp, err := c.C.QueryWorkflow(ctx, api.RunWorkflowID(runID), "", api.QueryRun)
+	if err == nil {
+		err = resp.Get(&v)
+	}
+	return v, wrap("run "+runID, err)
+}
+
+// Commit commits worker results as evidence.
+func (c *Client) Commit(ctx context.Context, runID string, in api.CommitInput) (api.CommitResult, error) {
+	var res api.CommitResult
+	err := c.update(ctx, api.RunWorkflowID(runID), "", api.UpdateCommit, in, &res)
+	return res, wrap("run "+runID, err)
+}
+
+// CloseRun closes a run; it ends once its tasks have ended.
+func (c *Client) CloseRun(ctx context.Context, runID string) (api.RunView, error) {
+	var v api.RunView
+	err := c.update(ctx, api.RunWorkflowID(runID), "", api.UpdateCloseRun, api.CloseRunInput{}, &v)
+	return v, wrap("run "+runID, err)
+}

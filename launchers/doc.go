@@ -1,0 +1,5 @@
+// Package launchers defines the one small interface every launcher kind
+// implements — submit an attempt, ask its status, cancel it — and the
+// attempt it launches. One package per kind: local/ (the agent's process
+// group execution); ray/ and k8s/ come with their issues.
+package launchers

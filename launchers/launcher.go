@@ -1,0 +1,64 @@
+package launchers
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/wdc-runtime/wdc/internal/envelope"
+	"github.com/wdc-runtime/wdc/internal/lease"
+)
+
+// Attempt is one attempt to launch: the envelope, the lease it runs under
+// and how often its executor must heartbeat.
+type Attempt struct {
+	Envelope envelope.Envelope
+	Lease    lease.Lease
+	// HeartbeatInterval is the executor's lease heartbeat period (TTL/3 by
+	// default).
+	HeartbeatInterval time.Duration
+}
+
+// Claim is the claim the attempt's executor makes on every message.
+func (a Attempt) Claim() lease.Claim { return lease.ClaimOf(a.Lease) }
+
+// Submission says where a submitted attempt runs.
+type Submission struct {
+	// TaskDir is the attempt's task directory.
+	TaskDir string
+	// PID is the command's process group ID (Local), 0 when not known.
+	PID int
+}
+
+// Phase is an attempt's phase as its launcher sees it.
+type Phase string
+
+const (
+	PhaseRunning  Phase = "RUNNING"
+	PhaseFinished Phase = "FINISHED"
+	PhaseUnknown  Phase = "UNKNOWN"
+)
+
+// Status is an attempt's status.
+type Status struct {
+	Phase Phase
+	// Detail is a human-readable note, e.g. "exited 0, result accepted".
+	Detail string
+}
+
+// ErrUnknownAttempt: the launcher has no record of the attempt.
+var ErrUnknownAttempt = errors.New("unknown attempt")
+
+// Launcher starts, inspects and stops attempts of one kind.
+type Launcher interface {
+	// Submit starts the attempt and returns once it runs (the executor owns
+	// it from there: heartbeats, self-fencing, result submission). Errors
+	// mean the attempt did not start (a launch_failed retry).
+	Submit(ctx context.Context, a Attempt) (Submission, error)
+	// Status reports the attempt's phase; ErrUnknownAttempt when the
+	// launcher never saw it (e.g. after an agent restart).
+	Status(ctx context.Context, c lease.Claim) (Status, error)
+	// Cancel stops the attempt (kills its process group). Cancelling an
+	// attempt that is unknown or finished is not an error.
+	Cancel(ctx context.Context, c lease.Claim, reason string) error
+}

@@ -1,0 +1,140 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/wdc-runtime/wdc/internal/blobstore"
+	"github.com/wdc-runtime/wdc/internal/executor"
+	"github.com/wdc-runtime/wdc/internal/lease"
+	"github.com/wdc-runtime/wdc/launchers"
+)
+
+// Options configures a Launcher.
+type Options struct {
+	// WorkerID is the fleet worker this launcher runs attempts for.
+	WorkerID string
+	// WorkDir is the root of task directories: WorkDir/<task>/<attempt>-<fence>.
+	WorkDir string
+	// Blobs holds inputs and the staging area (the data dir shared with the
+	// control plane).
+	Blobs   *blobstore.Store
+	Control executor.Control
+	Limits  executor.OutputLimits
+	Faults  executor.Faults
+	Logger  *slog.Logger
+	// OnReport is called with every attempt's final report.
+	OnReport func(executor.Report)
+}
+
+// Launcher runs Local attempts.
+type Launcher struct {
+	opts Options
+
+	mu       sync.Mutex
+	attempts map[lease.Claim]*executor.Execution
+}
+
+var _ launchers.Launcher = (*Launcher)(nil)
+
+// New returns a Launcher. Errors: missing WorkerID, WorkDir, Blobs or Control.
+func New(opts Options) (*Launcher, error) {
+	switch {
+	case opts.WorkerID == "":
+		return nil, errors.New("local launcher: worker ID is required")
+	case opts.WorkDir == "":
+		return nil, errors.New("local launcher: work dir is required")
+	case opts.Blobs == nil:
+		return nil, errors.New("local launcher: blob store is required")
+	case opts.Control == nil:
+		return nil, errors.New("local launcher: control is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Launcher{opts: opts, attempts: map[lease.Claim]*executor.Execution{}}, nil
+}
+
+// Submit starts the attempt's executor and returns its task directory and
+// process group. Submitting an attempt that already runs returns it again.
+func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.Submission, error) {
+	claim := a.Claim()
+	if claim.WorkerID != l.opts.WorkerID {
+		return launchers.Submission{}, fmt.Errorf("attempt is for worker %q, this is %q", claim.WorkerID, l.opts.WorkerID)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ex, ok := l.attempts[claim]; ok {
+		return launchers.Submission{TaskDir: ex.Dir(), PID: ex.PID()}, nil
+	}
+	ex, err := executor.Start(executor.Options{
+		Attempt: a, Root: l.opts.WorkDir, Blobs: l.opts.Blobs, Control: l.opts.Control,
+		Limits: l.opts.Limits, Faults: l.opts.Faults, Logger: l.opts.Logger, OnReport: l.opts.OnReport,
+	})
+	if err != nil {
+		return launchers.Submission{}, err
+	}
+	l.attempts[claim] = ex
+	go func() {
+		<-ex.Done()
+		l.mu.Lock()
+		delete(l.attempts, claim)
+		l.mu.Unlock()
+	}()
+	return launchers.Submission{TaskDir: ex.Dir(), PID: ex.PID()}, nil
+}
+
+// Status reports RUNNING for an attempt this launcher runs, else
+// ErrUnknownAttempt (finished attempts are forgotten; their report is in
+// result.json of the task directory).
+func (l *Launcher) Status(ctx context.Context, c lease.Claim) (launchers.Status, error) {
+	l.mu.Lock()
+	ex, ok := l.attempts[c]
+	l.mu.Unlock()
+	if !ok {
+		return launchers.Status{Phase: launchers.PhaseUnknown}, launchers.ErrUnknownAttempt
+	}
+	return launchers.Status{Phase: launchers.PhaseRunning, Detail: fmt.Sprintf("pid %d in %s", ex.PID(), ex.Dir())}, nil
+}
+
+// Cancel kills the attempt's process group; unknown attempts are ignored.
+func (l *Launcher) Cancel(ctx context.Context, c lease.Claim, reason string) error {
+	l.mu.Lock()
+	ex, ok := l.attempts[c]
+	l.mu.Unlock()
+	if ok {
+		ex.Cancel(reason)
+	}
+	return nil
+}
+
+// Running returns how many attempts run now.
+func (l *Launcher) Running() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.attempts)
+}
+
+// Shutdown cancels every running attempt and waits for their reports, or
+// for ctx.
+func (l *Launcher) Shutdown(ctx context.Context, reason string) {
+	l.mu.Lock()
+	running := make([]*executor.Execution, 0, len(l.attempts))
+	for _, ex := range l.attempts {
+		running = append(running, ex)
+	}
+	l.mu.Unlock()
+	for _, ex := range running {
+		ex.Cancel(reason)
+	}
+	for _, ex := range running {
+		select {
+		case <-ex.Done():
+		case <-ctx.Done():
+			return
+		}
+	}
+}

@@ -1,0 +1,183 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+
+	"github.com/wdc-runtime/wdc/activities"
+	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/blobstore"
+	"github.com/wdc-runtime/wdc/internal/executor"
+	"github.com/wdc-runtime/wdc/internal/fleet"
+	"github.com/wdc-runtime/wdc/internal/wdcclient"
+	"github.com/wdc-runtime/wdc/launchers/local"
+)
+
+// AgentOptions configures a fleet worker's agent.
+type AgentOptions struct {
+	// Registration is what the worker declares (ID, capacity, labels,
+	// capabilities, liveness windows).
+	Registration fleet.Registration
+	// WorkDir is the root of task directories. Required.
+	WorkDir string
+	// Blobs is the data dir shared with the control plane. Required.
+	Blobs *blobstore.Store
+	// HeartbeatInterval is the worker heartbeat period. Default: a third of
+	// the registration's stale-after window.
+	HeartbeatInterval time.Duration
+	Limits            executor.OutputLimits
+	Faults            executor.Faults
+	Logger            *slog.Logger
+	// OnReport is called with every attempt's final report.
+	OnReport func(executor.Report)
+}
+
+// Agent is a running fleet worker: registered, heartbeating, and polling
+// its task queue for Local attempts.
+type Agent struct {
+	opts     AgentOptions
+	client   *wdcclient.Client
+	launcher *local.Launcher
+	worker   sdkworker.Worker
+	log      *slog.Logger
+
+	mu          sync.Mutex
+	incarnation int64
+
+	stop     chan struct{}
+	done     chan struct{}
+	hbOnce   sync.Once
+	stopOnce sync.Once
+}
+
+// StartAgent registers the worker (a new incarnation), starts its Temporal
+// worker on api.AgentTaskQueue and its heartbeat loop. The agent
+// re-registers by itself when the registry says it went OFFLINE.
+//
+// Errors: invalid registration (field named), an unreachable server.
+func StartAgent(ctx context.Context, c client.Client, opts AgentOptions) (*Agent, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	reg := opts.Registration
+	if err := reg.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.HeartbeatInterval == 0 {
+		stale := reg.StaleAfter
+		if stale == 0 {
+			stale = fleet.DefaultStaleAfter
+		}
+		opts.HeartbeatInterval = stale / 3
+	}
+	log := opts.Logger.With("worker", reg.WorkerID)
+	wc := &wdcclient.Client{C: c}
+	launcher, err := local.New(local.Options{
+		WorkerID: reg.WorkerID, WorkDir: opts.WorkDir, Blobs: opts.Blobs,
+		Control: &executor.TemporalControl{Client: c}, Limits: opts.Limits, Faults: opts.Faults,
+		Logger: log, OnReport: opts.OnReport,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{opts: opts, client: wc, launcher: launcher, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+	a.worker = sdkworker.New(c, api.AgentTaskQueue(reg.WorkerID), sdkworker.Options{})
+	a.worker.RegisterActivityWithOptions(&activities.Agent{WorkerID: reg.WorkerID, Launcher: launcher}, activity.RegisterOptions{SkipInvalidStructFunctions: true})
+	if err := a.worker.Start(); err != nil {
+		return nil, fmt.Errorf("start agent worker: %w", err)
+	}
+	if err := a.register(ctx); err != nil {
+		a.worker.Stop()
+		return nil, err
+	}
+	go a.heartbeatLoop()
+	return a, nil
+}
+
+// WorkerID is the fleet worker's ID.
+func (a *Agent) WorkerID() string { return a.opts.Registration.WorkerID }
+
+// Incarnation is the current registration's incarnation.
+func (a *Agent) Incarnation() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.incarnation
+}
+
+// Launcher is the agent's Local launcher.
+func (a *Agent) Launcher() *local.Launcher { return a.launcher }
+
+func (a *Agent) register(ctx context.Context) error {
+	res, err := a.client.RegisterWorker(ctx, a.opts.Registration)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.incarnation = res.Incarnation
+	a.mu.Unlock()
+	a.log.Info("registered", "incarnation", res.Incarnation)
+	return nil
+}
+
+// heartbeatLoop sends worker heartbeats and re-registers when the registry
+// no longer knows this incarnation (OFFLINE, or the workflow is gone).
+func (a *Agent) heartbeatLoop() {
+	defer close(a.done)
+	var seq int64
+	tick := time.NewTicker(a.opts.HeartbeatInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-a.stop:
+			return
+		case <-tick.C:
+		}
+		seq++
+		ctx, cancel := context.WithTimeout(context.Background(), a.opts.HeartbeatInterval)
+		err := a.client.WorkerHeartbeat(ctx, api.WorkerHeartbeatSignal{WorkerID: a.WorkerID(), Incarnation: a.Incarnation(), Seq: seq})
+		if err == nil {
+			var v api.WorkerView
+			v, err = a.client.Worker(ctx, a.WorkerID())
+			if err == nil && (v.State == fleet.Offline || v.Incarnation != a.Incarnation()) {
+				a.log.Warn("registry lost this incarnation; registering again", "state", v.State, "incarnation", v.Incarnation)
+				err = a.register(ctx)
+			}
+		}
+		if errors.Is(err, wdcclient.ErrNotFound) {
+			err = a.register(ctx)
+		}
+		if err != nil {
+			a.log.Warn("worker heartbeat failed", "error", err)
+		}
+		cancel()
+	}
+}
+
+// Stop stops heartbeats and polling and kills running attempts (they would
+// be fenced anyway once the lease expires). It waits up to ctx. Safe to
+// call more than once.
+func (a *Agent) Stop(ctx context.Context) {
+	a.StopHeartbeats()
+	a.stopOnce.Do(func() {
+		a.worker.Stop()
+		a.launcher.Shutdown(ctx, "agent stopping")
+	})
+}
+
+// StopHeartbeats stops only the worker heartbeats (the registry will mark
+// the worker STALE, then OFFLINE); tests use it to simulate a silent
+// worker.
+func (a *Agent) StopHeartbeats() {
+	a.hbOnce.Do(func() {
+		close(a.stop)
+		<-a.done
+	})
+}

@@ -1,0 +1,446 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"github.com/stretchr/testify/suite"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/wdc-runtime/wdc/activities"
+	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/envelope"
+	"github.com/wdc-runtime/wdc/internal/lease"
+)
+
+const testArtifactDigest = "sha256:0000000000000000000000000000000000000000000000000000000000000001"
+
+func testEnvelope(t testing.TB) (envelope.Envelope, string) {
+	env := envelope.Envelope{TaskID: "t1", RunID: "r1", WorldID: "w1", Command: []string{"true"}}
+	env.Normalize()
+	d, err := env.Digest()
+	require.NoError(t, err)
+	return env, d
+}
+
+type taskSuite struct {
+	suite.Suite
+	testsuite.WorkflowTestSuite
+	env    *testsuite.TestWorkflowEnvironment
+	envl   envelope.Envelope
+	digest string
+
+	mu       sync.Mutex
+	grants   []api.SelectWorkerInput
+	launches []api.LaunchInput
+	ingests  []api.IngestInput
+	cancels  []api.CancelAttemptInput
+	releases []api.ReleaseSignal
+	ended    []api.TaskOutcome
+	// workers are handed out in turn by the SelectWorker mock, honouring
+	// AvoidWorker.
+	workers []string
+}
+
+func TestTaskWorkflow(t *testing.T) { suite.Run(t, new(taskSuite)) }
+
+func (s *taskSuite) SetupTest() {
+	s.env = s.NewTestWorkflowEnvironment()
+	s.SetupTestWith(nil)
+	s.env.SetTestTimeout(20 * time.Second)
+}
+
+// SetupTestWith installs the default mocks on s.env; launch, when set,
+// installs the LaunchAttempt mock instead of the default one.
+func (s *taskSuite) SetupTestWith(launch func(env *testsuite.TestWorkflowEnvironment)) {
+	s.env.RegisterWorkflowWithOptions(WdcTask, workflow.RegisterOptions{Name: api.TaskWorkflowType})
+	s.env.RegisterActivity(&activities.Control{})
+	s.env.RegisterActivity(&activities.Agent{})
+	s.envl, s.digest = testEnvelope(s.T())
+	s.grants, s.launches, s.ingests, s.cancels, s.releases, s.ended = nil, nil, nil, nil, nil, nil
+	s.workers = []string{"worker-a", "worker-b"}
+
+	s.env.OnActivity(controlActs.SelectWorker, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in api.SelectWorkerInput) (api.SelectWorkerResult, error) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.grants = append(s.grants, in)
+			for _, w := range s.workers {
+				if w != in.AvoidWorker {
+					return api.SelectWorkerResult{WorkerID: w, Incarnation: 1}, nil
+				}
+			}
+			return api.SelectWorkerResult{WorkerID: s.workers[0], Incarnation: 1}, nil
+		})
+	if launch != nil {
+		launch(s.env)
+	} else {
+		s.env.OnActivity(agentActs.LaunchAttempt, mock.Anything, mock.Anything).Return(
+			func(_ context.Context, in api.LaunchInput) (api.LaunchResult, error) {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				s.launches = append(s.launches, in)
+				return api.LaunchResult{TaskDir: "/tmp/x"}, nil
+			})
+	}
+	s.env.OnActivity(agentActs.CancelAttempt, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in api.CancelAttemptInput) error {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.cancels = append(s.cancels, in)
+			return nil
+		})
+	s.env.OnActivity(controlActs.Ingest, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in api.IngestInput) (api.IngestResult, error) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.ingests = append(s.ingests, in)
+			return api.IngestResult{Artifacts: in.Artifacts}, nil
+		})
+	s.env.OnActivity(controlActs.CleanupStaging, mock.Anything, mock.Anything).Return(nil)
+	s.env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, api.SignalRelease, mock.Anything).Return(
+		func(ns, id, run, name string, arg any) error {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.releases = append(s.releases, arg.(api.ReleaseSignal))
+			return nil
+		})
+	s.env.OnSignalExternalWorkflow(mock.Anything, api.RunWorkflowID("r1"), mock.Anything, api.SignalTaskEnded, mock.Anything).Return(
+		func(ns, id, run, name string, arg any) error {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.ended = append(s.ended, arg.(api.TaskOutcome))
+			return nil
+		})
+}
+
+func (s *taskSuite) claim(worker string, n int64) api.Claim {
+	return api.Claim{TaskID: "t1", WorkerID: worker, Attempt: n, Fence: n, EnvelopeDigest: s.digest}
+}
+
+func (s *taskSuite) submit(delay time.Duration, id string, c api.Claim) *updateOutcome {
+	out := &updateOutcome{}
+	s.env.RegisterDelayedCallback(func() {
+		s.env.UpdateWorkflow(api.UpdateSubmitResult, id, &testsuite.TestUpdateCallback{
+			OnAccept: func() { out.accepted = true },
+			OnReject: func(err error) { out.rejected = true; out.err = err },
+			OnComplete: func(v any, err error) {
+				out.completed = true
+				out.err = err
+			},
+		}, api.SubmitResultInput{Claim: c, ExitCode: 0, Artifacts: []api.Artifact{{Name: "summary.json", Digest: testArtifactDigest, SizeBytes: 10}}})
+	}, delay)
+	return out
+}
+
+func (s *taskSuite) heartbeat(delay time.Duration, c api.Claim, seq int64) {
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(api.SignalLeaseHeartbeat, api.LeaseHeartbeatSignal{Claim: c, Seq: seq})
+	}, delay)
+}
+
+func (s *taskSuite) execute(opts api.TaskOptions) api.TaskOutcome {
+	if opts.LeaseTTL == 0 {
+		opts.LeaseTTL = 30 * time.Second
+	}
+	s.env.ExecuteWorkflow(api.TaskWorkflowType, api.TaskInput{Envelope: s.envl, EnvelopeDigest: s.digest, Options: opts})
+	s.Require().True(s.env.IsWorkflowCompleted())
+	s.Require().NoError(s.env.GetWorkflowError())
+	var out api.TaskOutcome
+	s.Require().NoError(s.env.GetWorkflowResult(&out))
+	return out
+}
+
+func (s *taskSuite) lastView() api.TaskView {
+	v, err := s.env.QueryWorkflow(api.QueryLease)
+	s.Require().NoError(err)
+	var view api.TaskView
+	s.Require().NoError(v.Get(&view))
+	return view
+}
+
+// Attempt 1 never heartbeats: its lease expires (a retry, never FAILED),
+// attempt 2 runs elsewhere with the same digest and a higher fence; a late
+// result from attempt 1 is refused and never ingested.
+func (s *taskSuite) TestExpiryRetriesAndStaleResultIsRejected() {
+	good := s.submit(40*time.Second, "t1/2/2", s.claim("worker-b", 2))
+	stale := s.submit(35*time.Second, "t1/1/1", s.claim("worker-a", 1))
+	out := s.execute(api.TaskOptions{})
+
+	s.Equal(api.TaskCompleted, out.State)
+	s.Equal(int64(2), out.Attempts)
+	s.True(good.completed)
+	s.NoError(good.err)
+	s.True(stale.rejected, "the stale result is refused by the validator")
+	var appErr *temporal.ApplicationError
+	s.Require().True(errors.As(stale.err, &appErr))
+	s.Equal(string(lease.RejectStaleFence), appErr.Type())
+
+	s.Require().Len(s.ingests, 1, "only the current attempt is ingested")
+	s.Equal(int64(2), s.ingests[0].Fence)
+	view := s.lastView()
+	s.Require().Len(view.Leases, 2)
+	s.Equal(lease.Expired, view.Leases[0].State)
+	s.Equal(lease.Completed, view.Leases[1].State)
+	s.Equal("worker-a", view.Leases[0].WorkerID)
+	s.Equal("worker-b", view.Leases[1].WorkerID, "the retry prefers another worker")
+	s.Equal(view.Leases[0].EnvelopeDigest, view.Leases[1].EnvelopeDigest, "retry keeps the digest")
+	s.Require().Len(view.Directives, 1)
+	s.Equal(lease.ReasonLeaseExpired, view.Directives[0].Reason)
+	s.Equal(int64(2), view.Directives[0].NextFence)
+	s.Require().Len(s.cancels, 1, "best-effort cancel of the expired attempt")
+	s.Equal(int64(1), s.cancels[0].Fence)
+	s.Require().Len(s.ended, 1)
+	s.Equal(api.TaskCompleted, s.ended[0].State)
+	s.Require().NotNil(s.ended[0].Result)
+	s.Equal(int64(2), s.ended[0].Result.Fence)
+	s.Contains(s.releases, api.ReleaseSignal{TaskID: "t1", Fence: 1})
+	s.Contains(s.releases, api.ReleaseSignal{TaskID: "t1", Fence: 2})
+}
+
+func (s *taskSuite) TestWrongWorkerAndBadArtifactAreRejected() {
+	wrongWorker := s.submit(time.Second, "x1", s.claim("worker-b", 1))
+	out := &updateOutcome{}
+	s.env.RegisterDelayedCallback(func() {
+		s.env.UpdateWorkflow(api.UpdateSubmitResult, "x2", &testsuite.TestUpdateCallback{
+			OnAccept: func() {}, OnReject: func(err error) { out.rejected = true; out.err = err }, OnComplete: func(any, error) {},
+		}, api.SubmitResultInput{Claim: s.claim("worker-a", 1), Artifacts: []api.Artifact{{Name: "../../etc/passwd", Digest: testArtifactDigest}}})
+	}, 2*time.Second)
+	s.submit(3*time.Second, "t1/1/1", s.claim("worker-a", 1))
+	res := s.execute(api.TaskOptions{})
+	s.Equal(api.TaskCompleted, res.State)
+	s.True(wrongWorker.rejected)
+	s.ErrorContains(wrongWorker.err, "does not hold the lease")
+	var appErr *temporal.ApplicationError
+	s.Require().True(errors.As(wrongWorker.err, &appErr))
+	s.Equal(string(lease.RejectWrongWorker), appErr.Type())
+	s.True(out.rejected)
+	s.ErrorContains(out.err, "artifacts[0].name")
+	s.ErrorContains(out.err, "..")
+	s.Len(s.ingests, 1)
+}
+
+// While a result is being ingested, another submission for the same lease
+// (a different update ID: a misbehaving executor) is refused. Identical
+// resubmissions (same update ID) are deduplicated by the server; the system
+// tests cover that against the real server.
+func (s *taskSuite) TestSecondSubmissionDuringIngestIsRefused() {
+	first := s.submit(time.Second, "t1/1/1", s.claim("worker-a", 1))
+	second := s.submit(time.Second, "other-id", s.claim("worker-a", 1))
+	res := s.execute(api.TaskOptions{})
+	s.Equal(api.TaskCompleted, res.State)
+	s.True(first.completed)
+	s.NoError(first.err)
+	s.True(second.rejected)
+	var appErr *temporal.ApplicationError
+	s.Require().True(errors.As(second.err, &appErr))
+	s.Equal(string(lease.RejectLeaseNotActive), appErr.Type())
+	s.Len(s.ingests, 1, "one result ingested")
+}
+
+func (s *taskSuite) TestWorkerLostRevokesBeforeTTL() {
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(api.SignalWorkerLost, api.WorkerLostSignal{WorkerID: "worker-a", TaskID: "t1", Fence: 1, State: "STALE"})
+	}, 2*time.Second)
+	var atRetry api.TaskView
+	s.env.RegisterDelayedCallback(func() { atRetry = s.lastView() }, 5*time.Second)
+	s.submit(10*time.Second, "t1/2/2", s.claim("worker-b", 2))
+	res := s.execute(api.TaskOptions{LeaseTTL: time.Hour})
+	s.Equal(api.TaskCompleted, res.State)
+	s.Require().NotEmpty(atRetry.Directives)
+	s.Equal(lease.ReasonWorkerLost, atRetry.Directives[0].Reason)
+	s.Equal(lease.Revoked, atRetry.Leases[0].State)
+}
+
+func (s *taskSuite) TestInfraKillRetries() {
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(api.SignalAttemptFailed, api.AttemptFailedSignal{Claim: s.claim("worker-a", 1), Reason: lease.ReasonInfraKilled, Detail: "signal: killed"})
+	}, 2*time.Second)
+	s.submit(10*time.Second, "t1/2/2", s.claim("worker-b", 2))
+	res := s.execute(api.TaskOptions{LeaseTTL: time.Hour})
+	s.Equal(api.TaskCompleted, res.State)
+	view := s.lastView()
+	s.Equal(lease.ReasonInfraKilled, view.Directives[0].Reason)
+}
+
+func (s *taskSuite) TestLaunchFailureRetries() {
+	calls := 0
+	s.env = s.NewTestWorkflowEnvironment()
+	s.SetupTestWith(func(env *testsuite.TestWorkflowEnvironment) {
+		env.OnActivity(agentActs.LaunchAttempt, mock.Anything, mock.Anything).Return(
+			func(_ context.Context, in api.LaunchInput) (api.LaunchResult, error) {
+				calls++
+				if in.Lease.Attempt == 1 {
+					return api.LaunchResult{}, temporal.NewNonRetryableApplicationError("command[0]: \"nope\" not found", api.ErrTypeLaunchFailed, nil)
+				}
+				return api.LaunchResult{}, nil
+			})
+	})
+	s.submit(20*time.Second, "t1/2/2", s.claim("worker-b", 2))
+	res := s.execute(api.TaskOptions{LeaseTTL: time.Hour})
+	s.Equal(api.TaskCompleted, res.State)
+	view := s.lastView()
+	s.Equal(lease.ReasonLaunchFailed, view.Directives[0].Reason)
+	s.Contains(view.Directives[0].Detail, "not found")
+	s.Equal(2, calls)
+}
+
+func (s *taskSuite) TestMaxAttemptsGivesRetriesExhausted() {
+	res := s.execute(api.TaskOptions{LeaseTTL: 10 * time.Second, MaxAttempts: 3})
+	s.Equal(api.TaskRetriesExhausted, res.State, "never FAILED")
+	s.Equal(int64(3), res.Attempts)
+	view := s.lastView()
+	s.Len(view.Leases, 3)
+	for i, l := range view.Leases {
+		s.Equal(int64(i+1), l.Fence)
+		s.Equal(lease.Expired, l.State)
+	}
+	s.Empty(s.ingests)
+	s.Require().Len(s.ended, 1)
+	s.Equal(api.TaskRetriesExhausted, s.ended[0].State)
+}
+
+func (s *taskSuite) TestCancel() {
+	cancelled := &updateOutcome{}
+	s.env.RegisterDelayedCallback(func() {
+		s.env.UpdateWorkflow(api.UpdateCancelTask, "", &testsuite.TestUpdateCallback{
+			OnAccept: func() {}, OnReject: func(err error) { cancelled.err = err }, OnComplete: func(any, error) { cancelled.completed = true },
+		}, api.CancelTaskInput{Reason: "user"})
+	}, 5*time.Second)
+	res := s.execute(api.TaskOptions{})
+	s.Equal(api.TaskCancelled, res.State)
+	s.True(cancelled.completed)
+	view := s.lastView()
+	s.Equal(lease.Revoked, view.Leases[0].State)
+	s.Equal("cancelled", view.Leases[0].EndReason)
+	s.Require().Len(s.cancels, 1)
+	s.Empty(s.ingests)
+}
+
+func (s *taskSuite) TestWorkflowCancellationEndsCancelled() {
+	s.env.RegisterDelayedCallback(func() { s.env.CancelWorkflow() }, 5*time.Second)
+	res := s.execute(api.TaskOptions{})
+	s.Equal(api.TaskCancelled, res.State)
+}
+
+// A heartbeat storm (100 heartbeats inside one TTL window) must not start a
+// timer per heartbeat: one timer per window.
+func (s *taskSuite) TestHeartbeatStormUsesOneTimerPerWindow() {
+	timers := 0
+	s.env.SetOnTimerScheduledListener(func(string, time.Duration) { timers++ })
+	c := s.claim("worker-a", 1)
+	for i := int64(1); i <= 100; i++ {
+		s.heartbeat(time.Duration(i)*200*time.Millisecond, c, i) // 100 in 20 s < TTL 30 s
+	}
+	s.heartbeat(21*time.Second, s.claim("worker-a", 7), 1) // stale: counted, ignored
+	s.submit(25*time.Second, "t1/1/1", c)
+	res := s.execute(api.TaskOptions{})
+	s.Equal(api.TaskCompleted, res.State)
+	s.Equal(1, timers, "one lease timer for the window")
+	view := s.lastView()
+	s.Equal(int64(100), view.Stats.HeartbeatsAccepted)
+	s.Equal(int64(1), view.Stats.HeartbeatsRejected[string(lease.RejectStaleFence)])
+}
+
+// Heartbeats every TTL/3 keep a lease alive past several TTLs; the timer is
+// re-armed for the remainder, about once per two-thirds TTL.
+func (s *taskSuite) TestHeartbeatsKeepLeaseAlive() {
+	timers := 0
+	s.env.SetOnTimerScheduledListener(func(string, time.Duration) { timers++ })
+	c := s.claim("worker-a", 1)
+	for i := int64(1); i <= 30; i++ {
+		s.heartbeat(time.Duration(i)*10*time.Second, c, i) // 300 s = 10 TTLs
+	}
+	s.submit(305*time.Second, "t1/1/1", c)
+	res := s.execute(api.TaskOptions{})
+	s.Equal(api.TaskCompleted, res.State)
+	s.Equal(int64(1), res.Attempts, "never expired")
+	s.LessOrEqual(timers, 16)
+}
+
+func TestTaskAttemptAndFenceGrowAcrossContinueAsNew(t *testing.T) {
+	var ts testsuite.WorkflowTestSuite
+	env := ts.NewTestWorkflowEnvironment()
+	env.SetTestTimeout(20 * time.Second)
+	env.RegisterWorkflowWithOptions(WdcTask, workflow.RegisterOptions{Name: api.TaskWorkflowType})
+	env.RegisterActivity(&activities.Control{})
+	env.RegisterActivity(&activities.Agent{})
+	envl, digest := testEnvelope(t)
+	env.OnActivity(controlActs.SelectWorker, mock.Anything, mock.Anything).Return(api.SelectWorkerResult{WorkerID: "worker-a"}, nil)
+	env.OnActivity(agentActs.LaunchAttempt, mock.Anything, mock.Anything).Return(api.LaunchResult{}, nil)
+	env.OnActivity(agentActs.CancelAttempt, mock.Anything, mock.Anything).Return(nil)
+	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, mock.Anything, mock.Anything).Return(nil)
+
+	// A previous run granted three leases already.
+	ledger := lease.NewLedger("t1", digest)
+	now := time.Unix(0, 0).UTC()
+	for i := 0; i < 3; i++ {
+		_, err := ledger.Grant("worker-z", time.Second, now)
+		require.NoError(t, err)
+		now = now.Add(time.Second)
+		_, err = ledger.Expire(now)
+		require.NoError(t, err)
+	}
+	env.SetContinueAsNewSuggested(true)
+	env.ExecuteWorkflow(api.TaskWorkflowType, api.TaskInput{
+		Envelope: envl, EnvelopeDigest: digest, Options: api.TaskOptions{LeaseTTL: 10 * time.Second},
+		Carry: &api.TaskCarry{Ledger: ledger},
+	})
+	var can *workflow.ContinueAsNewError
+	require.True(t, errors.As(env.GetWorkflowError(), &can), "got %v", env.GetWorkflowError())
+	var next api.TaskInput
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+	require.NotNil(t, next.Carry)
+	require.Equal(t, int64(3), next.Carry.Ledger.Fence, "continue-as-new carries the fence")
+	require.Len(t, next.Carry.Ledger.Leases, 3)
+	require.Equal(t, int64(1), next.Carry.Stats.ContinuedAsNew)
+
+	// The continued run grants fence 4 next, never 1.
+	env2 := ts.NewTestWorkflowEnvironment()
+	env2.SetTestTimeout(20 * time.Second)
+	env2.RegisterWorkflowWithOptions(WdcTask, workflow.RegisterOptions{Name: api.TaskWorkflowType})
+	env2.RegisterActivity(&activities.Control{})
+	env2.RegisterActivity(&activities.Agent{})
+	var granted []int64
+	env2.OnActivity(controlActs.SelectWorker, mock.Anything, mock.Anything).Return(api.SelectWorkerResult{WorkerID: "worker-a"}, nil)
+	env2.OnActivity(agentActs.LaunchAttempt, mock.Anything, mock.Anything).Return(func(_ context.Context, in api.LaunchInput) (api.LaunchResult, error) {
+		granted = append(granted, in.Lease.Fence)
+		return api.LaunchResult{}, nil
+	})
+	env2.OnActivity(agentActs.CancelAttempt, mock.Anything, mock.Anything).Return(nil)
+	env2.OnActivity(controlActs.CleanupStaging, mock.Anything, mock.Anything).Return(nil)
+	env2.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, mock.Anything, mock.Anything).Return(nil)
+	next.Options.MaxAttempts = 5
+	env2.ExecuteWorkflow(api.TaskWorkflowType, next)
+	require.NoError(t, env2.GetWorkflowError())
+	var out api.TaskOutcome
+	require.NoError(t, env2.GetWorkflowResult(&out))
+	require.Equal(t, api.TaskRetriesExhausted, out.State)
+	require.Equal(t, []int64{4, 5}, granted)
+}
+
+// A CAN during an ACTIVE lease keeps watching the same lease.
+func (s *taskSuite) TestContinueAsNewWithActiveLeaseKeepsLease() {
+	c := s.claim("worker-a", 1)
+	s.heartbeat(5*time.Second, c, 1)
+	s.env.RegisterDelayedCallback(func() { s.env.SetContinueAsNewSuggested(true) }, 6*time.Second)
+	s.heartbeat(7*time.Second, c, 2)
+	s.env.ExecuteWorkflow(api.TaskWorkflowType, api.TaskInput{Envelope: s.envl, EnvelopeDigest: s.digest, Options: api.TaskOptions{LeaseTTL: 30 * time.Second}})
+	var can *workflow.ContinueAsNewError
+	s.Require().True(errors.As(s.env.GetWorkflowError(), &can), "got %v", s.env.GetWorkflowError())
+	var next api.TaskInput
+	s.Require().NoError(converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+	cur := next.Carry.Ledger.Current()
+	s.Require().NotNil(cur)
+	s.Equal(lease.Active, cur.State)
+	s.Equal(int64(1), cur.Fence)
+	s.Equal(int64(2), next.Carry.Stats.HeartbeatsAccepted)
+}

@@ -1,0 +1,322 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/fleet"
+)
+
+// WdcWorker is the registry entry of one fleet worker (workflow ID
+// api.WorkerWorkflowID). It is started by the first register update
+// (UpdateWithStart) and never ends by itself: it continues as new when
+// Temporal suggests it, carrying the record.
+//
+// Liveness uses one timer per window: it fires at the next STALE/OFFLINE
+// boundary and is re-armed for the remainder when heartbeats moved the
+// boundary, so heartbeats add only their signal events to the history.
+func WdcWorker(ctx workflow.Context, in api.WorkerInput) error {
+	w := &workerWorkflow{id: in.WorkerID}
+	if in.State != nil {
+		w.rec = *in.State
+		w.registered = true
+	}
+	if err := w.setup(ctx); err != nil {
+		return err
+	}
+	return w.run(ctx)
+}
+
+type workerWorkflow struct {
+	id         string
+	rec        fleet.Worker
+	registered bool
+
+	// timer is the armed liveness timer and timerAt its deadline.
+	timer       workflow.Future
+	timerAt     time.Time
+	timerCancel workflow.CancelFunc
+
+	// wake is signalled by update handlers so the main loop re-evaluates.
+	wake workflow.Channel
+	// lost are worker-lost notifications not yet sent.
+	lost []api.WorkerLostSignal
+	// saState is the state last written to the search attributes.
+	saState fleet.State
+
+	heartbeatCh workflow.ReceiveChannel
+	releaseCh   workflow.ReceiveChannel
+	sweepCh     workflow.ReceiveChannel
+}
+
+func (w *workerWorkflow) setup(ctx workflow.Context) error {
+	w.wake = workflow.NewBufferedChannel(ctx, 1)
+	w.heartbeatCh = workflow.GetSignalChannel(ctx, api.SignalWorkerHeartbeat)
+	w.releaseCh = workflow.GetSignalChannel(ctx, api.SignalRelease)
+	w.sweepCh = workflow.GetSignalChannel(ctx, api.SignalSweep)
+
+	if err := workflow.SetQueryHandler(ctx, api.QueryWorker, func() (api.WorkerView, error) {
+		return w.view(), nil
+	}); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateRegister, w.register, workflow.UpdateHandlerOptions{
+		Validator: w.validateRegister,
+	}); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateReserve, w.reserve, workflow.UpdateHandlerOptions{
+		Validator: w.validateReserve,
+	}); err != nil {
+		return err
+	}
+	return workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateDrain, w.drain, workflow.UpdateHandlerOptions{
+		Validator: func(ctx workflow.Context, in api.DrainInput) error {
+			if !w.registered {
+				return notRegistered(w.id)
+			}
+			return nil
+		},
+	})
+}
+
+func (w *workerWorkflow) run(ctx workflow.Context) error {
+	w.publish(ctx)
+	for {
+		w.armTimer(ctx)
+		sel := workflow.NewSelector(ctx)
+		sel.AddReceive(w.heartbeatCh, func(c workflow.ReceiveChannel, _ bool) {
+			var hb api.WorkerHeartbeatSignal
+			c.Receive(ctx, &hb)
+			w.onHeartbeat(ctx, hb)
+		})
+		sel.AddReceive(w.releaseCh, func(c workflow.ReceiveChannel, _ bool) {
+			var r api.ReleaseSignal
+			c.Receive(ctx, &r)
+			w.rec.Release(r.TaskID, r.Fence)
+		})
+		sel.AddReceive(w.sweepCh, func(c workflow.ReceiveChannel, _ bool) {
+			c.Receive(ctx, nil)
+		})
+		sel.AddReceive(w.wake, func(c workflow.ReceiveChannel, _ bool) {
+			c.Receive(ctx, nil)
+		})
+		if w.timer != nil {
+			sel.AddFuture(w.timer, func(workflow.Future) { w.timer = nil })
+		}
+		sel.Select(ctx)
+		if ctx.Err() != nil {
+			// Cancelled by an operator: the registry entry ends.
+			return temporal.NewCanceledError("worker workflow cancelled")
+		}
+
+		w.evaluate(ctx)
+		w.sendLost(ctx)
+		w.publish(ctx)
+
+		if workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+			return w.continueAsNew(ctx)
+		}
+	}
+}
+
+// evaluate applies the liveness windows at the current workflow time.
+func (w *workerWorkflow) evaluate(ctx workflow.Context) {
+	if !w.registered {
+		return
+	}
+	changed, lost := w.rec.Evaluate(workflow.Now(ctx))
+	if changed {
+		workflow.GetLogger(ctx).Info("worker state changed", "worker", w.id, "state", w.rec.State)
+	}
+	w.noteLost(lost, string(w.rec.State))
+}
+
+func (w *workerWorkflow) onHeartbeat(ctx workflow.Context, hb api.WorkerHeartbeatSignal) {
+	if !w.registered {
+		return
+	}
+	if err := w.rec.Heartbeat(hb, workflow.Now(ctx)); err != nil {
+		workflow.GetLogger(ctx).Debug("heartbeat ignored", "worker", w.id, "error", err)
+	}
+}
+
+func (w *workerWorkflow) noteLost(lost []fleet.Reservation, state string) {
+	for _, r := range lost {
+		w.lost = append(w.lost, api.WorkerLostSignal{
+			WorkerID: w.id, Incarnation: w.rec.Incarnation, TaskID: r.TaskID, Fence: r.Fence, State: state,
+		})
+	}
+}
+
+// sendLost tells every task that lost its reservation. A task that has
+// ended makes the signal fail; that is fine (best effort, the task's own
+// lease timer is the backstop).
+func (w *workerWorkflow) sendLost(ctx workflow.Context) {
+	if len(w.lost) == 0 {
+		return
+	}
+	futures := make([]workflow.Future, 0, len(w.lost))
+	for _, l := range w.lost {
+		futures = append(futures, workflow.SignalExternalWorkflow(ctx, api.TaskWorkflowID(l.TaskID), "", api.SignalWorkerLost, l))
+	}
+	w.lost = nil
+	for _, f := range futures {
+		_ = f.Get(ctx, nil)
+	}
+}
+
+// armTimer keeps exactly one timer for the next liveness boundary. It is
+// replaced only when the boundary moved earlier than the armed one (a
+// re-registration or a STALE worker's heartbeat); a later boundary is
+// handled when the armed timer fires.
+func (w *workerWorkflow) armTimer(ctx workflow.Context) {
+	if !w.registered {
+		return
+	}
+	deadline := w.rec.NextDeadline()
+	if deadline.IsZero() {
+		if w.timer != nil {
+			w.timerCancel()
+			w.timer = nil
+		}
+		return
+	}
+	if w.timer != nil && !deadline.Before(w.timerAt) {
+		return
+	}
+	if w.timer != nil {
+		w.timerCancel()
+	}
+	d := deadline.Sub(workflow.Now(ctx))
+	if d < time.Millisecond {
+		d = time.Millisecond
+	}
+	tctx, cancel := workflow.WithCancel(ctx)
+	w.timer = workflow.NewTimer(tctx, d)
+	w.timerAt = deadline
+	w.timerCancel = cancel
+}
+
+func (w *workerWorkflow) validateRegister(ctx workflow.Context, in api.RegisterInput) error {
+	if in.WorkerID != w.id {
+		return temporal.NewApplicationError(fmt.Sprintf("worker_id: %q does not match this workflow's worker %q", in.WorkerID, w.id), api.ErrTypeInvalidArgument)
+	}
+	if err := in.Validate(); err != nil {
+		return temporal.NewApplicationError(err.Error(), api.ErrTypeInvalidArgument)
+	}
+	return nil
+}
+
+func (w *workerWorkflow) register(ctx workflow.Context, in api.RegisterInput) (api.RegisterResult, error) {
+	lost := w.rec.Register(in, workflow.Now(ctx))
+	w.registered = true
+	w.noteLost(lost, "REREGISTERED")
+	w.wake.SendAsync(true)
+	return api.RegisterResult{WorkerID: w.id, Incarnation: w.rec.Incarnation}, nil
+}
+
+func (w *workerWorkflow) validateReserve(ctx workflow.Context, in api.ReserveInput) error {
+	if !w.registered {
+		return notRegistered(w.id)
+	}
+	if in.TaskID == "" || in.Fence < 1 {
+		return temporal.NewApplicationError("reserve needs task_id and a fence ≥ 1", api.ErrTypeInvalidArgument)
+	}
+	// Try on a copy: the validator must not mutate state.
+	trial := w.rec
+	trial.Reservations = append([]fleet.Reservation(nil), w.rec.Reservations...)
+	if err := trial.Reserve(in.TaskID, in.Fence, in.Requirements); err != nil {
+		var inel *fleet.Ineligible
+		if errors.As(err, &inel) {
+			return temporal.NewApplicationError(err.Error(), api.ErrTypeIneligible, inel)
+		}
+		return temporal.NewApplicationError(err.Error(), api.ErrTypeIneligible)
+	}
+	return nil
+}
+
+func (w *workerWorkflow) reserve(ctx workflow.Context, in api.ReserveInput) (api.ReserveResult, error) {
+	if err := w.rec.Reserve(in.TaskID, in.Fence, in.Requirements); err != nil {
+		return api.ReserveResult{}, temporal.NewApplicationError(err.Error(), api.ErrTypeIneligible)
+	}
+	return api.ReserveResult{WorkerID: w.id, Incarnation: w.rec.Incarnation}, nil
+}
+
+func (w *workerWorkflow) drain(ctx workflow.Context, in api.DrainInput) (api.WorkerView, error) {
+	w.rec.Drain(workflow.Now(ctx))
+	w.wake.SendAsync(true)
+	return w.view(), nil
+}
+
+func (w *workerWorkflow) view() api.WorkerView {
+	v := api.WorkerView{Worker: w.rec, Registered: w.registered}
+	if v.WorkerID == "" {
+		v.WorkerID = w.id
+	}
+	if w.registered {
+		v.Free = w.rec.Free()
+	}
+	return v
+}
+
+// publish keeps the search attributes current.
+func (w *workerWorkflow) publish(ctx workflow.Context) {
+	state := w.rec.State
+	if !w.registered {
+		state = "UNREGISTERED"
+	}
+	if state == w.saState {
+		return
+	}
+	w.saState = state
+	err := workflow.UpsertTypedSearchAttributes(ctx,
+		api.SAKind.ValueSet(api.KindWorker),
+		api.SAWorkerID.ValueSet(w.id),
+		api.SAWorkerState.ValueSet(string(state)),
+	)
+	if err != nil {
+		workflow.GetLogger(ctx).Warn("upsert search attributes", "error", err)
+	}
+}
+
+// continueAsNew waits for update handlers, applies every signal still
+// buffered (none is lost, sdk-go#533), then continues with the record.
+func (w *workerWorkflow) continueAsNew(ctx workflow.Context) error {
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+		return err
+	}
+	for {
+		var hb api.WorkerHeartbeatSignal
+		if !w.heartbeatCh.ReceiveAsync(&hb) {
+			break
+		}
+		w.onHeartbeat(ctx, hb)
+	}
+	for {
+		var r api.ReleaseSignal
+		if !w.releaseCh.ReceiveAsync(&r) {
+			break
+		}
+		w.rec.Release(r.TaskID, r.Fence)
+	}
+	for w.sweepCh.ReceiveAsync(nil) {
+	}
+	w.evaluate(ctx)
+	w.sendLost(ctx)
+	in := api.WorkerInput{WorkerID: w.id}
+	if w.registered {
+		rec := w.rec
+		in.State = &rec
+	}
+	return workflow.NewContinueAsNewError(ctx, WdcWorker, in)
+}
+
+func notRegistered(id string) error {
+	return temporal.NewApplicationError(fmt.Sprintf("worker %s is not registered", id), api.ErrTypeNotRegistered)
+}
