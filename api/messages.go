@@ -296,6 +296,8 @@ type TaskView struct {
 	Stats       TaskStats              `json:"stats"`
 	// Result is set once COMPLETED.
 	Result *TaskResult `json:"result,omitempty"`
+	// AttemptDir is the current attempt's task directory once launched.
+	AttemptDir string `json:"attempt_dir,omitempty"`
 	// Waiting says what the task waits for, e.g. "no eligible worker:
 	// worker-a: insufficient_capacity: ...".
 	Waiting string `json:"waiting,omitempty"`

@@ -67,6 +67,8 @@ type taskWorkflow struct {
 
 	// waiting explains a PENDING task that found no worker.
 	waiting string
+	// attemptDir is the launched attempt's task directory.
+	attemptDir string
 	// result is set once a result was ingested.
 	result *api.TaskResult
 
@@ -235,6 +237,7 @@ func (t *taskWorkflow) grant(ctx workflow.Context, sel api.SelectWorkerResult) e
 		return err // a broken invariant: fail loudly
 	}
 	workflow.GetLogger(ctx).Info("lease granted", "task", l.TaskID, "worker", l.WorkerID, "attempt", l.Attempt, "fence", l.Fence)
+	t.attemptDir = ""
 	t.setState(ctx, api.TaskLeased)
 	actx := workflow.WithActivityOptions(ctx, t.launchOptions(l.WorkerID))
 	t.launch = workflow.ExecuteActivity(actx, agentActs.LaunchAttempt, api.LaunchInput{
@@ -286,7 +289,9 @@ func (t *taskWorkflow) watch(ctx workflow.Context) error {
 				var res api.LaunchResult
 				if err := f.Get(ctx, &res); err != nil {
 					t.revoke(ctx, lease.ReasonLaunchFailed, errorMessage(err))
+					return
 				}
+				t.attemptDir = res.TaskDir
 			})
 		}
 		if t.timer != nil {
@@ -608,7 +613,7 @@ func (t *taskWorkflow) view() api.TaskView {
 	v := api.TaskView{
 		TaskID: t.env.TaskID, RunID: t.env.RunID, State: t.state, EnvelopeDigest: t.digest,
 		Leases: append([]lease.Lease{}, t.ledger.Leases...), Directives: append([]lease.RetryDirective{}, t.carry.Directives...),
-		MaxAttempts: t.opts.MaxAttempts, Options: t.opts, Stats: t.carry.Stats, Result: t.result, Waiting: t.waiting,
+		MaxAttempts: t.opts.MaxAttempts, Options: t.opts, Stats: t.carry.Stats, Result: t.result, Waiting: t.waiting, AttemptDir: t.attemptDir,
 	}
 	if cur := t.ledger.Current(); cur != nil {
 		c := *cur

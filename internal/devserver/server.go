@@ -22,6 +22,8 @@ import (
 	sqliteplugin "go.temporal.io/server/common/persistence/sql/sqlplugin/sqlite"
 	"go.temporal.io/server/schema/sqlite"
 	"go.temporal.io/server/temporal"
+
+	"github.com/wdc-runtime/wdc/internal/devopts"
 )
 
 // DefaultNamespace is the namespace every dev server creates.
@@ -34,35 +36,19 @@ const clusterName = "active"
 // process, so two servers in one test binary never share a store.
 var memoryDBCounter atomic.Int64
 
-// Options configures a Server. The zero value is a usable in-memory server on
-// a random port with no UI.
-type Options struct {
-	// DBFilename is the SQLite file that holds all state. Empty keeps the
-	// state in memory (lost when the server stops). A new file gets the schema;
-	// an existing one is reused as is, so a restart keeps every workflow.
-	DBFilename string
-	// IP is the address the frontend binds to. Default 127.0.0.1. Use an IP,
-	// not a host name (the server binds exactly this address).
-	IP string
-	// Port is the frontend gRPC port. 0 picks a free port.
-	Port int
-	// UIPort is the Web UI's HTTP port when EnableUI is set. 0 means Port+1000
-	// (the `temporal server start-dev` convention), or a free port when Port
-	// is 0.
-	UIPort int
-	// EnableUI serves the Temporal Web UI.
-	EnableUI bool
-	// Namespaces are created in addition to DefaultNamespace. Existing ones
-	// are left as they are.
-	Namespaces []string
-	// SearchAttributes are registered on every namespace before the server
-	// starts (see workflows.SearchAttributes for wdc's). SQLite visibility has
-	// fixed slots: 10 Keyword, 3 Int, 3 Double, 3 Bool, 3 Datetime, 3 Text,
-	// 3 KeywordList; more of one type is an error.
-	SearchAttributes map[string]enumspb.IndexedValueType
-	// LogLevel is the server's log level: debug, info, warn, error, or "off"
-	// (default) for no server logs.
-	LogLevel string
+// Options configures a Server (see devopts.Options).
+type Options = devopts.Options
+
+var _ devopts.StartFunc = StartServer
+
+// StartServer is Start behind the devopts.StartFunc signature, for callers
+// that must not import this package's types.
+func StartServer(ctx context.Context, opts Options) (devopts.Server, error) {
+	s, err := Start(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // Server is a running embedded Temporal server.
@@ -133,6 +119,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 			dynamicconfig.FrontendPersistenceMaxQPS.Key():               10000,
 			dynamicconfig.HistoryPersistenceMaxQPS.Key():                45000,
 			dynamicconfig.MatchingPersistenceMaxQPS.Key():               10000,
+			// Timers otherwise fire up to 1 s late; leases with short TTLs
+			// (the demo, tests) want them on time.
+			dynamicconfig.TimerProcessorMaxTimeShift.Key(): 100 * time.Millisecond,
 		}),
 	)
 	if err != nil {

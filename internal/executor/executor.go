@@ -378,9 +378,7 @@ func (e *Execution) supervise() {
 	cancel()
 	<-hbDone
 	if f := e.opts.Faults.Freeze; f != nil {
-		e.log.Warn("executor frozen (fault injection)")
 		f(e.claim)
-		e.log.Warn("executor thawed")
 	}
 
 	rep := Report{Claim: e.claim, StartedAt: e.started, FinishedAt: finished}
@@ -442,12 +440,29 @@ func (e *Execution) finish(rep *Report) {
 		rep.Outcome, rep.Reason, rep.Message = OutcomeRejected, rej.Reason, rej.Message
 		_ = e.opts.Blobs.RemoveStaging(e.claim.TaskID, e.claim.Attempt, e.claim.Fence)
 	case errors.Is(err, ErrTaskGone):
-		rep.Outcome, rep.Reason, rep.Message = OutcomeRejected, string(lease.RejectLeaseNotActive), err.Error()
+		rep.Outcome = OutcomeRejected
+		rep.Reason, rep.Message = e.closedTaskRejection(ctx, err)
 		_ = e.opts.Blobs.RemoveStaging(e.claim.TaskID, e.claim.Attempt, e.claim.Fence)
 	default:
 		rep.Outcome, rep.Reason, rep.Message = OutcomeSubmitFailed, "unreachable", err.Error()
 		_ = e.opts.Blobs.RemoveStaging(e.claim.TaskID, e.claim.Attempt, e.claim.Fence)
 	}
+}
+
+// closedTaskRejection explains a submission to a task workflow that has
+// already ended (it accepts no update): the task's final lease, read with
+// the lease query, is run through the same fence check, so a late result
+// from an old attempt is reported as stale_fence. Without an answer it is
+// lease_not_active.
+func (e *Execution) closedTaskRejection(ctx context.Context, cause error) (reason, message string) {
+	view, err := e.opts.Control.Lease(ctx, e.claim.TaskID)
+	if err != nil {
+		return string(lease.RejectLeaseNotActive), cause.Error()
+	}
+	if rej := lease.Check(view.Lease, e.claim); rej != nil {
+		return string(rej.Reason), fmt.Sprintf("task %s already ended %s; %s", e.claim.TaskID, view.State, rej.Message)
+	}
+	return string(lease.RejectLeaseNotActive), fmt.Sprintf("task %s already ended %s", e.claim.TaskID, view.State)
 }
 
 // submitWithRetry retries transport failures (not rejections) for up to a

@@ -1,0 +1,142 @@
+package cmd
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/wdc-runtime/wdc/internal/blobstore"
+	"github.com/wdc-runtime/wdc/internal/executor"
+	"github.com/wdc-runtime/wdc/worker"
+)
+
+func (a *app) newAgentCommand() *cobra.Command {
+	var (
+		reg       registrationFlags
+		dataDir   string
+		workDir   string
+		heartbeat time.Duration
+		maxFile   int64
+		maxTotal  int64
+		maxFiles  int
+	)
+	c := &cobra.Command{
+		Use:   "agent --worker-id ID",
+		Short: "Run a fleet worker: register, heartbeat, and run Local attempts",
+		Long: `Run a fleet worker. The agent registers the worker (a new incarnation), sends
+worker heartbeats every --heartbeat-interval, and polls task queue
+wdc-agent/<worker-id> for Local attempts. Each attempt runs in
+<work-dir>/<task>/<attempt>-<fence>/ in its own process group, with only the
+envelope's environment plus WDC_TASK_ID, WDC_ATTEMPT, WDC_FENCE and WDC_TASK_DIR
+(nothing of the agent's environment); the command is killed if the agent dies.
+The agent must share --data-dir with the control plane (inputs and staged
+outputs pass through it).
+
+Stop with Ctrl-C: running attempts are killed; their leases expire and the tasks
+retry elsewhere.`,
+		Example: `  wdc agent --worker-id worker-a --cpu 4 --memory 8Gi
+  wdc agent --worker-id gpu-01 --gpus 2 --label zone=eu-1 --capability cuda12 --data-dir /shared/wdc`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			r, err := reg.registration()
+			if err != nil {
+				return err
+			}
+			if heartbeat < 0 || (heartbeat > 0 && heartbeat >= r.StaleAfter) {
+				return usagef("--heartbeat-interval %s: must be positive and below --stale-after %s", heartbeat, r.StaleAfter)
+			}
+			if err := a.global.validate(); err != nil {
+				return err
+			}
+			if dataDir == "" {
+				dataDir = a.defaultDataDir()
+			}
+			if workDir == "" {
+				workDir = defaultWorkDir(dataDir, r.WorkerID)
+			}
+			store, err := blobstore.Open(dataDir)
+			if err != nil {
+				return err
+			}
+			ctx := c.Context()
+			tc, err := a.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer tc.Close()
+			log := a.logger()
+			agent, err := worker.StartAgent(ctx, tc, worker.AgentOptions{
+				Registration: r, WorkDir: workDir, Blobs: store, HeartbeatInterval: heartbeat,
+				Limits: executor.OutputLimits{MaxFileBytes: maxFile, MaxTotalBytes: maxTotal, MaxFiles: maxFiles},
+				Logger: log,
+				OnReport: func(rep executor.Report) {
+					fmt.Fprintf(a.deps.Stdout, "attempt %s ended: %s %s (exit %d)\n", rep.Claim, rep.Outcome, rep.Reason, rep.ExitCode)
+				},
+			})
+			if err != nil {
+				return appError(err)
+			}
+			fmt.Fprintf(a.deps.Stdout, "agent %s registered (incarnation %d); polling %s; task dirs in %s\n",
+				r.WorkerID, agent.Incarnation(), "wdc-agent/"+r.WorkerID, workDir)
+			<-ctx.Done()
+			fmt.Fprintf(a.deps.Stderr, "wdc: agent %s stopping; killing %d running attempt(s)\n", r.WorkerID, agent.Launcher().Running())
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			agent.Stop(sctx)
+			return nil
+		},
+	}
+	reg.bind(c.Flags())
+	f := c.Flags()
+	f.StringVar(&dataDir, "data-dir", "", dataDirHelp)
+	f.StringVar(&workDir, "work-dir", "", "root of task directories (default <data-dir>/work/<worker-id>)")
+	f.DurationVar(&heartbeat, "heartbeat-interval", 0, "worker heartbeat period (default: --stale-after / 3)")
+	f.Int64Var(&maxFile, "max-output-file-bytes", 0, "largest output file in bytes (default 1 GiB)")
+	f.Int64Var(&maxTotal, "max-output-bytes", 0, "largest total of an attempt's outputs in bytes (default 4 GiB)")
+	f.IntVar(&maxFiles, "max-output-files", 0, "most output files per attempt (default 10000)")
+	return c
+}
+
+func (a *app) newControlPlaneCommand() *cobra.Command {
+	var dataDir string
+	c := &cobra.Command{
+		Use:   "control-plane",
+		Short: "Run the control plane: every wdc workflow and the control activities (task queue wdc-control)",
+		Long: `Run a Temporal worker on task queue wdc-control with the WdcWorker, WdcTask and
+WdcRun workflows and the control activities: worker selection and reservation,
+parent ingest into the blob store under --data-dir, staging cleanup. Run several
+for availability; they share the task queue. Stop with Ctrl-C.`,
+		Example: `  wdc control-plane --data-dir /shared/wdc`,
+		Args:    cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if err := a.global.validate(); err != nil {
+				return err
+			}
+			if dataDir == "" {
+				dataDir = a.defaultDataDir()
+			}
+			store, err := blobstore.Open(dataDir)
+			if err != nil {
+				return err
+			}
+			ctx := c.Context()
+			tc, err := a.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer tc.Close()
+			w := worker.NewControlPlane(tc, store)
+			if err := w.Start(); err != nil {
+				return fmt.Errorf("start control plane: %w", err)
+			}
+			fmt.Fprintf(a.deps.Stdout, "control plane polling wdc-control on %s (namespace %s); blob store %s\n", a.global.address, a.global.namespace, store.Root())
+			<-ctx.Done()
+			w.Stop()
+			return nil
+		},
+	}
+	c.Flags().StringVar(&dataDir, "data-dir", "", dataDirHelp)
+	return c
+}

@@ -1,0 +1,9 @@
+// Package cmd is the wdc command tree (cobra): one file per command group,
+// each command an options struct completed, validated and run with injected
+// stdout/stderr so tests drive it in-process (STYLE 10). cmd/wdc/main.go
+// only calls Main.
+//
+// Exit codes: 0 success; 1 the operation failed; 2 bad input (unknown flag,
+// malformed value, invalid envelope): nothing was changed; 3 a waited-for
+// task ended without a result (RETRIES_EXHAUSTED or CANCELLED).
+package cmd

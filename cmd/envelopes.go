@@ -1,0 +1,98 @@
+package cmd
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/wdc-runtime/wdc/internal/blobstore"
+	"github.com/wdc-runtime/wdc/internal/envelope"
+)
+
+// readEnvelopeFile decodes a task file strictly ("-" is stdin) and seals it
+// by hashing input files (relative paths are relative to the file's
+// directory) without storing them. Errors are usage errors naming the file
+// and field.
+func readEnvelopeFile(path string) (envelope.Envelope, error) {
+	env, base, err := decodeEnvelopeFile(path)
+	if err != nil {
+		return env, err
+	}
+	return sealEnvelope(env, base, hashFile)
+}
+
+func decodeEnvelopeFile(path string) (envelope.Envelope, string, error) {
+	var r io.Reader
+	base := "."
+	if path == "-" {
+		r = os.Stdin
+	} else {
+		f, err := os.Open(path)
+		if err != nil {
+			return envelope.Envelope{}, "", usagef("%s: %v", path, err)
+		}
+		defer f.Close()
+		r = f
+		base = filepath.Dir(path)
+	}
+	env, err := envelope.Decode(r, false)
+	if err != nil {
+		return envelope.Envelope{}, "", usagef("%s: %v", path, err)
+	}
+	return env, base, nil
+}
+
+// sealEnvelope replaces every input path by its content digest, using put
+// to store (or just hash) the file.
+func sealEnvelope(env envelope.Envelope, base string, put func(string) (string, int64, error)) (envelope.Envelope, error) {
+	inputs := make([]envelope.Input, len(env.Inputs))
+	for i, in := range env.Inputs {
+		inputs[i] = in
+		if in.Path == "" {
+			continue
+		}
+		p := in.Path
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(base, p)
+		}
+		fi, err := os.Stat(p)
+		if err != nil {
+			return env, usagef("inputs[%d].path: %v", i, err)
+		}
+		if !fi.Mode().IsRegular() {
+			return env, usagef("inputs[%d].path: %s is not a regular file", i, p)
+		}
+		digest, size, err := put(p)
+		if err != nil {
+			return env, fmt.Errorf("inputs[%d].path %s: %w", i, p, err)
+		}
+		inputs[i] = envelope.Input{Name: in.Name, Digest: digest, SizeBytes: size}
+	}
+	env.Inputs = inputs
+	if err := env.Validate(true); err != nil {
+		return env, usageError{err}
+	}
+	return env, nil
+}
+
+func hashFile(path string) (string, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, err
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// storeInputs returns a put function that copies inputs into the blob store.
+func storeInputs(store *blobstore.Store) func(string) (string, int64, error) {
+	return store.PutFile
+}

@@ -1,0 +1,192 @@
+package cmd
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/wdc-runtime/wdc/internal/fleet"
+	wdcres "github.com/wdc-runtime/wdc/internal/resource"
+)
+
+// registrationFlags are the flags that describe a fleet worker; `workers
+// register` and `agent` share them.
+type registrationFlags struct {
+	workerID     string
+	cpu          string
+	memory       string
+	gpus         int64
+	resources    []string
+	labels       []string
+	capabilities []string
+	staleAfter   time.Duration
+	offlineAfter time.Duration
+}
+
+func (r *registrationFlags) bind(f *pflag.FlagSet) {
+	f.StringVar(&r.workerID, "worker-id", "", "the worker's ID: 1-63 of [A-Za-z0-9._-], starting and ending alphanumeric (required)")
+	f.StringVar(&r.cpu, "cpu", "", `CPU capacity in cores or millicores, Kubernetes quantity syntax: "4", "1.5", "500m" (default: this machine's cores)`)
+	f.StringVar(&r.memory, "memory", "", `memory capacity, Kubernetes quantity syntax: "8Gi", "512Mi", "1e9" bytes (default: this machine's memory)`)
+	f.Int64Var(&r.gpus, "gpus", 0, "whole GPUs the worker offers")
+	f.StringArrayVar(&r.resources, "resource", nil, "custom resource NAME=COUNT, e.g. licenses=2 (repeatable)")
+	f.StringArrayVar(&r.labels, "label", nil, "label KEY=VALUE matched by task selectors, Kubernetes label syntax (repeatable)")
+	f.StringArrayVar(&r.capabilities, "capability", nil, "capability a task may require, e.g. docker (repeatable)")
+	f.DurationVar(&r.staleAfter, "stale-after", fleet.DefaultStaleAfter, "no heartbeat for this long makes the worker STALE (its leases are revoked)")
+	f.DurationVar(&r.offlineAfter, "offline-after", fleet.DefaultOfflineAfter, "no heartbeat for this long makes the worker OFFLINE (it must register again)")
+}
+
+// registration parses the flags into a validated fleet.Registration. Every
+// error names its flag and is a usage error.
+func (r *registrationFlags) registration() (fleet.Registration, error) {
+	if r.workerID == "" {
+		return fleet.Registration{}, usagef("--worker-id: required")
+	}
+	reg := fleet.Registration{WorkerID: r.workerID, StaleAfter: r.staleAfter, OfflineAfter: r.offlineAfter, Capabilities: r.capabilities}
+	var err error
+	if reg.Capacity.CPUMillis, err = parseCPU(r.cpu); err != nil {
+		return reg, err
+	}
+	if reg.Capacity.MemoryBytes, err = parseMemory(r.memory); err != nil {
+		return reg, err
+	}
+	if r.gpus < 0 {
+		return reg, usagef("--gpus: must not be negative (got %d)", r.gpus)
+	}
+	reg.Capacity.GPUs = r.gpus
+	if reg.Capacity.Custom, err = parseCounts("--resource", r.resources); err != nil {
+		return reg, err
+	}
+	if reg.Labels, err = parsePairs("--label", r.labels); err != nil {
+		return reg, err
+	}
+	if err := reg.Validate(); err != nil {
+		return reg, usageError{err}
+	}
+	return reg, nil
+}
+
+// parseCPU turns a Kubernetes CPU quantity into millicores; "" is this
+// machine's core count.
+func parseCPU(s string) (int64, error) {
+	if s == "" {
+		return int64(runtime.NumCPU()) * 1000, nil
+	}
+	q, err := resource.ParseQuantity(s)
+	if err != nil {
+		return 0, usagef("--cpu %q: %v (want e.g. 4, 1.5 or 500m)", s, err)
+	}
+	if q.Sign() < 0 {
+		return 0, usagef("--cpu %q: must not be negative", s)
+	}
+	return q.MilliValue(), nil
+}
+
+// parseMemory turns a Kubernetes memory quantity into bytes; "" is this
+// machine's total memory.
+func parseMemory(s string) (int64, error) {
+	if s == "" {
+		return machineMemory(), nil
+	}
+	q, err := resource.ParseQuantity(s)
+	if err != nil {
+		return 0, usagef("--memory %q: %v (want e.g. 8Gi or 512Mi)", s, err)
+	}
+	if q.Sign() < 0 {
+		return 0, usagef("--memory %q: must not be negative", s)
+	}
+	return q.Value(), nil
+}
+
+// machineMemory reads MemTotal from /proc/meminfo (0 when unknown).
+func machineMemory() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "MemTotal:" {
+			kb, _ := strconv.ParseInt(fields[1], 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+// parsePairs parses repeated KEY=VALUE flags.
+func parsePairs(flag string, in []string) (map[string]string, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(in))
+	for _, kv := range in {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, usagef("%s %q: want KEY=VALUE", flag, kv)
+		}
+		if _, dup := out[k]; dup {
+			return nil, usagef("%s %q: key %q given twice", flag, kv, k)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// parseCounts parses repeated NAME=COUNT flags into whole amounts.
+func parseCounts(flag string, in []string) (map[string]int64, error) {
+	pairs, err := parsePairs(flag, in)
+	if err != nil || pairs == nil {
+		return nil, err
+	}
+	out := make(map[string]int64, len(pairs))
+	for k, v := range pairs {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return nil, usagef("%s %s=%s: the count must be a whole number", flag, k, v)
+		}
+		out[k] = n
+	}
+	return out, nil
+}
+
+// formatResources renders a resource list for humans: "cpu 4, mem 8.0Gi, gpu 1, licenses 2".
+func formatResources(l wdcres.List) string {
+	parts := []string{
+		"cpu " + strconv.FormatFloat(float64(l.CPUMillis)/1000, 'f', -1, 64),
+		"mem " + formatBytes(l.MemoryBytes),
+	}
+	if l.GPUs != 0 {
+		parts = append(parts, fmt.Sprintf("gpu %d", l.GPUs))
+	}
+	names := make([]string, 0, len(l.Custom))
+	for k := range l.Custom {
+		names = append(names, k)
+	}
+	sortStrings(names)
+	for _, k := range names {
+		parts = append(parts, fmt.Sprintf("%s %d", k, l.Custom[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func formatBytes(n int64) string {
+	const unit = 1024
+	if n < unit && n > -unit {
+		return fmt.Sprintf("%dB", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit || m <= -unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f%ci", float64(n)/float64(div), "KMGTPE"[exp])
+}

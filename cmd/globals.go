@@ -1,0 +1,231 @@
+package cmd
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+
+	"github.com/wdc-runtime/wdc/internal/wdcclient"
+)
+
+// globalOptions are the persistent flags, named as in the temporal CLI.
+type globalOptions struct {
+	address       string
+	namespace     string
+	output        string
+	tlsCertPath   string
+	tlsKeyPath    string
+	tlsCAPath     string
+	tlsServerName string
+	tls           bool
+	apiKey        string
+	logLevel      string
+}
+
+const defaultAddress = "127.0.0.1:7233"
+
+func (g *globalOptions) bind(root *cobra.Command, getenv func(string) string) {
+	env := func(name, def string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	f := root.PersistentFlags()
+	f.StringVar(&g.address, "address", env("TEMPORAL_ADDRESS", defaultAddress), "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
+	f.StringVarP(&g.namespace, "namespace", "n", env("TEMPORAL_NAMESPACE", "default"), "Temporal namespace (env TEMPORAL_NAMESPACE)")
+	f.StringVarP(&g.output, "output", "o", "text", "output format: text or json")
+	f.StringVar(&g.tlsCertPath, "tls-cert-path", env("TEMPORAL_TLS_CERT", ""), "client certificate for mTLS (env TEMPORAL_TLS_CERT)")
+	f.StringVar(&g.tlsKeyPath, "tls-key-path", env("TEMPORAL_TLS_KEY", ""), "client key for mTLS (env TEMPORAL_TLS_KEY)")
+	f.StringVar(&g.tlsCAPath, "tls-ca-path", env("TEMPORAL_TLS_CA", ""), "CA certificate to verify the server (env TEMPORAL_TLS_CA)")
+	f.StringVar(&g.tlsServerName, "tls-server-name", env("TEMPORAL_TLS_SERVER_NAME", ""), "server name to verify (env TEMPORAL_TLS_SERVER_NAME)")
+	tlsDefault, _ := strconv.ParseBool(env("TEMPORAL_TLS", "false"))
+	f.BoolVar(&g.tls, "tls", tlsDefault, "use TLS (implied by the other --tls-* flags) (env TEMPORAL_TLS)")
+	f.StringVar(&g.apiKey, "api-key", env("TEMPORAL_API_KEY", ""), "API key sent as a bearer token (env TEMPORAL_API_KEY)")
+	f.StringVar(&g.logLevel, "log-level", env("WDC_LOG_LEVEL", "warn"), "wdc's own log level on stderr: debug, info, warn, error (env WDC_LOG_LEVEL)")
+}
+
+func (g *globalOptions) validate() error {
+	switch g.output {
+	case "text", "json":
+	default:
+		return usagef("--output %q: want text or json", g.output)
+	}
+	if _, err := parseLogLevel(g.logLevel); err != nil {
+		return err
+	}
+	if g.address == "" {
+		return usagef("--address: required (host:port)")
+	}
+	return nil
+}
+
+func parseLogLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, usagef("--log-level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// logger writes wdc's own logs to stderr at --log-level.
+func (a *app) logger() *slog.Logger {
+	lvl, _ := parseLogLevel(a.global.logLevel)
+	return slog.New(slog.NewTextHandler(a.deps.Stderr, &slog.HandlerOptions{Level: lvl}))
+}
+
+// dial connects to Temporal with the global flags.
+func (a *app) dial(ctx context.Context) (client.Client, error) {
+	if err := a.global.validate(); err != nil {
+		return nil, err
+	}
+	return a.dialAddress(ctx, a.global.address)
+}
+
+func (a *app) dialAddress(ctx context.Context, address string) (client.Client, error) {
+	g := &a.global
+	opts := client.Options{
+		HostPort:  address,
+		Namespace: g.namespace,
+		Logger:    sdklog.NewStructuredLogger(a.sdkLogger()),
+	}
+	if g.tls || g.tlsCertPath != "" || g.tlsKeyPath != "" || g.tlsCAPath != "" || g.tlsServerName != "" {
+		cfg, err := g.tlsConfig()
+		if err != nil {
+			return nil, err
+		}
+		opts.ConnectionOptions.TLS = cfg
+	}
+	if g.apiKey != "" {
+		opts.Credentials = client.NewAPIKeyStaticCredentials(g.apiKey)
+	}
+	c, err := client.DialContext(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("connect to Temporal at %s (namespace %s): %w; is the server running? (wdc server start-dev)", address, g.namespace, err)
+	}
+	return c, nil
+}
+
+// sdkLogger keeps the SDK to errors, unless --log-level is debug: then
+// the SDK's and the workflows' info lines show too.
+func (a *app) sdkLogger() *slog.Logger {
+	lvl, _ := parseLogLevel(a.global.logLevel)
+	sdkLevel := slog.LevelError
+	if lvl <= slog.LevelDebug {
+		sdkLevel = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(a.deps.Stderr, &slog.HandlerOptions{Level: sdkLevel}))
+}
+
+func (g *globalOptions) tlsConfig() (*tls.Config, error) {
+	cfg := &tls.Config{ServerName: g.tlsServerName, MinVersion: tls.VersionTLS12}
+	if (g.tlsCertPath == "") != (g.tlsKeyPath == "") {
+		return nil, usagef("--tls-cert-path and --tls-key-path go together")
+	}
+	if g.tlsCertPath != "" {
+		cert, err := tls.LoadX509KeyPair(g.tlsCertPath, g.tlsKeyPath)
+		if err != nil {
+			return nil, usagef("--tls-cert-path/--tls-key-path: %v", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	if g.tlsCAPath != "" {
+		pem, err := os.ReadFile(g.tlsCAPath)
+		if err != nil {
+			return nil, usagef("--tls-ca-path: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, usagef("--tls-ca-path %s: no PEM certificate found", g.tlsCAPath)
+		}
+		cfg.RootCAs = pool
+	}
+	return cfg, nil
+}
+
+// withClient dials, runs f with a wdc client, and closes the connection.
+func (a *app) withClient(ctx context.Context, f func(*wdcclient.Client) error) error {
+	c, err := a.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return f(&wdcclient.Client{C: c})
+}
+
+// printJSON writes v as indented JSON.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// emit prints v as JSON with -o json, else calls text.
+func (a *app) emit(v any, text func(w io.Writer) error) error {
+	if err := a.global.validate(); err != nil {
+		return err
+	}
+	if a.global.output == "json" {
+		return printJSON(a.deps.Stdout, v)
+	}
+	return text(a.deps.Stdout)
+}
+
+// table writes aligned columns; call flush when done.
+func table(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+}
+
+// defaultDataDir is $WDC_DATA_DIR, else $XDG_DATA_HOME/wdc, else
+// ~/.local/share/wdc.
+func (a *app) defaultDataDir() string {
+	if d := a.deps.Getenv("WDC_DATA_DIR"); d != "" {
+		return d
+	}
+	if d := a.deps.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "wdc")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "share", "wdc")
+	}
+	return ".wdc"
+}
+
+const dataDirHelp = "data directory shared by the control plane and agents: blob store and staging (env WDC_DATA_DIR; default $XDG_DATA_HOME/wdc or ~/.local/share/wdc)"
+
+// appError renders wdc refusals for the CLI: invalid input is a usage
+// error (exit 2).
+func appError(err error) error {
+	var we *wdcclient.Error
+	if errors.As(err, &we) && (we.Type == "invalid_argument") {
+		return usageError{err}
+	}
+	return err
+}
+
+func joinNonEmpty(sep string, parts ...string) string {
+	var out []string
+	for _, p := range parts {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, sep)
+}
+
+func sortStrings(s []string) { sort.Strings(s) }

@@ -1,0 +1,165 @@
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/wdc-runtime/wdc/internal/devopts"
+)
+
+// Deps are what the command tree needs from outside: the standard streams,
+// the environment, and the embedded dev server (injected so that only the
+// binary links go.temporal.io/server).
+type Deps struct {
+	Stdout io.Writer
+	Stderr io.Writer
+	// Getenv reads environment variables (os.Getenv by default).
+	Getenv func(string) string
+	// StartDevServer starts an embedded Temporal server; nil disables
+	// `wdc server start-dev` and the self-contained demo.
+	StartDevServer devopts.StartFunc
+}
+
+// Exit codes.
+const (
+	ExitOK       = 0
+	ExitFailure  = 1
+	ExitUsage    = 2
+	ExitNoResult = 3
+)
+
+// usageError is bad input: exit code 2, nothing was changed.
+type usageError struct{ err error }
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
+
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// exitError carries a specific exit code with its message.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e exitError) Error() string { return e.err.Error() }
+func (e exitError) Unwrap() error { return e.err }
+
+// app is the state shared by every command.
+type app struct {
+	deps   Deps
+	global globalOptions
+}
+
+// Main runs the wdc CLI with args (without the program name) and returns
+// the exit code.
+func Main(deps Deps, args []string) int {
+	if deps.Stdout == nil {
+		deps.Stdout = os.Stdout
+	}
+	if deps.Stderr == nil {
+		deps.Stderr = os.Stderr
+	}
+	if deps.Getenv == nil {
+		deps.Getenv = os.Getenv
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := NewRootCommand(deps)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	fmt.Fprintln(deps.Stderr, "wdc: "+oneLine(err.Error()))
+	var ue usageError
+	var ee exitError
+	switch {
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.As(err, &ue):
+		return ExitUsage
+	}
+	return ExitFailure
+}
+
+// NewRootCommand builds the command tree.
+func NewRootCommand(deps Deps) *cobra.Command {
+	a := &app{deps: deps}
+	root := &cobra.Command{
+		Use:   "wdc",
+		Short: "wdc runs compute tasks on a fleet of workers, on Temporal, with leases and fencing tokens",
+		Long: `wdc is a control plane for a fleet of compute workers, built on Temporal.
+
+A run hands out tasks; each task runs as attempts on workers, each attempt
+under a lease with a fencing token. When a worker dies, stalls or comes back
+late, wdc retries the same envelope on a new attempt with a new fence, and
+only the attempt holding the current fence may hand its result to the run.
+
+Start here:
+  wdc demo worker-leases            the reference retry demo, self-contained
+  wdc server start-dev              an embedded Temporal server with Web UI
+  wdc control-plane                 the workflows and control activities
+  wdc agent --worker-id worker-a    a fleet worker that runs Local attempts
+  wdc tasks submit FILE --wait      submit a task and follow its leases`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(deps.Stdout)
+	root.SetErr(deps.Stderr)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageError{fmt.Errorf("%v (see '%s --help')", err, c.CommandPath())}
+	})
+	a.global.bind(root, deps.Getenv)
+	root.AddCommand(
+		a.newServerCommand(),
+		a.newWorkersCommand(),
+		a.newTasksCommand(),
+		a.newRunsCommand(),
+		a.newAgentCommand(),
+		a.newControlPlaneCommand(),
+		a.newDemoCommand(),
+	)
+	// Unknown subcommands and bad arguments are usage errors too.
+	for _, c := range allCommands(root) {
+		c.Args = wrapArgs(c.Args)
+	}
+	return root
+}
+
+func allCommands(c *cobra.Command) []*cobra.Command {
+	out := []*cobra.Command{c}
+	for _, sub := range c.Commands() {
+		out = append(out, allCommands(sub)...)
+	}
+	return out
+}
+
+func wrapArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(c *cobra.Command, args []string) error {
+		if v == nil {
+			if c.HasSubCommands() && len(args) > 0 {
+				return usagef("unknown command %q for %q (see '%s --help')", args[0], c.CommandPath(), c.CommandPath())
+			}
+			return nil
+		}
+		if err := v(c, args); err != nil {
+			return usagef("%v (see '%s --help')", err, c.CommandPath())
+		}
+		return nil
+	}
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ")
+}

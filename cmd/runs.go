@@ -1,0 +1,219 @@
+package cmd
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/blobstore"
+	"github.com/wdc-runtime/wdc/internal/envelope"
+	"github.com/wdc-runtime/wdc/internal/fleet"
+	"github.com/wdc-runtime/wdc/internal/wdcclient"
+)
+
+func (a *app) newRunsCommand() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "runs",
+		Short: "Start, inspect, commit and close runs (the parents of tasks)",
+		Long: `A run is one WdcRun workflow (ID wdc-run/<run-id>). Its tasks are child
+workflows. Each accepted result reaches the run through parent ingest as one
+worker_result event; evidence, parent_time and the TCD digest change only when
+the run commits (wdc runs commit). A run ends once closed and all tasks ended.`,
+	}
+	c.AddCommand(a.newRunsStartCommand(), a.newRunsStatusCommand(), a.newRunsCommitCommand(), a.newRunsCloseCommand())
+	return c
+}
+
+func (a *app) newRunsStartCommand() *cobra.Command {
+	var (
+		worldID       string
+		closeWhenDone bool
+		dataDir       string
+		opts          taskOptionFlags
+	)
+	c := &cobra.Command{
+		Use:   "start RUN_ID [ENVELOPE...]",
+		Short: "Start a run, optionally with tasks (envelopes whose run_id must be RUN_ID)",
+		Example: `  wdc runs start run-7 --world-id world-1
+  wdc runs start run-7 --world-id world-1 --close-when-done tasks/*.json`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			runID := args[0]
+			if err := fleet.ValidateID("RUN_ID", runID); err != nil {
+				return usageError{err}
+			}
+			if err := fleet.ValidateID("--world-id", worldID); err != nil {
+				return usageError{err}
+			}
+			o, err := opts.options()
+			if err != nil {
+				return err
+			}
+			if err := a.global.validate(); err != nil {
+				return err
+			}
+			// Decode every envelope before starting anything.
+			type file struct {
+				path, base string
+				env        envelope.Envelope
+			}
+			var files []file
+			for _, p := range args[1:] {
+				env, base, err := decodeEnvelopeFile(p)
+				if err != nil {
+					return err
+				}
+				if env.RunID != runID || env.WorldID != worldID {
+					return usagef("%s: run_id %q / world_id %q do not match the run %s in world %s", p, env.RunID, env.WorldID, runID, worldID)
+				}
+				files = append(files, file{p, base, env})
+			}
+			ctx := c.Context()
+			return a.withClient(ctx, func(wc *wdcclient.Client) error {
+				if err := wc.StartRun(ctx, api.RunInput{RunID: runID, WorldID: worldID, CloseWhenDone: closeWhenDone && len(files) > 0}); err != nil {
+					return err
+				}
+				var added []api.AddTaskResult
+				var store *blobstore.Store
+				for _, f := range files {
+					env := f.env
+					put := hashFile
+					if hasInputPaths(env) {
+						if store == nil {
+							if dataDir == "" {
+								dataDir = a.defaultDataDir()
+							}
+							if store, err = blobstore.Open(dataDir); err != nil {
+								return err
+							}
+						}
+						put = storeInputs(store)
+					}
+					sealed, err := sealEnvelope(env, f.base, put)
+					if err != nil {
+						return err
+					}
+					res, err := wc.SubmitTask(ctx, sealed, o)
+					if err != nil {
+						return fmt.Errorf("%s: %w", f.path, appError(err))
+					}
+					added = append(added, res)
+				}
+				out := map[string]any{"run_id": runID, "world_id": worldID, "workflow_id": api.RunWorkflowID(runID), "tasks": added}
+				return a.emit(out, func(w io.Writer) error {
+					fmt.Fprintf(w, "run %s started in world %s (workflow %s)\n", runID, worldID, api.RunWorkflowID(runID))
+					for _, t := range added {
+						fmt.Fprintf(w, "  task %s  %s\n", t.TaskID, t.EnvelopeDigest)
+					}
+					return nil
+				})
+			})
+		},
+	}
+	c.Flags().StringVar(&worldID, "world-id", "", "the world the run belongs to (required)")
+	c.Flags().BoolVar(&closeWhenDone, "close-when-done", false, "close the run as soon as all given tasks have ended")
+	c.Flags().StringVar(&dataDir, "data-dir", "", dataDirHelp)
+	opts.bind(c)
+	return c
+}
+
+func (a *app) newRunsStatusCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:     "status RUN_ID",
+		Short:   "Show a run: status, tasks, worker_result events, evidence, parent_time and TCD digest",
+		Example: `  wdc runs status run-7 -o json`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+				v, err := wc.Run(c.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				return a.emit(v, func(w io.Writer) error {
+					fmt.Fprintf(w, "run          %s (world %s)\nstatus       %s%s\nevidence     %d\nparent_time  %d\ntcd digest   %s\n",
+						v.RunID, v.WorldID, v.Status, map[bool]string{true: ", closed", false: ""}[v.Closed], v.Evidence, v.ParentTime, v.TCDDigest)
+					tw := table(w)
+					fmt.Fprintln(tw, "TASK\tSTATE\tATTEMPTS\tENVELOPE")
+					for _, t := range v.Tasks {
+						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", t.TaskID, t.State, t.Attempts, t.EnvelopeDigest)
+					}
+					if err := tw.Flush(); err != nil {
+						return err
+					}
+					for _, e := range v.Events {
+						switch {
+						case e.Result != nil:
+							committed := ""
+							if e.Committed {
+								committed = " (committed)"
+							}
+							fmt.Fprintf(w, "event %d worker_result: task %s attempt %d fence %d from %s, exit %d, %d artifact(s)%s\n",
+								e.Seq, e.Result.TaskID, e.Result.Attempt, e.Result.Fence, e.Result.WorkerID, e.Result.ExitCode, len(e.Result.Artifacts), committed)
+						case e.Commit != nil:
+							fmt.Fprintf(w, "event %d commit: events %v -> parent_time %d, evidence %d\n", e.Seq, e.Commit.EventSeqs, e.Commit.ParentTime, e.Commit.Evidence)
+						}
+					}
+					return nil
+				})
+			})
+		},
+	}
+}
+
+func (a *app) newRunsCommitCommand() *cobra.Command {
+	var (
+		expected int64
+		events   []int64
+		note     string
+	)
+	c := &cobra.Command{
+		Use:   "commit RUN_ID",
+		Short: "Commit worker_result events as evidence (the only way evidence, parent_time and the TCD change)",
+		Long: `Commit worker_result events of a run as evidence. --expected-parent-time must
+equal the run's current parent_time (see 'runs status'); a concurrent commit makes
+it stale and this one is refused. Each event can be committed once.`,
+		Example: `  wdc runs commit run-7 --expected-parent-time 0 --event 1 --event 2`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if len(events) == 0 {
+				return usagef("--event: name at least one worker_result event (see 'wdc runs status %s')", args[0])
+			}
+			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+				res, err := wc.Commit(c.Context(), args[0], api.CommitInput{ExpectedParentTime: expected, EventSeqs: events, Note: note})
+				if err != nil {
+					return appError(err)
+				}
+				return a.emit(res, func(w io.Writer) error {
+					fmt.Fprintf(w, "committed events %v: parent_time %d, evidence %d, tcd %s\n", res.EventSeqs, res.ParentTime, res.Evidence, res.TCDDigest)
+					return nil
+				})
+			})
+		},
+	}
+	c.Flags().Int64Var(&expected, "expected-parent-time", 0, "the run's parent_time you based the commit on")
+	c.Flags().Int64SliceVar(&events, "event", nil, "worker_result event number to commit (repeatable)")
+	c.Flags().StringVar(&note, "note", "", "kept with the commit")
+	return c
+}
+
+func (a *app) newRunsCloseCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "close RUN_ID",
+		Short: "Close a run: no more tasks; it ends once its tasks have ended",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+				v, err := wc.CloseRun(c.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				return a.emit(v, func(w io.Writer) error {
+					fmt.Fprintf(w, "run %s closed (status %s)\n", v.RunID, v.Status)
+					return nil
+				})
+			})
+		},
+	}
+}

@@ -1,0 +1,441 @@
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/blobstore"
+	"github.com/wdc-runtime/wdc/internal/envelope"
+	"github.com/wdc-runtime/wdc/internal/lease"
+	"github.com/wdc-runtime/wdc/internal/wdcclient"
+)
+
+func (a *app) newTasksCommand() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "tasks",
+		Short: "Submit, follow, inspect and cancel tasks",
+		Long: `A task is one WdcTask workflow (ID wdc-task/<task-id>), a child of its run. It
+runs as attempts, each under a lease with a fencing token; a task ends COMPLETED
+(a result was accepted, whatever the program's exit code), RETRIES_EXHAUSTED (no
+attempt produced a result within --max-attempts) or CANCELLED. Never FAILED:
+losing a worker or a lease is a retry, not a failure.`,
+	}
+	c.AddCommand(a.newTasksSubmitCommand(), a.newTasksStatusCommand(), a.newTasksListCommand(),
+		a.newTasksResultCommand(), a.newTasksCancelCommand())
+	return c
+}
+
+// taskOptionFlags are the retry and liveness policy flags.
+type taskOptionFlags struct {
+	leaseTTL          time.Duration
+	heartbeatInterval time.Duration
+	maxAttempts       int64
+	backoffInitial    time.Duration
+	backoffMax        time.Duration
+	launchTimeout     time.Duration
+}
+
+func (t *taskOptionFlags) bind(c *cobra.Command) {
+	f := c.Flags()
+	f.DurationVar(&t.leaseTTL, "lease-ttl", api.DefaultLeaseTTL, "a lease without a heartbeat for this long expires (retry, not failure)")
+	f.DurationVar(&t.heartbeatInterval, "heartbeat-interval", 0, "how often the executor heartbeats (default: lease TTL / 3)")
+	f.Int64Var(&t.maxAttempts, "max-attempts", api.DefaultMaxAttempts, "attempts before the task ends RETRIES_EXHAUSTED")
+	f.DurationVar(&t.backoffInitial, "backoff-initial", lease.DefaultBackoff.Initial, "wait before the first retry (doubles per retry, with jitter)")
+	f.DurationVar(&t.backoffMax, "backoff-max", lease.DefaultBackoff.Max, "longest wait between retries")
+	f.DurationVar(&t.launchTimeout, "launch-timeout", 0, "how long a launch may wait for the worker's agent (default: lease TTL)")
+}
+
+func (t *taskOptionFlags) options() (api.TaskOptions, error) {
+	o := api.TaskOptions{
+		LeaseTTL: t.leaseTTL, HeartbeatInterval: t.heartbeatInterval, MaxAttempts: t.maxAttempts,
+		Backoff:       lease.Backoff{Initial: t.backoffInitial, Max: t.backoffMax, Multiplier: lease.DefaultBackoff.Multiplier, Jitter: lease.DefaultBackoff.Jitter},
+		LaunchTimeout: t.launchTimeout,
+	}
+	if err := o.WithDefaults().Validate(); err != nil {
+		return o, usagef("%v", flagNames(err.Error()))
+	}
+	return o, nil
+}
+
+// flagNames rewrites option field names to their flags in messages.
+func flagNames(msg string) string {
+	r := strings.NewReplacer("lease_ttl", "--lease-ttl", "heartbeat_interval", "--heartbeat-interval", "max_attempts", "--max-attempts",
+		"backoff.initial", "--backoff-initial", "backoff.max", "--backoff-max", "launch_timeout", "--launch-timeout")
+	return r.Replace(msg)
+}
+
+func (a *app) newTasksSubmitCommand() *cobra.Command {
+	var (
+		opts    taskOptionFlags
+		dataDir string
+		wait    bool
+	)
+	c := &cobra.Command{
+		Use:   "submit ENVELOPE",
+		Short: "Submit a task (a JSON envelope) to its run; --wait follows it to the end",
+		Long: `Submit the task described by an envelope file ("-" reads stdin). The envelope
+is decoded strictly: unknown fields, wrong types and missing required fields are
+refused with the field named (exit 2), and nothing is started.
+
+Input files given by "path" are copied into the blob store under --data-dir and
+named by their SHA-256 digest in the sealed envelope, whose digest every attempt
+carries. The task joins run <run_id>, which is created if needed.
+
+With --wait, progress lines follow the task: lease granted, attempt running,
+lease expired / worker lost, retry, result accepted. The exit code is 0 for
+COMPLETED and 3 for RETRIES_EXHAUSTED or CANCELLED.`,
+		Example: `  wdc tasks submit examples/checksum.json --wait
+  wdc tasks submit task.json --lease-ttl 1m --max-attempts 3 -o json
+  cat task.json | wdc tasks submit -`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			o, err := opts.options()
+			if err != nil {
+				return err
+			}
+			if err := a.global.validate(); err != nil {
+				return err
+			}
+			env, base, err := decodeEnvelopeFile(args[0])
+			if err != nil {
+				return err
+			}
+			if dataDir == "" {
+				dataDir = a.defaultDataDir()
+			}
+			ctx := c.Context()
+			return a.withClient(ctx, func(wc *wdcclient.Client) error {
+				put := hashFile
+				var store *blobstore.Store
+				if hasInputPaths(env) {
+					if store, err = blobstore.Open(dataDir); err != nil {
+						return err
+					}
+					put = storeInputs(store)
+				}
+				sealed, err := sealEnvelope(env, base, put)
+				if err != nil {
+					return err
+				}
+				res, err := wc.SubmitTask(ctx, sealed, o)
+				if err != nil {
+					return appError(err)
+				}
+				if !wait {
+					return a.emit(res, func(w io.Writer) error {
+						verb := "submitted"
+						if res.Existing {
+							verb = "already submitted (same envelope)"
+						}
+						fmt.Fprintf(w, "task %s %s to run %s\n  workflow %s\n  envelope %s\n", res.TaskID, verb, sealed.RunID, res.WorkflowID, res.EnvelopeDigest)
+						return nil
+					})
+				}
+				if a.global.output == "text" {
+					fmt.Fprintf(a.deps.Stdout, "task %s submitted to run %s (envelope %s)\n", res.TaskID, sealed.RunID, res.EnvelopeDigest)
+				}
+				return a.follow(ctx, wc, res.TaskID)
+			})
+		},
+	}
+	opts.bind(c)
+	c.Flags().StringVar(&dataDir, "data-dir", "", dataDirHelp)
+	c.Flags().BoolVar(&wait, "wait", false, "follow the task with progress lines until it ends")
+	return c
+}
+
+func hasInputPaths(env envelope.Envelope) bool {
+	for _, in := range env.Inputs {
+		if in.Path != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// follow prints progress lines as the task's lease view changes, until the
+// task ends; then the outcome.
+func (a *app) follow(ctx context.Context, wc *wdcclient.Client, taskID string) error {
+	p := &progress{w: a.deps.Stdout, quiet: a.global.output == "json"}
+	var last api.TaskView
+	for {
+		v, err := wc.Task(ctx, taskID)
+		if err != nil && !errors.Is(err, wdcclient.ErrNotFound) {
+			return err
+		}
+		if err == nil {
+			p.diff(last, v)
+			last = v
+			if v.State.Terminal() {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("stopped following task %s (it keeps running): %w", taskID, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	if a.global.output == "json" {
+		if err := printJSON(a.deps.Stdout, last); err != nil {
+			return err
+		}
+	} else if last.Result != nil {
+		printResult(a.deps.Stdout, *last.Result)
+	}
+	if last.State != api.TaskCompleted {
+		return exitError{ExitNoResult, fmt.Errorf("task %s ended %s after %d attempt(s)", taskID, last.State, len(last.Leases))}
+	}
+	return nil
+}
+
+// progress turns successive task views into progress lines.
+type progress struct {
+	w     io.Writer
+	quiet bool
+}
+
+func (p *progress) line(format string, args ...any) {
+	if !p.quiet {
+		fmt.Fprintf(p.w, "%s  %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+	}
+}
+
+func (p *progress) diff(old, cur api.TaskView) {
+	for i := len(old.Leases); i < len(cur.Leases); i++ {
+		l := cur.Leases[i]
+		p.line("lease granted: attempt %d, fence %d, worker %s (ttl %s)", l.Attempt, l.Fence, l.WorkerID, l.TTL)
+	}
+	if cur.AttemptDir != "" && cur.AttemptDir != old.AttemptDir && cur.Lease != nil {
+		p.line("attempt %d running on %s in %s", cur.Lease.Attempt, cur.Lease.WorkerID, cur.AttemptDir)
+	}
+	for i := range cur.Leases {
+		l := cur.Leases[i]
+		was := lease.Active
+		if i < len(old.Leases) {
+			was = old.Leases[i].State
+		}
+		if was == lease.Active && l.State != lease.Active {
+			switch l.State {
+			case lease.Expired:
+				p.line("lease expired: attempt %d, fence %d on %s", l.Attempt, l.Fence, l.WorkerID)
+			case lease.Revoked:
+				p.line("lease revoked (%s): attempt %d, fence %d on %s", l.EndReason, l.Attempt, l.Fence, l.WorkerID)
+			}
+		}
+	}
+	for i := len(old.Directives); i < len(cur.Directives); i++ {
+		d := cur.Directives[i]
+		p.line("retry: %s -> attempt %d, fence %d, same envelope (%s)", d.Reason, d.NextAttempt, d.NextFence, d.Detail)
+	}
+	if cur.Waiting != "" && cur.Waiting != old.Waiting {
+		p.line("waiting: %s", cur.Waiting)
+	}
+	if cur.Result != nil && old.Result == nil {
+		r := cur.Result
+		p.line("result accepted: attempt %d, fence %d from %s, exit code %d, %d artifact(s)", r.Attempt, r.Fence, r.WorkerID, r.ExitCode, len(r.Artifacts))
+	}
+	if cur.State.Terminal() && cur.State != old.State {
+		p.line("task %s %s after %d attempt(s)", cur.TaskID, cur.State, len(cur.Leases))
+	}
+}
+
+func printResult(w io.Writer, r api.TaskResult) {
+	fmt.Fprintf(w, "result of %s: attempt %d, fence %d, worker %s, exit code %d\n", r.TaskID, r.Attempt, r.Fence, r.WorkerID, r.ExitCode)
+	if r.OutputError != "" {
+		fmt.Fprintf(w, "  outputs rejected: %s\n", r.OutputError)
+	}
+	for _, art := range r.Artifacts {
+		fmt.Fprintf(w, "  %s  %s  %d bytes\n", art.Digest, art.Name, art.SizeBytes)
+	}
+}
+
+func (a *app) newTasksStatusCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:     "status TASK_ID",
+		Short:   "Show a task's state, current lease, lease history and retry directives",
+		Example: `  wdc tasks status checksum-1 -o json`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+				v, err := wc.Task(c.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				return a.emit(v, func(w io.Writer) error {
+					fmt.Fprintf(w, "task      %s\nrun       %s\nstate     %s\nenvelope  %s\nattempts  %d of %d\n", v.TaskID, v.RunID, v.State, v.EnvelopeDigest, len(v.Leases), v.MaxAttempts)
+					if v.Waiting != "" {
+						fmt.Fprintf(w, "waiting   %s\n", v.Waiting)
+					}
+					if err := printLeases(w, v); err != nil {
+						return err
+					}
+					if v.Result != nil {
+						printResult(w, *v.Result)
+					}
+					return nil
+				})
+			})
+		},
+	}
+}
+
+func printLeases(w io.Writer, v api.TaskView) error {
+	if len(v.Leases) == 0 {
+		fmt.Fprintln(w, "no lease granted yet")
+		return nil
+	}
+	tw := table(w)
+	fmt.Fprintln(tw, "ATTEMPT\tFENCE\tWORKER\tSTATE\tGRANTED\tEXPIRES/ENDED\tREASON")
+	for _, l := range v.Leases {
+		end := l.ExpiresAt
+		if !l.EndedAt.IsZero() {
+			end = l.EndedAt
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\n", l.Attempt, l.Fence, l.WorkerID, l.State,
+			l.GrantedAt.Local().Format("15:04:05.000"), end.Local().Format("15:04:05.000"), l.EndReason)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, d := range v.Directives {
+		fmt.Fprintf(w, "retry directive: %s from %s -> attempt %d, fence %d (%s)\n", d.Reason, d.PreviousWorker, d.NextAttempt, d.NextFence, d.Detail)
+	}
+	return nil
+}
+
+func (a *app) newTasksListCommand() *cobra.Command {
+	var state, run string
+	c := &cobra.Command{
+		Use:   "list",
+		Short: "List tasks from visibility",
+		Example: `  wdc tasks list --state LEASED
+  wdc tasks list --run demo-run -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			state = strings.ToUpper(state)
+			switch api.TaskState(state) {
+			case "", api.TaskPending, api.TaskLeased, api.TaskIngesting, api.TaskBackoff, api.TaskCompleted, api.TaskRetriesExhausted, api.TaskCancelled:
+			default:
+				return usagef("--state %q: want PENDING, LEASED, INGESTING, BACKOFF, COMPLETED, RETRIES_EXHAUSTED or CANCELLED", state)
+			}
+			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+				tasks, err := wc.ListTasks(c.Context(), state, run)
+				if err != nil {
+					return err
+				}
+				if tasks == nil {
+					tasks = []wdcclient.TaskSummary{}
+				}
+				return a.emit(tasks, func(w io.Writer) error {
+					if len(tasks) == 0 {
+						fmt.Fprintln(w, "no tasks")
+						return nil
+					}
+					tw := table(w)
+					fmt.Fprintln(tw, "TASK\tRUN\tSTATE\tATTEMPT\tFENCE\tWORKER\tSTARTED")
+					for _, t := range tasks {
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", t.TaskID, t.RunID, t.State, t.Attempt, t.Fence, t.WorkerID, t.Started.Local().Format(time.DateTime))
+					}
+					return tw.Flush()
+				})
+			})
+		},
+	}
+	c.Flags().StringVar(&state, "state", "", "only tasks in this state")
+	c.Flags().StringVar(&run, "run", "", "only tasks of this run")
+	return c
+}
+
+func (a *app) newTasksResultCommand() *cobra.Command {
+	var outDir, dataDir string
+	c := &cobra.Command{
+		Use:   "result TASK_ID",
+		Short: "Show a completed task's accepted result; --output-dir copies its artifacts out of the blob store",
+		Example: `  wdc tasks result checksum-1
+  wdc tasks result checksum-1 --output-dir ./results`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+				v, err := wc.Task(c.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				if v.Result == nil {
+					return exitError{ExitNoResult, fmt.Errorf("task %s has no accepted result (state %s)", v.TaskID, v.State)}
+				}
+				if outDir != "" {
+					if dataDir == "" {
+						dataDir = a.defaultDataDir()
+					}
+					if err := copyArtifacts(dataDir, outDir, v.Result.Artifacts); err != nil {
+						return err
+					}
+				}
+				return a.emit(v.Result, func(w io.Writer) error {
+					printResult(w, *v.Result)
+					if outDir != "" {
+						fmt.Fprintf(w, "artifacts copied to %s\n", outDir)
+					}
+					return nil
+				})
+			})
+		},
+	}
+	c.Flags().StringVar(&outDir, "output-dir", "", "copy the artifacts here (verified against their digests)")
+	c.Flags().StringVar(&dataDir, "data-dir", "", dataDirHelp)
+	return c
+}
+
+func copyArtifacts(dataDir, outDir string, arts []api.Artifact) error {
+	store, err := blobstore.Open(dataDir)
+	if err != nil {
+		return err
+	}
+	for _, art := range arts {
+		dst := filepath.Join(outDir, filepath.FromSlash(art.Name))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		if err := store.CopyTo(art.Digest, dst, 0o644); err != nil {
+			return fmt.Errorf("artifact %s: %w", art.Name, err)
+		}
+	}
+	return nil
+}
+
+func (a *app) newTasksCancelCommand() *cobra.Command {
+	var reason string
+	c := &cobra.Command{
+		Use:   "cancel TASK_ID",
+		Short: "Cancel a task: its lease is revoked, its attempt killed, and it ends CANCELLED",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+				_, err := wc.CancelTask(c.Context(), args[0], reason)
+				if err != nil {
+					return err
+				}
+				out, err := wc.WaitTask(c.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				return a.emit(out, func(w io.Writer) error {
+					fmt.Fprintf(w, "task %s %s\n", out.TaskID, out.State)
+					return nil
+				})
+			})
+		},
+	}
+	c.Flags().StringVar(&reason, "reason", "", "why, kept with the cancellation")
+	return c
+}

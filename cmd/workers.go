@@ -1,0 +1,437 @@
+package cmd
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/executor"
+	"github.com/wdc-runtime/wdc/internal/fleet"
+	"github.com/wdc-runtime/wdc/internal/lease"
+	"github.com/wdc-runtime/wdc/internal/wdcclient"
+)
+
+func (a *app) newWorkersCommand() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "workers",
+		Short: "Register, inspect and manage fleet workers (the registry)",
+		Long: `The worker registry: one WdcWorker workflow per fleet worker (ID wdc-worker/<id>).
+
+A worker is ACTIVE while it heartbeats, STALE after --stale-after without a
+heartbeat (its leases are revoked as worker_lost), OFFLINE after --offline-after
+(it must register again, which starts a new incarnation), and DRAINING after
+'workers drain' (no new reservations). 'wdc agent' registers and heartbeats by
+itself; these commands are for operators and scripts.`,
+	}
+	c.AddCommand(
+		a.newWorkersRegisterCommand(),
+		a.newWorkersListCommand(),
+		a.newWorkersHeartbeatCommand(),
+		a.newWorkersDrainCommand(),
+		a.newWorkersSweepCommand(),
+		a.newWorkersAssignCommand(),
+		a.newWorkersLeaseCommand(),
+		a.newWorkersRenderLaunchCommand(),
+	)
+	return c
+}
+
+func (a *app) newWorkersRegisterCommand() *cobra.Command {
+	r := &registrationFlags{}
+	c := &cobra.Command{
+		Use:   "register",
+		Short: "Register (or re-register) a fleet worker; prints its incarnation",
+		Long: `Register a fleet worker in the registry (UpdateWithStart of its WdcWorker
+workflow). Registering again starts a new incarnation: heartbeats of the old one
+are ignored and leases held under it are revoked (worker_lost).
+
+The registration is validated before anything is written: a bad ID, a negative
+capacity or a malformed label is refused with exit code 2.`,
+		Example: `  wdc workers register --worker-id gpu-01 --cpu 32 --memory 128Gi --gpus 4 \
+      --label zone=eu-1 --capability cuda12
+  wdc workers register --worker-id small --cpu 500m --memory 512Mi -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			reg, err := r.registration()
+			if err != nil {
+				return err
+			}
+			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+				res, err := wc.RegisterWorker(c.Context(), reg)
+				if err != nil {
+					return appError(err)
+				}
+				return a.emit(res, func(w io.Writer) error {
+					fmt.Fprintf(w, "registered worker %s, incarnation %d (%s)\n", res.WorkerID, res.Incarnation, formatResources(reg.Capacity))
+					return nil
+				})
+			})
+		},
+	}
+	r.bind(c.Flags())
+	return c
+}
+
+func (a *app) newWorkersListCommand() *cobra.Command {
+	var state string
+	c := &cobra.Command{
+		Use:   "list",
+		Short: "List registered workers from visibility, optionally in one state",
+		Example: `  wdc workers list
+  wdc workers list --state STALE -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			state = strings.ToUpper(state)
+			switch fleet.State(state) {
+			case "", fleet.Active, fleet.Stale, fleet.Draining, fleet.Offline:
+			default:
+				return usagef("--state %q: want ACTIVE, STALE, DRAINING or OFFLINE", state)
+			}
+			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+				views, err := wc.ListWorkers(c.Context(), state)
+				if err != nil {
+					return err
+				}
+				if views == nil {
+					views = []api.WorkerView{}
+				}
+				return a.emit(views, func(w io.Writer) error {
+					if len(views) == 0 {
+						fmt.Fprintln(w, "no workers")
+						return nil
+					}
+					tw := table(w)
+					fmt.Fprintln(tw, "WORKER\tSTATE\tINCARNATION\tLAST HEARTBEAT\tCAPACITY\tFREE\tLEASES")
+					for _, v := range views {
+						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\n", v.WorkerID, v.State, v.Incarnation,
+							ago(v.LastHeartbeatAt), formatResources(v.Capacity), formatResources(v.Free), len(v.Reservations))
+					}
+					return tw.Flush()
+				})
+			})
+		},
+	}
+	c.Flags().StringVar(&state, "state", "", "only workers in this state: ACTIVE, STALE, DRAINING, OFFLINE")
+	return c
+}
+
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return time.Since(t).Round(time.Second).String() + " ago"
+}
+
+func (a *app) newWorkersHeartbeatCommand() *cobra.Command {
+	var (
+		workerID    string
+		incarnation int64
+		seq         int64
+		every       time.Duration
+	)
+	c := &cobra.Command{
+		Use:   "heartbeat",
+		Short: "Send a worker heartbeat (once, or every --every until interrupted)",
+		Long: `Send worker-heartbeat signals for one incarnation. Without --incarnation the
+current one is used. A heartbeat of another incarnation, or for an OFFLINE
+worker, is ignored by the registry (register again instead).`,
+		Example: `  wdc workers heartbeat --worker-id gpu-01
+  wdc workers heartbeat --worker-id gpu-01 --every 5s`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if err := fleet.ValidateID("--worker-id", workerID); err != nil {
+				return usageError{err}
+			}
+			if every < 0 {
+				return usagef("--every: must not be negative")
+			}
+			ctx := c.Context()
+			return a.withClient(ctx, func(wc *wdcclient.Client) error {
+				if incarnation == 0 {
+					v, err := wc.Worker(ctx, workerID)
+					if err != nil {
+						return err
+					}
+					incarnation = v.Incarnation
+				}
+				for {
+					seq++
+					if err := wc.WorkerHeartbeat(ctx, api.WorkerHeartbeatSignal{WorkerID: workerID, Incarnation: incarnation, Seq: seq}); err != nil {
+						return err
+					}
+					v, err := wc.Worker(ctx, workerID)
+					if err != nil {
+						return err
+					}
+					out := map[string]any{"worker_id": workerID, "incarnation": incarnation, "seq": seq, "state": v.State}
+					if err := a.emit(out, func(w io.Writer) error {
+						fmt.Fprintf(w, "heartbeat %d sent to %s (incarnation %d); state %s\n", seq, workerID, incarnation, v.State)
+						return nil
+					}); err != nil {
+						return err
+					}
+					if every == 0 {
+						return nil
+					}
+					select {
+					case <-ctx.Done():
+						return nil
+					case <-time.After(every):
+					}
+				}
+			})
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&workerID, "worker-id", "", "the worker (required)")
+	f.Int64Var(&incarnation, "incarnation", 0, "the incarnation to heartbeat for (default: the current one)")
+	f.Int64Var(&seq, "seq", 0, "start sequence numbers after this value")
+	f.DurationVar(&every, "every", 0, "keep sending at this interval until interrupted (0: once)")
+	return c
+}
+
+func (a *app) newWorkersDrainCommand() *cobra.Command {
+	var workerID, reason string
+	c := &cobra.Command{
+		Use:     "drain",
+		Short:   "Stop new reservations on a worker; running attempts finish",
+		Example: `  wdc workers drain --worker-id gpu-01 --reason "kernel upgrade"`,
+		Args:    cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if err := fleet.ValidateID("--worker-id", workerID); err != nil {
+				return usageError{err}
+			}
+			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+				v, err := wc.DrainWorker(c.Context(), workerID, reason)
+				if err != nil {
+					return err
+				}
+				return a.emit(v, func(w io.Writer) error {
+					fmt.Fprintf(w, "worker %s is %s; %d lease(s) still running\n", v.WorkerID, v.State, len(v.Reservations))
+					return nil
+				})
+			})
+		},
+	}
+	c.Flags().StringVar(&workerID, "worker-id", "", "the worker (required)")
+	c.Flags().StringVar(&reason, "reason", "", "why, for operators")
+	return c
+}
+
+func (a *app) newWorkersSweepCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "sweep",
+		Short: "Make every worker re-evaluate its liveness now",
+		Long: `Signal 'sweep' to every registered worker: each re-applies its stale-after and
+offline-after windows immediately instead of at its next timer.`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+				n, err := wc.Sweep(c.Context())
+				if err != nil {
+					return err
+				}
+				return a.emit(map[string]int{"swept": n}, func(w io.Writer) error {
+					fmt.Fprintf(w, "swept %d worker(s)\n", n)
+					return nil
+				})
+			})
+		},
+	}
+}
+
+// assignment is `workers assign` output.
+type assignment struct {
+	TaskID    string             `json:"task_id"`
+	Chosen    string             `json:"chosen,omitempty"`
+	Eligible  []string           `json:"eligible"`
+	Passed    []fleet.Ineligible `json:"passed_over"`
+	Avoid     string             `json:"avoid,omitempty"`
+	Requested string             `json:"requested"`
+}
+
+func (a *app) newWorkersAssignCommand() *cobra.Command {
+	var avoid string
+	c := &cobra.Command{
+		Use:   "assign ENVELOPE",
+		Short: "Show which worker a task would be assigned to, and why the others would not (dry run)",
+		Long: `Apply the selection rule to an envelope without reserving anything: ACTIVE
+workers whose free capacity, capabilities and labels fit, in preference order
+(--avoid last, then most free CPU and memory). WdcTask uses the same rule and
+then reserves on the first worker that accepts.`,
+		Example: `  wdc workers assign examples/checksum.json
+  wdc workers assign task.json --avoid worker-a -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			env, err := readEnvelopeFile(args[0])
+			if err != nil {
+				return err
+			}
+			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+				views, err := wc.ListWorkers(c.Context(), "")
+				if err != nil {
+					return err
+				}
+				workers := make([]fleet.Worker, 0, len(views))
+				for _, v := range views {
+					workers = append(workers, v.Worker)
+				}
+				ranked, passed := fleet.Rank(workers, env.Requirements(), avoid)
+				out := assignment{TaskID: env.TaskID, Avoid: avoid, Passed: passed, Eligible: []string{}, Requested: formatResources(env.Resources)}
+				for _, w := range ranked {
+					out.Eligible = append(out.Eligible, w.WorkerID)
+				}
+				if len(ranked) > 0 {
+					out.Chosen = ranked[0].WorkerID
+				}
+				return a.emit(out, func(w io.Writer) error {
+					fmt.Fprintf(w, "task %s requests %s\n", env.TaskID, out.Requested)
+					if out.Chosen == "" {
+						fmt.Fprintln(w, "no eligible worker")
+					} else {
+						fmt.Fprintf(w, "would assign to %s (eligible in order: %s)\n", out.Chosen, strings.Join(out.Eligible, ", "))
+					}
+					for _, p := range passed {
+						fmt.Fprintf(w, "  %s: %s (%s)\n", p.WorkerID, p.Reason, p.Detail)
+					}
+					return nil
+				})
+			})
+		},
+	}
+	c.Flags().StringVar(&avoid, "avoid", "", "a worker to prefer last (the previous holder on a retry)")
+	return c
+}
+
+func (a *app) newWorkersLeaseCommand() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "lease TASK_ID",
+		Short: "Show a task's current lease and its lease history",
+		Example: `  wdc workers lease checksum-1
+  wdc workers lease checksum-1 -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+				v, err := wc.Task(c.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				out := struct {
+					TaskID     string                 `json:"task_id"`
+					Lease      *lease.Lease           `json:"lease"`
+					Leases     []lease.Lease          `json:"leases"`
+					Directives []lease.RetryDirective `json:"directives"`
+				}{v.TaskID, v.Lease, v.Leases, v.Directives}
+				return a.emit(out, func(w io.Writer) error { return printLeases(w, v) })
+			})
+		},
+	}
+	return c
+}
+
+// renderedLaunch is what a Local launch would run.
+type renderedLaunch struct {
+	Launcher string   `json:"launcher"`
+	WorkerID string   `json:"worker_id"`
+	TaskDir  string   `json:"task_dir"`
+	Program  string   `json:"program"`
+	Args     []string `json:"args"`
+	Env      []string `json:"env"`
+	Digest   string   `json:"envelope_digest"`
+	Attempt  int64    `json:"attempt"`
+	Fence    int64    `json:"fence"`
+}
+
+func (a *app) newWorkersRenderLaunchCommand() *cobra.Command {
+	var (
+		workerID       string
+		workDir        string
+		attempt, fence int64
+	)
+	c := &cobra.Command{
+		Use:   "render-launch ENVELOPE",
+		Short: "Print the exact command, environment and task directory a Local launch would use",
+		Long: `Render a Local launch without running anything: the resolved program and
+arguments, the complete environment (the envelope's env plus WDC_TASK_ID,
+WDC_ATTEMPT, WDC_FENCE, WDC_TASK_DIR — nothing is inherited), and the task
+directory <work-dir>/<task>/<attempt>-<fence>. No server is contacted.`,
+		Example: `  wdc workers render-launch examples/checksum.json --worker-id worker-a
+  wdc workers render-launch task.json --worker-id w1 --attempt 2 --fence 2 -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if err := fleet.ValidateID("--worker-id", workerID); err != nil {
+				return usageError{err}
+			}
+			if attempt < 1 || fence < 1 {
+				return usagef("--attempt and --fence: must be at least 1")
+			}
+			env, err := readEnvelopeFile(args[0])
+			if err != nil {
+				return err
+			}
+			digest, err := env.Digest()
+			if err != nil {
+				return err
+			}
+			if workDir == "" {
+				workDir = defaultWorkDir(a.defaultDataDir(), workerID)
+			}
+			claim := lease.Claim{TaskID: env.TaskID, WorkerID: workerID, Attempt: attempt, Fence: fence, EnvelopeDigest: digest}
+			dir := executor.TaskDir(workDir, claim)
+			out := renderedLaunch{Launcher: env.Launcher, WorkerID: workerID, TaskDir: dir, Args: env.Command,
+				Env: executor.Environ(env, claim, dir), Digest: digest, Attempt: attempt, Fence: fence}
+			if env.Launcher != "local" {
+				return usagef("envelope launcher %q: render-launch renders Local launches only in this version", env.Launcher)
+			}
+			prog, err := executor.ResolveCommand(env, dir)
+			if err != nil {
+				prog = env.Command[0] + "  (" + err.Error() + ")"
+			}
+			out.Program = prog
+			return a.emit(out, func(w io.Writer) error {
+				fmt.Fprintf(w, "launcher  local on %s\n", workerID)
+				fmt.Fprintf(w, "task dir  %s\n", dir)
+				fmt.Fprintf(w, "program   %s\n", prog)
+				fmt.Fprintf(w, "argv      %s\n", shellQuote(env.Command))
+				fmt.Fprintln(w, "env (complete; nothing inherited):")
+				for _, kv := range out.Env {
+					fmt.Fprintf(w, "  %s\n", kv)
+				}
+				fmt.Fprintf(w, "process   own process group, SIGKILL if the agent dies\n")
+				return nil
+			})
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&workerID, "worker-id", "", "the worker that would run it (required)")
+	f.StringVar(&workDir, "work-dir", "", "the agent's work directory (default <data-dir>/work/<worker-id>)")
+	f.Int64Var(&attempt, "attempt", 1, "attempt number")
+	f.Int64Var(&fence, "fence", 1, "fencing token")
+	return c
+}
+
+func defaultWorkDir(dataDir, workerID string) string {
+	return dataDir + string(os.PathSeparator) + "work" + string(os.PathSeparator) + workerID
+}
+
+func shellQuote(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a != "" && strings.IndexFunc(a, func(r rune) bool {
+			return !(r == '-' || r == '_' || r == '.' || r == '/' || r == '=' || r == ':' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+		}) < 0 {
+			out[i] = a
+			continue
+		}
+		out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(out, " ")
+}
+
+var _ = context.Background
