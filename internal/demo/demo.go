@@ -24,7 +24,8 @@ import (
 	"github.com/wdc-runtime/wdc/worker"
 )
 
-// ChecksumScript is the demo task's program (run by /bin/sh): it checksums
+// ChecksumScript is the demo task's program (examples/checksum.sh, run by
+// /bin/sh as inputs/checksum.sh): it checksums
 // and counts its input file and writes a JSON summary artifact that names
 // the attempt and fence that produced it.
 const ChecksumScript = `set -eu
@@ -200,20 +201,23 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		return res, err
 	}
 
-	// A real input file, staged through the blob store.
-	input, err := writeObservations(opts.DataDir)
+	// A real input file and the script, staged through the blob store.
+	dataDigest, dataSize, err := store.Put(strings.NewReader(observations()))
 	if err != nil {
 		return res, err
 	}
-	digest, size, err := store.PutFile(input)
+	scriptDigest, scriptSize, err := store.Put(strings.NewReader(ChecksumScript))
 	if err != nil {
 		return res, err
 	}
 	env := envelope.Envelope{
 		TaskID: ids.task, RunID: ids.run, WorldID: ids.world,
-		Command:   []string{"/bin/sh", "-c", ChecksumScript},
-		Env:       map[string]string{"PATH": "/usr/bin:/bin", "LC_ALL": "C"},
-		Inputs:    []envelope.Input{{Name: "observations.csv", Digest: digest, SizeBytes: size}},
+		Command: []string{"/bin/sh", "inputs/checksum.sh"},
+		Env:     map[string]string{"PATH": "/usr/bin:/bin", "LC_ALL": "C"},
+		Inputs: []envelope.Input{
+			{Name: "checksum.sh", Digest: scriptDigest, SizeBytes: scriptSize},
+			{Name: "observations.csv", Digest: dataDigest, SizeBytes: dataSize},
+		},
 		Resources: resource.List{CPUMillis: 500, MemoryBytes: 64 << 20},
 		Selector:  label,
 	}
@@ -324,16 +328,15 @@ func waitActive(ctx context.Context, wc *wdcclient.Client, ids ...string) error 
 	}
 }
 
-// writeObservations writes a small deterministic CSV of synthetic sensor
-// observations and returns its path.
-func writeObservations(dir string) (string, error) {
+// observations is a small deterministic CSV of synthetic sensor
+// observations (the same as examples/observations.csv).
+func observations() string {
 	var b strings.Builder
 	b.WriteString("station,hour,temperature_c,pressure_hpa\n")
 	for i := 0; i < 240; i++ {
 		fmt.Fprintf(&b, "st-%02d,%d,%.1f,%.1f\n", i%12, i/12, 12.0+float64(i%17)*0.7, 1003.0+float64(i%23)*0.4)
 	}
-	p := filepath.Join(dir, "observations.csv")
-	return p, os.WriteFile(p, []byte(b.String()), 0o644)
+	return b.String()
 }
 
 // Lines renders the seed report's demo values, then the accepted artifact.

@@ -18,8 +18,10 @@ import (
 	"go.temporal.io/server/common/config"
 	"go.temporal.io/server/common/dynamicconfig"
 	"go.temporal.io/server/common/log"
+	"go.temporal.io/server/common/membership/static"
 	"go.temporal.io/server/common/metrics"
 	sqliteplugin "go.temporal.io/server/common/persistence/sql/sqlplugin/sqlite"
+	"go.temporal.io/server/common/primitives"
 	"go.temporal.io/server/schema/sqlite"
 	"go.temporal.io/server/temporal"
 
@@ -112,6 +114,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	srv, err := temporal.NewServer(
 		temporal.WithConfig(cfg),
 		temporal.ForServices(temporal.DefaultServices),
+		// Static membership: one host per service. With ringpop, a restart on
+		// the same database tries to join the previous process's members.
+		temporal.WithStaticHosts(staticHosts(cfg)),
 		temporal.WithLogger(logger),
 		temporal.WithCustomMetricsHandler(metrics.NoopMetricsHandler),
 		temporal.WithDynamicConfigClient(dynamicconfig.StaticClient{
@@ -119,6 +124,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 			dynamicconfig.FrontendPersistenceMaxQPS.Key():               10000,
 			dynamicconfig.HistoryPersistenceMaxQPS.Key():                45000,
 			dynamicconfig.MatchingPersistenceMaxQPS.Key():               10000,
+			// The default of 10 visibility calls per second is too few for
+			// worker placement and `wdc workers list` on a busy fleet.
+			dynamicconfig.FrontendMaxNamespaceVisibilityRPSPerInstance.Key(): 1000,
 			// Timers otherwise fire up to 1 s late; leases with short TTLs
 			// (the demo, tests) want them on time.
 			dynamicconfig.TimerProcessorMaxTimeShift.Key(): 100 * time.Millisecond,
@@ -130,7 +138,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err := srv.Start(); err != nil {
 		return nil, fmt.Errorf("start temporal server: %w", err)
 	}
-	s := &Server{opts: opts, server: srv, frontend: net.JoinHostPort(opts.IP, strconv.Itoa(opts.Port))}
+	s := &Server{opts: opts, server: srv, frontend: net.JoinHostPort(dialIP(opts.IP), strconv.Itoa(opts.Port))}
 	if err := s.waitReady(ctx); err != nil {
 		_ = srv.Stop()
 		return nil, err
@@ -264,44 +272,44 @@ func prepareStore(opts Options) (*config.SQL, error) {
 	return sqlCfg, nil
 }
 
+// staticHosts maps every service to its single local host.
+func staticHosts(cfg *config.Config) map[primitives.ServiceName]static.Hosts {
+	hosts := map[primitives.ServiceName]static.Hosts{}
+	for name, svc := range cfg.Services {
+		hosts[primitives.ServiceName(name)] = static.SingleLocalHost(net.JoinHostPort(dialIP(svc.RPC.BindOnIP), strconv.Itoa(svc.RPC.GRPCPort)))
+	}
+	return hosts
+}
+
+// dialIP is the address to reach a service bound to ip: loopback for the
+// unspecified address (0.0.0.0, ::).
+func dialIP(ip string) string {
+	if parsed := net.ParseIP(ip); parsed == nil || parsed.IsUnspecified() {
+		return "127.0.0.1"
+	}
+	return ip
+}
+
 // serverConfig is the static configuration of a single-node, single-shard
 // server whose frontend is at opts.IP:opts.Port and whose other services
 // listen on free loopback ports.
 func serverConfig(opts Options, sqlCfg *config.SQL) (*config.Config, error) {
-	service := func(grpcPort int, bindIP string) (config.Service, error) {
-		if grpcPort == 0 {
+	services := map[string]config.Service{}
+	for _, name := range []string{"frontend", "history", "matching", "worker"} {
+		rpc := config.RPC{GRPCPort: opts.Port, BindOnIP: opts.IP}
+		if name != "frontend" {
 			p, err := freePort("127.0.0.1")
 			if err != nil {
-				return config.Service{}, err
+				return nil, err
 			}
-			grpcPort = p
+			rpc = config.RPC{GRPCPort: p, BindOnIP: "127.0.0.1"}
 		}
-		member, err := freePort("127.0.0.1")
-		if err != nil {
-			return config.Service{}, err
-		}
-		rpc := config.RPC{GRPCPort: grpcPort, MembershipPort: member, BindOnIP: bindIP}
-		if bindIP == "" {
-			rpc.BindOnLocalHost = true
-		}
-		return config.Service{RPC: rpc}, nil
+		services[name] = config.Service{RPC: rpc}
 	}
-	services := map[string]config.Service{}
-	for name, port := range map[string]int{"frontend": opts.Port, "history": 0, "matching": 0, "worker": 0} {
-		bind := ""
-		if name == "frontend" {
-			bind = opts.IP
-		}
-		svc, err := service(port, bind)
-		if err != nil {
-			return nil, err
-		}
-		services[name] = svc
-	}
-	frontend := net.JoinHostPort(opts.IP, strconv.Itoa(opts.Port))
+	frontend := net.JoinHostPort(dialIP(opts.IP), strconv.Itoa(opts.Port))
 	return &config.Config{
 		Global: config.Global{
-			Membership: config.Membership{MaxJoinDuration: 30 * time.Second, BroadcastAddress: "127.0.0.1"},
+			Membership: config.Membership{MaxJoinDuration: 30 * time.Second, BroadcastAddress: opts.IP},
 		},
 		Persistence: config.Persistence{
 			DefaultStore:     sqliteplugin.PluginName,
