@@ -1,0 +1,319 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/blobstore"
+	"github.com/wdc-runtime/wdc/internal/envelope"
+	"github.com/wdc-runtime/wdc/internal/lease"
+	"github.com/wdc-runtime/wdc/launchers"
+)
+
+// fakeControl records what the executor sends and answers lease queries
+// with a lease it can change.
+type fakeControl struct {
+	mu         sync.Mutex
+	lease      *lease.Lease
+	hbErr      error
+	submitErr  error
+	heartbeats []api.LeaseHeartbeatSignal
+	submitted  []api.SubmitResultInput
+	failures   []api.AttemptFailedSignal
+}
+
+func (f *fakeControl) Heartbeat(ctx context.Context, hb api.LeaseHeartbeatSignal) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.hbErr != nil {
+		return f.hbErr
+	}
+	f.heartbeats = append(f.heartbeats, hb)
+	return nil
+}
+
+func (f *fakeControl) Lease(ctx context.Context, taskID string) (api.TaskView, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.hbErr != nil {
+		return api.TaskView{}, f.hbErr
+	}
+	l := *f.lease
+	return api.TaskView{TaskID: taskID, State: api.TaskLeased, Lease: &l}, nil
+}
+
+func (f *fakeControl) SubmitResult(ctx context.Context, in api.SubmitResultInput) (api.SubmitResultResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.submitted = append(f.submitted, in)
+	if f.submitErr != nil {
+		return api.SubmitResultResult{}, f.submitErr
+	}
+	return api.SubmitResultResult{Accepted: true, Result: api.TaskResult{TaskID: in.TaskID, Fence: in.Fence, Artifacts: in.Artifacts}}, nil
+}
+
+func (f *fakeControl) ReportFailure(ctx context.Context, fl api.AttemptFailedSignal) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failures = append(f.failures, fl)
+	return nil
+}
+
+func (f *fakeControl) setLease(edit func(*lease.Lease)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	edit(f.lease)
+}
+
+type fixture struct {
+	t     *testing.T
+	blobs *blobstore.Store
+	root  string
+	ctl   *fakeControl
+	env   envelope.Envelope
+	lease lease.Lease
+}
+
+func newFixture(t *testing.T, script string, inputs map[string]string) *fixture {
+	t.Helper()
+	blobs, err := blobstore.Open(t.TempDir())
+	require.NoError(t, err)
+	env := envelope.Envelope{
+		TaskID: "t1", RunID: "r1", WorldID: "w1",
+		Command: []string{"/bin/sh", "-c", script},
+		Env:     map[string]string{"PATH": "/usr/bin:/bin", "GREETING": "hi"},
+	}
+	for name, content := range inputs {
+		d, n, err := blobs.Put(strings.NewReader(content))
+		require.NoError(t, err)
+		env.Inputs = append(env.Inputs, envelope.Input{Name: name, Digest: d, SizeBytes: n})
+	}
+	env.Normalize()
+	digest, err := env.Digest()
+	require.NoError(t, err)
+	l := lease.Lease{TaskID: "t1", EnvelopeDigest: digest, WorkerID: "w-a", Attempt: 1, Fence: 1, State: lease.Active, TTL: 3 * time.Second}
+	lc := l
+	return &fixture{t: t, blobs: blobs, root: t.TempDir(), ctl: &fakeControl{lease: &lc}, env: env, lease: l}
+}
+
+func (f *fixture) start(mod func(*Options)) *Execution {
+	f.t.Helper()
+	opts := Options{
+		Attempt: launchers.Attempt{Envelope: f.env, Lease: f.lease, HeartbeatInterval: 100 * time.Millisecond},
+		Root:    f.root, Blobs: f.blobs, Control: f.ctl,
+	}
+	if mod != nil {
+		mod(&opts)
+	}
+	ex, err := Start(opts)
+	require.NoError(f.t, err)
+	return ex
+}
+
+func (f *fixture) wait(ex *Execution) Report {
+	f.t.Helper()
+	select {
+	case <-ex.Done():
+		return ex.Report()
+	case <-time.After(20 * time.Second):
+		f.t.Fatal("attempt did not end")
+		return Report{}
+	}
+}
+
+func TestRunsWithOnlyTheEnvelopeEnvironment(t *testing.T) {
+	t.Setenv("WDC_TEST_SECRET", "hunter2")
+	f := newFixture(t, `env | sort > outputs/env.txt; cat inputs/data/obs.csv > outputs/copy.csv`, map[string]string{"data/obs.csv": "a,b\n1,2\n"})
+	rep := f.wait(f.start(nil))
+	require.Equal(t, OutcomeAccepted, rep.Outcome, "%+v", rep)
+
+	dir := TaskDir(f.root, claimOf(f.lease))
+	envTxt, err := os.ReadFile(filepath.Join(dir, "outputs", "env.txt"))
+	require.NoError(t, err)
+	assert.NotContains(t, string(envTxt), "hunter2", "the agent's environment must not leak into the task")
+	for _, want := range []string{"GREETING=hi", "WDC_TASK_ID=t1", "WDC_ATTEMPT=1", "WDC_FENCE=1", "WDC_TASK_DIR=" + dir} {
+		assert.Contains(t, string(envTxt), want)
+	}
+	copyCSV, _ := os.ReadFile(filepath.Join(dir, "outputs", "copy.csv"))
+	assert.Equal(t, "a,b\n1,2\n", string(copyCSV), "inputs are staged from the blob store")
+	for _, name := range []string{"envelope.json", "result.json", "stdout.log", "stderr.log"} {
+		assert.FileExists(t, filepath.Join(dir, name))
+	}
+
+	require.Len(t, f.ctl.submitted, 1)
+	sub := f.ctl.submitted[0]
+	assert.Equal(t, claimOf(f.lease), sub.Claim)
+	require.Len(t, sub.Artifacts, 2)
+	assert.Equal(t, "copy.csv", sub.Artifacts[0].Name)
+	staged := filepath.Join(f.blobs.StagingDir("t1", 1, 1), "copy.csv")
+	assert.FileExists(t, staged, "outputs are staged for ingest")
+	assert.NotEmpty(t, f.ctl.heartbeats, "heartbeats were sent")
+}
+
+func TestNonZeroExitIsAResult(t *testing.T) {
+	f := newFixture(t, `echo partial > outputs/p.txt; exit 3`, nil)
+	rep := f.wait(f.start(nil))
+	assert.Equal(t, OutcomeAccepted, rep.Outcome)
+	assert.Equal(t, 3, rep.ExitCode)
+	require.Len(t, f.ctl.submitted, 1)
+	assert.Equal(t, 3, f.ctl.submitted[0].ExitCode)
+}
+
+func TestKilledBySignalIsInfraKilled(t *testing.T) {
+	for name, script := range map[string]string{"SIGKILL": `kill -9 $$`, "exit 137": `exit 137`} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, script, nil)
+			rep := f.wait(f.start(nil))
+			assert.Equal(t, OutcomeInfraKilled, rep.Outcome)
+			assert.Empty(t, f.ctl.submitted, "no result is submitted")
+			require.Len(t, f.ctl.failures, 1)
+			assert.Equal(t, lease.ReasonInfraKilled, f.ctl.failures[0].Reason)
+		})
+	}
+}
+
+func TestOutputRulesRejectSymlinksAndOversize(t *testing.T) {
+	tests := map[string]struct {
+		script string
+		limits OutputLimits
+		want   string
+	}{
+		"symlink to a file": {`ln -s /etc/passwd outputs/link`, OutputLimits{}, "outputs/link: is a symlink"},
+		"symlink to a dir":  {`mkdir outputs/d; ln -s .. outputs/d/up`, OutputLimits{}, "outputs/d/up: is a symlink"},
+		"fifo":              {`mkfifo outputs/pipe`, OutputLimits{}, "not a regular file"},
+		"file too big":      {`head -c 2048 /dev/zero > outputs/big`, OutputLimits{MaxFileBytes: 1024}, "over the 1024-byte cap"},
+		"too many files":    {`touch outputs/a outputs/b outputs/c`, OutputLimits{MaxFiles: 2}, "over the cap of 2 files"},
+		"total too big":     {`head -c 600 /dev/zero > outputs/a; head -c 600 /dev/zero > outputs/b`, OutputLimits{MaxTotalBytes: 1000}, "total cap"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, tc.script, nil)
+			rep := f.wait(f.start(func(o *Options) { o.Limits = tc.limits }))
+			require.Len(t, f.ctl.submitted, 1, "the program's outcome is still a result")
+			sub := f.ctl.submitted[0]
+			assert.Contains(t, sub.OutputError, tc.want)
+			assert.Empty(t, sub.Artifacts, "nothing is half-staged")
+			assert.NoDirExists(t, f.blobs.StagingDir("t1", 1, 1))
+			assert.Contains(t, rep.OutputError, tc.want)
+		})
+	}
+}
+
+func TestSelfFencesWhenTheLeaseMovesOn(t *testing.T) {
+	f := newFixture(t, `sleep 30 & echo $! > child.pid; wait`, nil)
+	ex := f.start(nil)
+	time.Sleep(300 * time.Millisecond)
+	f.ctl.setLease(func(l *lease.Lease) { l.Fence, l.Attempt, l.WorkerID = 2, 2, "w-b" })
+	rep := f.wait(ex)
+	assert.Equal(t, OutcomeSelfFenced, rep.Outcome)
+	assert.Contains(t, rep.Message, "stale_fence")
+	assert.Empty(t, f.ctl.submitted)
+	assertGroupDead(t, f, ex)
+}
+
+func TestSelfFencesWhenUnreachableForATTL(t *testing.T) {
+	f := newFixture(t, `sleep 30`, nil)
+	f.lease.TTL = time.Second
+	f.ctl.lease.TTL = time.Second
+	ex := f.start(nil)
+	f.ctl.mu.Lock()
+	f.ctl.hbErr = errors.New("connection refused")
+	f.ctl.mu.Unlock()
+	began := time.Now()
+	rep := f.wait(ex)
+	assert.Equal(t, OutcomeSelfFenced, rep.Outcome)
+	assert.Contains(t, rep.Message, "unreachable")
+	assert.Less(t, time.Since(began), 5*time.Second)
+}
+
+func TestCancelKillsTheProcessGroup(t *testing.T) {
+	f := newFixture(t, `sleep 30 & echo $! > child.pid; wait`, nil)
+	ex := f.start(nil)
+	time.Sleep(300 * time.Millisecond)
+	ex.Cancel("lease expired")
+	rep := f.wait(ex)
+	assert.Equal(t, OutcomeCancelled, rep.Outcome)
+	assert.Empty(t, f.ctl.submitted)
+	assertGroupDead(t, f, ex)
+}
+
+func TestExecutionTimeoutIsExit124(t *testing.T) {
+	f := newFixture(t, `sleep 30`, nil)
+	f.env.Timeouts.ExecutionSeconds = 1
+	d, _ := f.env.Digest()
+	f.lease.EnvelopeDigest = d
+	f.ctl.lease.EnvelopeDigest = d
+	rep := f.wait(f.start(nil))
+	assert.Equal(t, OutcomeAccepted, rep.Outcome)
+	assert.Equal(t, ExitTimedOut, rep.ExitCode)
+}
+
+func TestRejectedSubmissionRemovesStaging(t *testing.T) {
+	f := newFixture(t, `echo x > outputs/x`, nil)
+	f.ctl.submitErr = &Rejected{Reason: string(lease.RejectStaleFence), Message: "fence 1 is not the current fence 2"}
+	rep := f.wait(f.start(nil))
+	assert.Equal(t, OutcomeRejected, rep.Outcome)
+	assert.Equal(t, "stale_fence", rep.Reason)
+	assert.NoDirExists(t, f.blobs.StagingDir("t1", 1, 1), "a refused attempt's outputs never linger")
+}
+
+func TestFreezeDelaysSubmissionButNotTheCommand(t *testing.T) {
+	f := newFixture(t, `echo done > outputs/done`, nil)
+	thaw := make(chan struct{})
+	frozen := make(chan struct{})
+	ex := f.start(func(o *Options) {
+		o.Faults.Freeze = func(lease.Claim) { close(frozen); <-thaw }
+	})
+	<-frozen
+	time.Sleep(300 * time.Millisecond)
+	f.ctl.mu.Lock()
+	n := len(f.ctl.submitted)
+	f.ctl.mu.Unlock()
+	assert.Equal(t, 0, n, "a frozen executor submits nothing")
+	ex.Cancel("too late")
+	close(thaw)
+	rep := f.wait(ex)
+	assert.Equal(t, OutcomeAccepted, rep.Outcome, "a cancel after the command exited does not stop the submission; the fence decides")
+}
+
+func TestStartFailuresLeaveNothingRunning(t *testing.T) {
+	f := newFixture(t, `true`, nil)
+	f.env.Command = []string{"no-such-program-xyz"}
+	d, _ := f.env.Digest()
+	f.lease.EnvelopeDigest = d
+	_, err := Start(Options{Attempt: launchers.Attempt{Envelope: f.env, Lease: f.lease, HeartbeatInterval: time.Second}, Root: f.root, Blobs: f.blobs, Control: f.ctl})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "command[0]")
+
+	g := newFixture(t, `true`, nil)
+	g.lease.EnvelopeDigest = "sha256:" + strings.Repeat("0", 64)
+	_, err = Start(Options{Attempt: launchers.Attempt{Envelope: g.env, Lease: g.lease, HeartbeatInterval: time.Second}, Root: g.root, Blobs: g.blobs, Control: g.ctl})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "does not match the lease")
+	assert.NoDirExists(t, TaskDir(g.root, claimOf(g.lease)), "no half-made task dir")
+}
+
+func assertGroupDead(t *testing.T, f *fixture, ex *Execution) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(ex.Dir(), "child.pid"))
+	require.NoError(t, err)
+	var pid int
+	_, _ = fmtSscan(strings.TrimSpace(string(b)), &pid)
+	require.NotZero(t, pid)
+	deadline := time.Now().Add(2 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		require.True(t, time.Now().Before(deadline), "child %d of the process group survived", pid)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
