@@ -130,8 +130,19 @@ Start here:
 		a.newControlPlaneCommand(),
 		a.newDemoCommand(),
 	)
-	// Unknown subcommands and bad arguments are usage errors too.
+	// Unknown subcommands and bad arguments are usage errors too; a group
+	// without a subcommand prints its help.
 	for _, c := range allCommands(root) {
+		if c.HasSubCommands() && c.RunE == nil && c.Run == nil {
+			c.Args = cobra.ArbitraryArgs
+			c.RunE = func(c *cobra.Command, args []string) error {
+				if len(args) > 0 {
+					return usagef("unknown command %q for %q (see '%s --help')", args[0], c.CommandPath(), c.CommandPath())
+				}
+				return c.Help()
+			}
+			continue
+		}
 		c.Args = wrapArgs(c.Args)
 	}
 	return root
@@ -148,9 +159,6 @@ func allCommands(c *cobra.Command) []*cobra.Command {
 func wrapArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(c *cobra.Command, args []string) error {
 		if v == nil {
-			if c.HasSubCommands() && len(args) > 0 {
-				return usagef("unknown command %q for %q (see '%s --help')", args[0], c.CommandPath(), c.CommandPath())
-			}
 			return nil
 		}
 		if err := v(c, args); err != nil {

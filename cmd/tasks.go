@@ -55,6 +55,20 @@ func (t *taskOptionFlags) bind(c *cobra.Command) {
 }
 
 func (t *taskOptionFlags) options() (api.TaskOptions, error) {
+	// Zero means "default" in api.TaskOptions; on the command line it is a
+	// mistake.
+	switch {
+	case t.leaseTTL < time.Second:
+		return api.TaskOptions{}, usagef("--lease-ttl %s: must be at least 1s", t.leaseTTL)
+	case t.maxAttempts < 1:
+		return api.TaskOptions{}, usagef("--max-attempts %d: must be at least 1", t.maxAttempts)
+	case t.backoffInitial <= 0:
+		return api.TaskOptions{}, usagef("--backoff-initial %s: must be positive", t.backoffInitial)
+	case t.heartbeatInterval < 0:
+		return api.TaskOptions{}, usagef("--heartbeat-interval %s: must not be negative", t.heartbeatInterval)
+	case t.launchTimeout < 0:
+		return api.TaskOptions{}, usagef("--launch-timeout %s: must not be negative", t.launchTimeout)
+	}
 	o := api.TaskOptions{
 		LeaseTTL: t.leaseTTL, HeartbeatInterval: t.heartbeatInterval, MaxAttempts: t.maxAttempts,
 		Backoff:       lease.Backoff{Initial: t.backoffInitial, Max: t.backoffMax, Multiplier: lease.DefaultBackoff.Multiplier, Jitter: lease.DefaultBackoff.Jitter},

@@ -94,9 +94,9 @@ func TestDecodeRejections(t *testing.T) {
 		{"negative resources", base(`,"resources":{"memory_bytes":-1}`), []string{"resources.memory_bytes", "negative"}},
 		{"bad selector", base(`,"selector":{"zone":"has space"}`), []string{"selector"}},
 		{"bad launcher", base(`,"launcher":"slurm"`), []string{"launcher", "local, ray or k8s"}},
-		{"input dotdot", base(`,"inputs":[{"name":"../etc/passwd","digest":"sha256:`+hex64+`"}]`), []string{"inputs[0].name", ".."}},
-		{"input absolute", base(`,"inputs":[{"name":"/etc/passwd","digest":"sha256:`+hex64+`"}]`), []string{"inputs[0].name", "absolute"}},
-		{"input duplicate", base(`,"inputs":[{"name":"a","digest":"sha256:`+hex64+`"},{"name":"a","digest":"sha256:`+hex64+`"}]`), []string{"inputs[1].name", "duplicate"}},
+		{"input dotdot", base(`,"inputs":[{"name":"../etc/passwd","digest":"sha256:` + hex64 + `"}]`), []string{"inputs[0].name", ".."}},
+		{"input absolute", base(`,"inputs":[{"name":"/etc/passwd","digest":"sha256:` + hex64 + `"}]`), []string{"inputs[0].name", "absolute"}},
+		{"input duplicate", base(`,"inputs":[{"name":"a","digest":"sha256:` + hex64 + `"},{"name":"a","digest":"sha256:` + hex64 + `"}]`), []string{"inputs[1].name", "duplicate"}},
 		{"input bad digest", base(`,"inputs":[{"name":"a","digest":"md5:abc"}]`), []string{"inputs[0].digest"}},
 		{"negative timeout", base(`,"timeouts":{"execution_seconds":-1}`), []string{"timeouts.execution_seconds"}},
 	}
