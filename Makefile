@@ -1,0 +1,39 @@
+# wdc — see README.md. Targets: build, test, test-short, demo, bench, fuzz, lint.
+GO      ?= go
+BIN     ?= bin/wdc
+PKGS    := ./...
+
+.PHONY: all build test test-short demo bench fuzz lint clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/wdc
+
+# Everything: formatting, vet, unit, workflow, replay and system tests
+# (the system tests embed the real Temporal server and spawn real agents).
+test: lint
+	$(GO) test -count=1 -timeout 20m $(PKGS)
+
+# Quick loop: everything but the system tests in ./testsuite.
+test-short: lint
+	$(GO) test -short -count=1 $(PKGS)
+
+# The main job: the reference retry demo, self-contained.
+demo: build
+	./$(BIN) demo worker-leases
+
+# Benchmarks print figures (server time to ready, ...); they assert nothing.
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 5x ./testsuite/
+
+# Fuzz the strict envelope decoder.
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./internal/envelope/
+
+lint:
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+clean:
+	rm -rf bin

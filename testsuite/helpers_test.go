@@ -1,0 +1,87 @@
+package testsuite
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+)
+
+func ioCopy(w io.Writer, r io.Reader) (int64, error) { return io.Copy(w, r) }
+
+func hashBytes(b []byte) (string, int64, error) {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:]), int64(len(b)), nil
+}
+
+func countEvents(t *testing.T, wfID string, eventType enumspb.EventType) int {
+	t.Helper()
+	iter := suite.client.GetWorkflowHistory(context.Background(), wfID, "", false, 0)
+	n := 0
+	for iter.HasNext() {
+		ev, err := iter.Next()
+		require.NoError(t, err)
+		if ev.GetEventType() == eventType {
+			n++
+		}
+	}
+	return n
+}
+
+// writeHistory saves a workflow's history (current run) as JSON in
+// testdata/, for the replay tests.
+func writeHistory(t *testing.T, wfID string) {
+	t.Helper()
+	iter := suite.client.GetWorkflowHistory(context.Background(), wfID, "", false, 0)
+	var h historypb.History
+	for iter.HasNext() {
+		ev, err := iter.Next()
+		require.NoError(t, err)
+		h.Events = append(h.Events, ev)
+	}
+	b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(&h)
+	require.NoError(t, err)
+	name := filepath.Join("testdata", historyFileName(wfID))
+	require.NoError(t, os.WriteFile(name, b, 0o644))
+	t.Logf("wrote %s (%d events)", name, len(h.Events))
+}
+
+func historyFileName(wfID string) string {
+	out := []byte{}
+	for _, c := range []byte(wfID) {
+		if c == '/' {
+			c = '_'
+		}
+		out = append(out, c)
+	}
+	return string(out) + ".json"
+}
+
+// assertNoProcessIn fails if a live process has its working directory in
+// dir (a command that outlived its attempt).
+func assertNoProcessIn(t *testing.T, dir string) {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
+		if err == nil && cwd == dir {
+			stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+			t.Errorf("process %d still runs in %s: %s", pid, dir, stat)
+		}
+	}
+}

@@ -1,0 +1,179 @@
+package testsuite
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+
+	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/blobstore"
+	"github.com/wdc-runtime/wdc/internal/devserver"
+	"github.com/wdc-runtime/wdc/internal/fleet"
+	"github.com/wdc-runtime/wdc/internal/resource"
+	"github.com/wdc-runtime/wdc/internal/wdcclient"
+	"github.com/wdc-runtime/wdc/worker"
+)
+
+func listWorkersJSON(t *testing.T, extra ...string) map[string]api.WorkerView {
+	t.Helper()
+	code, out, errOut := cli(t, append([]string{"workers", "list", "-o", "json"}, extra...)...)
+	require.Equal(t, 0, code, errOut)
+	var views []api.WorkerView
+	require.NoError(t, json.Unmarshal([]byte(out), &views), out)
+	byID := map[string]api.WorkerView{}
+	for _, v := range views {
+		byID[v.WorkerID] = v
+	}
+	return byID
+}
+
+// Two workers registered through the CLI are ACTIVE; the one whose
+// heartbeats stop is STALE within stale-after + 2 s, the other stays
+// ACTIVE. Bad input registers nothing.
+func TestRegistryThroughTheCLI(t *testing.T) {
+	a, b := "reg-cli-a", "reg-cli-b"
+	for _, id := range []string{a, b} {
+		code, out, errOut := cli(t, "workers", "register", "--worker-id", id, "--cpu", "2", "--memory", "4Gi",
+			"--label", "zone=eu-1", "--capability", "docker", "--stale-after", "2s", "--offline-after", "30s", "-o", "json")
+		require.Equal(t, 0, code, errOut)
+		var res api.RegisterResult
+		require.NoError(t, json.Unmarshal([]byte(out), &res))
+		assert.Equal(t, int64(1), res.Incarnation)
+	}
+	code, _, errOut := cli(t, "workers", "register", "--worker-id", "reg-cli-bad", "--cpu", "-1")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "--cpu")
+	code, _, errOut = cli(t, "workers", "register", "--worker-id", "reg-cli-bad", "--label", "no-equals-sign")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "KEY=VALUE")
+
+	var views map[string]api.WorkerView
+	waitFor(t, 5*time.Second, "both workers listed ACTIVE", func() bool {
+		views = listWorkersJSON(t, "--state", "ACTIVE")
+		return views[a].State == fleet.Active && views[b].State == fleet.Active
+	})
+	assert.Equal(t, int64(2000), views[a].Capacity.CPUMillis)
+	assert.Equal(t, int64(4<<30), views[a].Capacity.MemoryBytes)
+	assert.Equal(t, map[string]string{"zone": "eu-1"}, views[a].Labels)
+	_, err := suite.wdc.Worker(context.Background(), "reg-cli-bad")
+	assert.ErrorIs(t, err, wdcclient.ErrNotFound, "bad input registered nothing")
+
+	// a keeps heartbeating through the CLI; b falls silent.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for ctx.Err() == nil {
+			cli(t, "workers", "heartbeat", "--worker-id", a)
+			time.Sleep(400 * time.Millisecond)
+		}
+	}()
+	silentSince := time.Now()
+	waitFor(t, 2*time.Second+2*time.Second, "b STALE within stale-after + 2 s", func() bool {
+		return listWorkersJSON(t)[b].State == fleet.Stale
+	})
+	t.Logf("b went STALE %.1fs after its last heartbeat (stale-after 2s)", time.Since(silentSince).Seconds())
+	views = listWorkersJSON(t)
+	assert.Equal(t, fleet.Active, views[a].State, "a heartbeats and stays ACTIVE")
+	assert.Positive(t, views[a].HeartbeatsAccepted)
+	assert.Contains(t, listWorkersJSON(t, "--state", "STALE"), b)
+	assert.NotContains(t, listWorkersJSON(t, "--state", "STALE"), a)
+
+	// Drain: no new reservations; sweep runs.
+	code, _, errOut = cli(t, "workers", "drain", "--worker-id", a)
+	require.Equal(t, 0, code, errOut)
+	code, out, _ := cli(t, "workers", "sweep")
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, "swept")
+	_, err = updateReserve(a, "some-task", 1, resource.List{CPUMillis: 1})
+	assert.ErrorContains(t, err, "DRAINING")
+}
+
+func updateReserve(workerID, taskID string, fence int64, res resource.List) (api.ReserveResult, error) {
+	var out api.ReserveResult
+	h, err := suite.client.UpdateWorkflow(context.Background(), client.UpdateWorkflowOptions{
+		WorkflowID: api.WorkerWorkflowID(workerID), UpdateName: api.UpdateReserve,
+		Args:         []any{api.ReserveInput{TaskID: taskID, Fence: fence, Requirements: fleet.Requirements{Resources: res}}},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err == nil {
+		err = h.Get(context.Background(), &out)
+	}
+	return out, err
+}
+
+func historyLength(t *testing.T, wfID string) int {
+	t.Helper()
+	iter := suite.client.GetWorkflowHistory(context.Background(), wfID, "", false, 0)
+	n := 0
+	for iter.HasNext() {
+		_, err := iter.Next()
+		require.NoError(t, err)
+		n++
+	}
+	return n
+}
+
+// A reservation beyond capacity is refused by the update validator and the
+// worker's history gains no event; one that fits is recorded.
+func TestReserveBeyondCapacityWritesNoHistory(t *testing.T) {
+	id := "reserve-hist"
+	_, err := suite.wdc.RegisterWorker(context.Background(), fleet.Registration{WorkerID: id, Capacity: resource.List{CPUMillis: 1000, MemoryBytes: 1 << 20}})
+	require.NoError(t, err)
+	before := historyLength(t, api.WorkerWorkflowID(id))
+	_, err = updateReserve(id, "t-big", 1, resource.List{CPUMillis: 1500})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "cpu_millis: need 1500, free 1000")
+	assert.Equal(t, before, historyLength(t, api.WorkerWorkflowID(id)), "a rejected update writes nothing")
+
+	_, err = updateReserve(id, "t-small", 1, resource.List{CPUMillis: 600})
+	require.NoError(t, err)
+	assert.Greater(t, historyLength(t, api.WorkerWorkflowID(id)), before)
+	_, err = updateReserve(id, "t-second", 1, resource.List{CPUMillis: 600})
+	assert.ErrorContains(t, err, "free 400", "reserved capacity counts")
+}
+
+// Restarting the server on the same database file keeps the registry.
+func TestServerRestartKeepsTheRegistry(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "wdc.db")
+	dataDir := t.TempDir()
+	blobs, err := blobstore.Open(dataDir)
+	require.NoError(t, err)
+	start := func() (*devserver.Server, client.Client, func()) {
+		srv, err := devserver.Start(context.Background(), devserver.Options{DBFilename: db, SearchAttributes: api.SearchAttributes()})
+		require.NoError(t, err)
+		c, err := client.Dial(client.Options{HostPort: srv.FrontendHostPort(), Logger: quietLogger{}})
+		require.NoError(t, err)
+		cp := worker.NewControlPlane(c, blobs)
+		require.NoError(t, cp.Start())
+		return srv, c, func() { cp.Stop(); c.Close(); require.NoError(t, srv.Stop()) }
+	}
+	srv, c, stop := start()
+	wc := &wdcclient.Client{C: c}
+	_, err = wc.RegisterWorker(context.Background(), fleet.Registration{WorkerID: "survivor", Capacity: resource.List{CPUMillis: 3000}})
+	require.NoError(t, err)
+	_, err = wc.RegisterWorker(context.Background(), fleet.Registration{WorkerID: "survivor", Capacity: resource.List{CPUMillis: 3000}})
+	require.NoError(t, err)
+	_ = srv
+	stop()
+
+	_, c2, stop2 := start()
+	defer stop2()
+	wc2 := &wdcclient.Client{C: c2}
+	var v api.WorkerView
+	waitFor(t, 20*time.Second, "the registry answers after the restart", func() bool {
+		v, err = wc2.Worker(context.Background(), "survivor")
+		return err == nil
+	})
+	assert.Equal(t, int64(2), v.Incarnation, "the incarnation survives the restart")
+	assert.Equal(t, int64(3000), v.Capacity.CPUMillis)
+	views, err := wc2.ListWorkers(context.Background(), "")
+	require.NoError(t, err)
+	require.Len(t, views, 1)
+	assert.Equal(t, "survivor", views[0].WorkerID)
+}

@@ -1,0 +1,269 @@
+package testsuite
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/demo"
+	"github.com/wdc-runtime/wdc/internal/envelope"
+	"github.com/wdc-runtime/wdc/internal/fleet"
+	"github.com/wdc-runtime/wdc/internal/lease"
+	"github.com/wdc-runtime/wdc/internal/resource"
+)
+
+// The seed's reference scenario through the real CLI: every printed value
+// holds, in under 30 s.
+func TestDemoWorkerLeases(t *testing.T) {
+	began := time.Now()
+	code, out, errOut := cli(t, "demo", "worker-leases", "-o", "json", "--data-dir", t.TempDir())
+	require.Equal(t, 0, code, "stderr:\n%s", errOut)
+	var res demo.Result
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	assert.Empty(t, res.Violations())
+	assert.Equal(t, int64(1), res.Attempt1)
+	assert.Equal(t, int64(1), res.Fence1)
+	assert.Equal(t, "lease_expired", res.RetryReason)
+	assert.Equal(t, int64(2), res.Attempt2)
+	assert.Equal(t, int64(2), res.Fence2)
+	assert.True(t, res.StaleResultRejected)
+	assert.Equal(t, "stale_fence", res.StaleRejectReason)
+	assert.Equal(t, "COMPLETED", res.FinalRunStatus)
+	assert.Equal(t, "COMPLETED", res.FinalLeaseStatus)
+	assert.Equal(t, int64(1), res.WorkerResultEventCount)
+	assert.Equal(t, [2]int64{0, 0}, [2]int64{res.EvidenceBefore, res.EvidenceAfter})
+	assert.Equal(t, [2]int64{0, 0}, [2]int64{res.ParentTimeBefore, res.ParentTimeAfter})
+	assert.False(t, res.StaleArtifactInStore)
+	assert.NotEqual(t, res.StaleArtifactDigest, res.AcceptedDigest, "the two attempts' summaries differ (they name their fence)")
+	assert.Less(t, time.Since(began), 30*time.Second)
+	t.Logf("demo took %.1fs", time.Since(began).Seconds())
+
+	if *updateHistories {
+		for _, wf := range []string{api.RunWorkflowID(res.RunID), api.TaskWorkflowID(res.TaskID), api.WorkerWorkflowID(res.Worker1)} {
+			writeHistory(t, wf)
+		}
+	}
+}
+
+// taskEnvelope builds a sealed envelope that only this test's workers take.
+func taskEnvelope(t *testing.T, taskID, script string) envelope.Envelope {
+	env := envelope.Envelope{
+		TaskID: taskID, RunID: "run-" + taskID, WorldID: "suite",
+		Command:   []string{"/bin/sh", "-c", script},
+		Env:       map[string]string{"PATH": "/usr/bin:/bin"},
+		Resources: resource.List{CPUMillis: 100},
+		Selector:  map[string]string{"suite-test": testLabel(t)},
+	}
+	env.Normalize()
+	require.NoError(t, env.Validate(true))
+	return env
+}
+
+func submit(t *testing.T, env envelope.Envelope, opts api.TaskOptions) {
+	t.Helper()
+	_, err := suite.wdc.SubmitTask(context.Background(), env, opts)
+	require.NoError(t, err)
+}
+
+func waitOutcome(t *testing.T, taskID string) (api.TaskOutcome, api.TaskView) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := suite.wdc.WaitTask(ctx, taskID)
+	require.NoError(t, err)
+	view, err := suite.wdc.Task(ctx, taskID)
+	require.NoError(t, err)
+	return out, view
+}
+
+func readArtifact(t *testing.T, res *api.TaskResult, name string) string {
+	t.Helper()
+	require.NotNil(t, res)
+	for _, a := range res.Artifacts {
+		if a.Name == name {
+			f, err := suite.blobs.Open(a.Digest)
+			require.NoError(t, err)
+			defer f.Close()
+			b := new(strings.Builder)
+			_, err = ioCopy(b, f)
+			require.NoError(t, err)
+			return b.String()
+		}
+	}
+	t.Fatalf("no artifact %s in %+v", name, res.Artifacts)
+	return ""
+}
+
+// kill -9 of the agent running attempt 1: the lease expires and attempt 2
+// runs on the other worker, with the same digest and a higher fence. A
+// secret in the agents' environment never reaches the task.
+func TestKillNineOfTheAgentMovesTheTaskElsewhere(t *testing.T) {
+	agents := map[string]*os.Process{}
+	for _, id := range []string{"kill9-a", "kill9-b"} {
+		agents[id] = spawnAgent(t, id, "WDC_TEST_SECRET=hunter2").Process
+	}
+	waitWorkersActive(t, "kill9-a", "kill9-b")
+	env := taskEnvelope(t, "kill9-task", `env | sort > outputs/env.txt
+if [ "$WDC_ATTEMPT" = 1 ]; then exec sleep 60; fi
+echo "done on attempt $WDC_ATTEMPT" > outputs/done.txt`)
+	submit(t, env, api.TaskOptions{LeaseTTL: 3 * time.Second, Backoff: lease.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}})
+
+	var first api.TaskView
+	waitFor(t, 15*time.Second, "attempt 1 running", func() bool {
+		v, err := suite.wdc.Task(context.Background(), env.TaskID)
+		first = v
+		return err == nil && v.AttemptDir != "" && v.Lease != nil && v.Lease.Attempt == 1
+	})
+	victim := first.Lease.WorkerID
+	require.NoError(t, agents[victim].Signal(syscall.SIGKILL))
+	killedAt := time.Now()
+
+	out, view := waitOutcome(t, env.TaskID)
+	require.Equal(t, api.TaskCompleted, out.State)
+	require.Len(t, view.Leases, 2)
+	assert.Equal(t, victim, view.Leases[0].WorkerID)
+	assert.NotEqual(t, victim, view.Leases[1].WorkerID, "attempt 2 runs elsewhere")
+	assert.Equal(t, lease.Expired, view.Leases[0].State)
+	assert.Equal(t, lease.Completed, view.Leases[1].State)
+	assert.Equal(t, view.Leases[0].EnvelopeDigest, view.Leases[1].EnvelopeDigest)
+	assert.Equal(t, int64(2), view.Leases[1].Fence)
+	require.Len(t, view.Directives, 1)
+	assert.Contains(t, []lease.RetryReason{lease.ReasonLeaseExpired, lease.ReasonWorkerLost}, view.Directives[0].Reason)
+	t.Logf("attempt 2 accepted %.1fs after kill -9 (lease TTL 3s), retry reason %s", time.Since(killedAt).Seconds(), view.Directives[0].Reason)
+
+	envTxt := readArtifact(t, view.Result, "env.txt")
+	assert.NotContains(t, envTxt, "hunter2", "the agent's secret leaked into the task")
+	assert.Contains(t, envTxt, "WDC_TASK_ID=kill9-task")
+	assert.Contains(t, envTxt, "WDC_FENCE=2")
+	assert.NotContains(t, envTxt, "HOME=")
+	assert.Equal(t, "done on attempt 2\n", readArtifact(t, view.Result, "done.txt"))
+
+	// Attempt 1's command died with its agent (Pdeathsig on its process
+	// group leader).
+	pidDir := filepath.Join(suite.dataDir, "work", victim, env.TaskID, "1-1")
+	assert.DirExists(t, pidDir)
+	assertNoProcessIn(t, pidDir)
+}
+
+// An output symlink is refused with a clear reason; the task still ends
+// with the program's own result, and nothing of it enters the blob store.
+func TestOutputSymlinkIsRejectedWithAClearReason(t *testing.T) {
+	startAgent(t, "symlink-a")
+	waitWorkersActive(t, "symlink-a")
+	env := taskEnvelope(t, "symlink-task", `echo fine > outputs/ok.txt; ln -s /etc/passwd outputs/passwd`)
+	submit(t, env, api.TaskOptions{})
+	out, view := waitOutcome(t, env.TaskID)
+	require.Equal(t, api.TaskCompleted, out.State)
+	require.NotNil(t, view.Result)
+	assert.Contains(t, view.Result.OutputError, "outputs/passwd: is a symlink")
+	assert.Empty(t, view.Result.Artifacts)
+	passwd, err := os.ReadFile("/etc/passwd")
+	require.NoError(t, err)
+	d, _, _ := hashBytes(passwd)
+	assert.False(t, suite.blobs.Has(d))
+
+	code, stdout, _ := cli(t, "tasks", "result", env.TaskID)
+	assert.Equal(t, 0, code)
+	assert.Contains(t, stdout, "outputs rejected: outputs/passwd: is a symlink")
+}
+
+// A malformed envelope is refused at submit, naming the field, and nothing
+// starts: no task workflow, no run.
+func TestMalformedEnvelopeIsRefusedAtSubmit(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "bad.json")
+	require.NoError(t, os.WriteFile(file, []byte(`{"task_id":"malformed-1","run_id":"malformed-run","world_id":"w",
+		"command":["true"],"resources":{"cpu_millis":-5},"env":{"WDC_FENCE":"1"}}`), 0o644))
+	code, _, errOut := cli(t, "tasks", "submit", file)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "resources.cpu_millis")
+	assert.Contains(t, errOut, "env.WDC_FENCE")
+	for _, wf := range []string{api.TaskWorkflowID("malformed-1"), api.RunWorkflowID("malformed-run")} {
+		_, err := suite.client.DescribeWorkflowExecution(context.Background(), wf, "")
+		var nf *serviceerror.NotFound
+		assert.True(t, errors.As(err, &nf), "%s must not exist, got %v", wf, err)
+	}
+}
+
+// Against the real server, with a worker that never runs the attempt (no
+// agent): a result naming "../" is refused by the validator with the field
+// named; the same submission sent twice (same update ID) is applied once.
+func TestResultValidationAndDeduplication(t *testing.T) {
+	id := "no-agent-worker"
+	_, err := suite.wdc.RegisterWorker(context.Background(), fleet.Registration{
+		WorkerID: id, Capacity: resource.List{CPUMillis: 1000}, Labels: map[string]string{"suite-test": testLabel(t)},
+	})
+	require.NoError(t, err)
+	waitWorkersActive(t, id)
+	env := taskEnvelope(t, "dedup-task", "true")
+	digest, _ := env.Digest()
+	submit(t, env, api.TaskOptions{LeaseTTL: time.Minute, LaunchTimeout: time.Minute})
+	waitFor(t, 15*time.Second, "lease granted", func() bool {
+		v, err := suite.wdc.Task(context.Background(), env.TaskID)
+		return err == nil && v.State == api.TaskLeased
+	})
+	claim := api.Claim{TaskID: env.TaskID, WorkerID: id, Attempt: 1, Fence: 1, EnvelopeDigest: digest}
+	wfID := api.TaskWorkflowID(env.TaskID)
+	before := historyLength(t, wfID)
+
+	send := func(in api.SubmitResultInput, updateID string) (api.SubmitResultResult, error) {
+		var res api.SubmitResultResult
+		h, err := suite.client.UpdateWorkflow(context.Background(), client.UpdateWorkflowOptions{
+			WorkflowID: wfID, UpdateID: updateID, UpdateName: api.UpdateSubmitResult, Args: []any{in},
+			WaitForStage: client.WorkflowUpdateStageCompleted,
+		})
+		if err == nil {
+			err = h.Get(context.Background(), &res)
+		}
+		return res, err
+	}
+	// "../" in an artifact name.
+	_, err = send(api.SubmitResultInput{Claim: claim, Artifacts: []api.Artifact{{Name: "../../etc/passwd", Digest: "sha256:" + strings.Repeat("a", 64)}}}, "evil")
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(err, &appErr), "got %v", err)
+	assert.Equal(t, api.ErrTypeInvalidArgument, appErr.Type())
+	assert.Contains(t, appErr.Message(), "artifacts[0].name")
+	// Wrong worker and stale fence.
+	wrong := claim
+	wrong.WorkerID = "impostor"
+	_, err = send(api.SubmitResultInput{Claim: wrong}, "impostor")
+	require.True(t, errors.As(err, &appErr))
+	assert.Equal(t, string(lease.RejectWrongWorker), appErr.Type())
+	assert.Equal(t, before, historyLength(t, wfID), "rejected submissions write no history")
+
+	// A real staged artifact, submitted twice under the same update ID.
+	staging := suite.blobs.StagingDir(env.TaskID, 1, 1)
+	require.NoError(t, os.MkdirAll(staging, 0o755))
+	content := []byte("result bytes\n")
+	require.NoError(t, os.WriteFile(filepath.Join(staging, "r.txt"), content, 0o644))
+	d, n, _ := hashBytes(content)
+	in := api.SubmitResultInput{Claim: claim, ExitCode: 0, Artifacts: []api.Artifact{{Name: "r.txt", Digest: d, SizeBytes: n}}}
+	first, err := send(in, api.SubmitResultUpdateID(claim))
+	require.NoError(t, err)
+	second, err := send(in, api.SubmitResultUpdateID(claim))
+	require.NoError(t, err)
+	assert.Equal(t, first, second, "the resubmission returns the first outcome")
+	assert.True(t, suite.blobs.Has(d))
+
+	out, view := waitOutcome(t, env.TaskID)
+	assert.Equal(t, api.TaskCompleted, out.State)
+	assert.Equal(t, lease.Completed, view.Lease.State)
+	accepted := countEvents(t, wfID, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED)
+	assert.Equal(t, 1, accepted, "one update applied")
+	run, err := suite.wdc.Run(context.Background(), env.RunID)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), run.WorkerResultEvents)
+}
