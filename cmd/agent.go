@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/executor"
 	"github.com/wdc-runtime/wdc/worker"
 )
@@ -47,25 +46,15 @@ retry elsewhere.`,
 			if heartbeat < 0 || (heartbeat > 0 && heartbeat >= r.StaleAfter) {
 				return usagef("--heartbeat-interval %s: must be positive and below --stale-after %s", heartbeat, r.StaleAfter)
 			}
-			if err := a.global.validate(); err != nil {
-				return err
-			}
-			if dataDir == "" {
-				dataDir = a.defaultDataDir()
-			}
-			if workDir == "" {
-				workDir = defaultWorkDir(dataDir, r.WorkerID)
-			}
-			store, err := blobstore.Open(dataDir)
-			if err != nil {
-				return err
-			}
 			ctx := c.Context()
-			tc, err := a.dial(ctx)
+			tc, store, err := a.connect(ctx, dataDir)
 			if err != nil {
 				return err
 			}
 			defer tc.Close()
+			if workDir == "" {
+				workDir = defaultWorkDir(store.Root(), r.WorkerID)
+			}
 			log := a.logger()
 			agent, err := worker.StartAgent(ctx, tc, worker.AgentOptions{
 				Registration: r, WorkDir: workDir, Blobs: store, HeartbeatInterval: heartbeat,
@@ -111,18 +100,8 @@ for availability; they share the task queue. Stop with Ctrl-C.`,
 		Example: `  wdc control-plane --data-dir /shared/wdc`,
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			if err := a.global.validate(); err != nil {
-				return err
-			}
-			if dataDir == "" {
-				dataDir = a.defaultDataDir()
-			}
-			store, err := blobstore.Open(dataDir)
-			if err != nil {
-				return err
-			}
 			ctx := c.Context()
-			tc, err := a.dial(ctx)
+			tc, store, err := a.connect(ctx, dataDir)
 			if err != nil {
 				return err
 			}

@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 
+	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/wdcclient"
 )
 
@@ -184,6 +185,44 @@ func (a *app) emit(v any, text func(w io.Writer) error) error {
 		return printJSON(a.deps.Stdout, v)
 	}
 	return text(a.deps.Stdout)
+}
+
+// emitTable prints rows as JSON with -o json, else as an aligned table
+// under header (tab-separated), or empty when there are none.
+func emitTable[T any](a *app, rows []T, empty, header string, row func(T) string) error {
+	if rows == nil {
+		rows = []T{}
+	}
+	return a.emit(rows, func(w io.Writer) error {
+		if len(rows) == 0 {
+			fmt.Fprintln(w, empty)
+			return nil
+		}
+		tw := table(w)
+		fmt.Fprintln(tw, header)
+		for _, r := range rows {
+			fmt.Fprintln(tw, row(r))
+		}
+		return tw.Flush()
+	})
+}
+
+// connect opens the data directory's blob store (default data dir when
+// empty) and dials Temporal; close releases the connection.
+func (a *app) connect(ctx context.Context, dataDir string) (c client.Client, store *blobstore.Store, err error) {
+	if err := a.global.validate(); err != nil {
+		return nil, nil, err
+	}
+	if dataDir == "" {
+		dataDir = a.defaultDataDir()
+	}
+	if store, err = blobstore.Open(dataDir); err != nil {
+		return nil, nil, err
+	}
+	if c, err = a.dial(ctx); err != nil {
+		return nil, nil, err
+	}
+	return c, store, nil
 }
 
 // table writes aligned columns; call flush when done.

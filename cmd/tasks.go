@@ -347,20 +347,8 @@ func (a *app) newTasksListCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if tasks == nil {
-					tasks = []wdcclient.TaskSummary{}
-				}
-				return a.emit(tasks, func(w io.Writer) error {
-					if len(tasks) == 0 {
-						fmt.Fprintln(w, "no tasks")
-						return nil
-					}
-					tw := table(w)
-					fmt.Fprintln(tw, "TASK\tRUN\tSTATE\tATTEMPT\tFENCE\tWORKER\tSTARTED")
-					for _, t := range tasks {
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", t.TaskID, t.RunID, t.State, t.Attempt, t.Fence, t.WorkerID, t.Started.Local().Format(time.DateTime))
-					}
-					return tw.Flush()
+				return emitTable(a, tasks, "no tasks", "TASK\tRUN\tSTATE\tATTEMPT\tFENCE\tWORKER\tSTARTED", func(t wdcclient.TaskSummary) string {
+					return fmt.Sprintf("%s\t%s\t%s\t%d\t%d\t%s\t%s", t.TaskID, t.RunID, t.State, t.Attempt, t.Fence, t.WorkerID, t.Started.Local().Format(time.DateTime))
 				})
 			})
 		},

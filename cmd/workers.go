@@ -98,21 +98,9 @@ func (a *app) newWorkersListCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if views == nil {
-					views = []api.WorkerView{}
-				}
-				return a.emit(views, func(w io.Writer) error {
-					if len(views) == 0 {
-						fmt.Fprintln(w, "no workers")
-						return nil
-					}
-					tw := table(w)
-					fmt.Fprintln(tw, "WORKER\tSTATE\tINCARNATION\tLAST HEARTBEAT\tCAPACITY\tFREE\tLEASES")
-					for _, v := range views {
-						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\n", v.WorkerID, v.State, v.Incarnation,
-							ago(v.LastHeartbeatAt), formatResources(v.Capacity), formatResources(v.Free), len(v.Reservations))
-					}
-					return tw.Flush()
+				return emitTable(a, views, "no workers", "WORKER\tSTATE\tINCARNATION\tLAST HEARTBEAT\tCAPACITY\tFREE\tLEASES", func(v api.WorkerView) string {
+					return fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s\t%d", v.WorkerID, v.State, v.Incarnation,
+						ago(v.LastHeartbeatAt), formatResources(v.Capacity), formatResources(v.Free), len(v.Reservations))
 				})
 			})
 		},

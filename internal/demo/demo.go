@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/examples"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/envelope"
 	"github.com/wdc-runtime/wdc/internal/executor"
@@ -23,19 +24,6 @@ import (
 	"github.com/wdc-runtime/wdc/internal/wdcclient"
 	"github.com/wdc-runtime/wdc/worker"
 )
-
-// ChecksumScript is the demo task's program (examples/checksum.sh, run by
-// /bin/sh as inputs/checksum.sh): it checksums
-// and counts its input file and writes a JSON summary artifact that names
-// the attempt and fence that produced it.
-const ChecksumScript = `set -eu
-f=inputs/observations.csv
-sum=$(sha256sum "$f" | cut -d' ' -f1)
-rows=$(wc -l < "$f")
-bytes=$(wc -c < "$f")
-printf '{"input":"observations.csv","sha256":"%s","rows":%d,"bytes":%d,"attempt":%s,"fence":%s}\n' \
-  "$sum" "$rows" "$bytes" "$WDC_ATTEMPT" "$WDC_FENCE" > outputs/summary.json
-`
 
 // Options configures a demo run.
 type Options struct {
@@ -202,11 +190,11 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	}
 
 	// A real input file and the script, staged through the blob store.
-	dataDigest, dataSize, err := store.Put(strings.NewReader(observations()))
+	dataDigest, dataSize, err := store.Put(strings.NewReader(examples.Observations))
 	if err != nil {
 		return res, err
 	}
-	scriptDigest, scriptSize, err := store.Put(strings.NewReader(ChecksumScript))
+	scriptDigest, scriptSize, err := store.Put(strings.NewReader(examples.ChecksumScript))
 	if err != nil {
 		return res, err
 	}
@@ -326,17 +314,6 @@ func waitActive(ctx context.Context, wc *wdcclient.Client, ids ...string) error 
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-// observations is a small deterministic CSV of synthetic sensor
-// observations (the same as examples/observations.csv).
-func observations() string {
-	var b strings.Builder
-	b.WriteString("station,hour,temperature_c,pressure_hpa\n")
-	for i := 0; i < 240; i++ {
-		fmt.Fprintf(&b, "st-%02d,%d,%.1f,%.1f\n", i%12, i/12, 12.0+float64(i%17)*0.7, 1003.0+float64(i%23)*0.4)
-	}
-	return b.String()
 }
 
 // Lines renders the seed report's demo values, then the accepted artifact.
