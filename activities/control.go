@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
@@ -101,6 +102,11 @@ func NoEligibleMessage(d api.NoEligibleWorkerDetails) string {
 // did verify may stay: they are valid content).
 func (c *Control) Ingest(ctx context.Context, in api.IngestInput) (api.IngestResult, error) {
 	dir := c.Blobs.StagingDir(in.TaskID, in.Attempt, in.Fence)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		// Not this result's fault: this control plane does not see the
+		// agents' data dir. Retry (another control plane may) and say so.
+		return api.IngestResult{}, fmt.Errorf("staging directory %s not found on this control plane (data dir %s): agents and control planes must share --data-dir", dir, c.Blobs.Root())
+	}
 	out := make([]api.Artifact, 0, len(in.Artifacts))
 	for _, a := range in.Artifacts {
 		src, err := stagedPath(dir, a.Name)

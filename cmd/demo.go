@@ -45,7 +45,11 @@ new fence and is accepted; then attempt 1 wakes up, submits its result and is
 refused (stale_fence). The observed values are printed as the seed's lines,
 then the accepted artifact. The exit code is 1 if any value breaks an invariant.
 
-Progress goes to stderr; stdout carries only the result (-o json for JSON).`,
+Progress goes to stderr; stdout carries only the result (-o json for JSON).
+
+With --address the demo runs its own control plane and agents against that
+server; any control plane already polling the namespace must share the demo's
+--data-dir (the default data dir is used, as control planes do).`,
 		Example: `  wdc demo worker-leases
   wdc demo worker-leases -o json
   wdc demo worker-leases --address 127.0.0.1:7233 --data-dir /tmp/wdc-demo`,
@@ -79,7 +83,13 @@ Progress goes to stderr; stdout carries only the result (-o json for JSON).`,
 				address = srv.FrontendHostPort()
 				progress(fmt.Sprintf("server ready at %s in %s", address, srv.StartupDuration().Round(time.Millisecond)))
 			}
-			if dataDir == "" {
+			switch {
+			case dataDir != "":
+			case external:
+				// Control planes already polling that namespace ingest from
+				// their data dir; share it (the default, or WDC_DATA_DIR).
+				dataDir = a.defaultDataDir()
+			default:
 				d, err := os.MkdirTemp("", "wdc-demo-")
 				if err != nil {
 					return err
@@ -116,7 +126,7 @@ Progress goes to stderr; stdout carries only the result (-o json for JSON).`,
 			return nil
 		},
 	}
-	c.Flags().StringVar(&dataDir, "data-dir", "", "where the blob store and task directories go (default: a temporary directory, removed afterwards)")
+	c.Flags().StringVar(&dataDir, "data-dir", "", "where the blob store and task directories go (default: a temporary directory, removed afterwards; with --address the standard data dir, shared with control planes there: env WDC_DATA_DIR)")
 	c.Flags().BoolVar(&keep, "keep", false, "keep the temporary data directory to inspect task dirs and blobs")
 	c.Flags().DurationVar(&leaseTTL, "lease-ttl", 3*time.Second, "the demo task's lease TTL")
 	return c

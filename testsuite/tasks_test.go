@@ -30,7 +30,7 @@ import (
 // holds, in under 30 s.
 func TestDemoWorkerLeases(t *testing.T) {
 	began := time.Now()
-	code, out, errOut := cli(t, "demo", "worker-leases", "-o", "json", "--data-dir", t.TempDir())
+	code, out, errOut := cli(t, "demo", "worker-leases", "-o", "json", "--data-dir", suite.dataDir)
 	require.Equal(t, 0, code, "stderr:\n%s", errOut)
 	var res demo.Result
 	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
