@@ -118,7 +118,7 @@ func TestKillNineOfTheAgentMovesTheTaskElsewhere(t *testing.T) {
 	}
 	waitWorkersActive(t, "kill9-a", "kill9-b")
 	env := taskEnvelope(t, "kill9-task", `env | sort > outputs/env.txt
-if [ "$WDC_ATTEMPT" = 1 ]; then exec sleep 60; fi
+if [ "$WDC_ATTEMPT" = 1 ]; then sleep 60 & wait; fi
 echo "done on attempt $WDC_ATTEMPT" > outputs/done.txt`)
 	submit(t, env, api.TaskOptions{LeaseTTL: 3 * time.Second, Backoff: lease.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}})
 
@@ -152,11 +152,18 @@ echo "done on attempt $WDC_ATTEMPT" > outputs/done.txt`)
 	assert.NotContains(t, envTxt, "HOME=")
 	assert.Equal(t, "done on attempt 2\n", readArtifact(t, view.Result, "done.txt"))
 
-	// Attempt 1's command died with its agent (Pdeathsig on its process
-	// group leader).
-	pidDir := filepath.Join(suite.dataDir, "work", victim, env.TaskID, "1-1")
-	assert.DirExists(t, pidDir)
-	assertNoProcessIn(t, pidDir)
+	// Attempt 1's shell died with its agent (Pdeathsig); the background
+	// sleep it started is orphaned until the worker's agent starts again,
+	// which kills it and registers a new incarnation.
+	attemptDir := filepath.Join(suite.dataDir, "work", victim, env.TaskID, "1-1")
+	require.DirExists(t, attemptDir)
+	require.NotEmpty(t, processesIn(attemptDir), "the background child of attempt 1 outlived its agent")
+	spawnAgent(t, victim)
+	waitFor(t, 10*time.Second, "the orphan of attempt 1 reaped", func() bool { return len(processesIn(attemptDir)) == 0 })
+	waitFor(t, 10*time.Second, "the restarted agent's new incarnation", func() bool {
+		v, err := suite.wdc.Worker(context.Background(), victim)
+		return err == nil && v.Incarnation == 2 && v.State == fleet.Active
+	})
 }
 
 // An output symlink is refused with a clear reason; the task still ends

@@ -40,7 +40,9 @@ type Launcher struct {
 
 var _ launchers.Launcher = (*Launcher)(nil)
 
-// New returns a Launcher. Errors: missing WorkerID, WorkDir, Blobs or Control.
+// New returns a Launcher, after killing processes orphaned by a previous
+// agent on the same work directory (ReapOrphans). Errors: missing WorkerID,
+// WorkDir, Blobs or Control.
 func New(opts Options) (*Launcher, error) {
 	switch {
 	case opts.WorkerID == "":
@@ -54,6 +56,11 @@ func New(opts Options) (*Launcher, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if killed, err := ReapOrphans(opts.WorkDir); err != nil {
+		opts.Logger.Warn("could not look for orphaned attempts", "error", err)
+	} else if len(killed) > 0 {
+		opts.Logger.Warn("killed processes orphaned by a previous agent", "work_dir", opts.WorkDir, "pids", describePIDs(killed))
 	}
 	return &Launcher{opts: opts, attempts: map[lease.Claim]*executor.Execution{}}, nil
 }
