@@ -251,6 +251,22 @@ func TestResultValidationAndDeduplication(t *testing.T) {
 	assert.Equal(t, string(lease.RejectWrongWorker), appErr.Type())
 	assert.Equal(t, before, historyLength(t, wfID), "rejected submissions write no history")
 
+	// A heartbeat storm: 100 current-fence heartbeats and one stale one
+	// add their signals to the history, and no timer per heartbeat.
+	timersBefore := countEvents(t, wfID, enumspb.EVENT_TYPE_TIMER_STARTED)
+	for i := int64(1); i <= 100; i++ {
+		require.NoError(t, suite.client.SignalWorkflow(context.Background(), wfID, "", api.SignalLeaseHeartbeat, api.LeaseHeartbeatSignal{Claim: claim, Seq: i}))
+	}
+	stale := claim
+	stale.Fence = 0
+	require.NoError(t, suite.client.SignalWorkflow(context.Background(), wfID, "", api.SignalLeaseHeartbeat, api.LeaseHeartbeatSignal{Claim: stale, Seq: 1}))
+	waitFor(t, 10*time.Second, "the storm applied", func() bool {
+		v, err := suite.wdc.Task(context.Background(), env.TaskID)
+		return err == nil && v.Stats.HeartbeatsAccepted == 100 && v.Stats.HeartbeatsRejected["stale_fence"] == 1
+	})
+	assert.Equal(t, 101, countEvents(t, wfID, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED))
+	assert.Equal(t, timersBefore, countEvents(t, wfID, enumspb.EVENT_TYPE_TIMER_STARTED), "no timer per heartbeat")
+
 	// A real staged artifact, submitted twice under the same update ID.
 	staging := suite.blobs.StagingDir(env.TaskID, 1, 1)
 	require.NoError(t, os.MkdirAll(staging, 0o755))
