@@ -18,9 +18,11 @@ type Control interface {
 	Heartbeat(ctx context.Context, hb api.LeaseHeartbeatSignal) error
 	// Lease returns the task's lease view (query lease).
 	Lease(ctx context.Context, taskID string) (api.TaskView, error)
-	// SubmitResult hands the result to the task (update submit-result).
-	// A refusal is a *Rejected.
-	SubmitResult(ctx context.Context, in api.SubmitResultInput) (api.SubmitResultResult, error)
+	// SubmitResult hands the result to the task (update submit-result) and
+	// waits for parent ingest. onAccepted, if not nil, is called once the
+	// task accepted the result for ingest (from then on its lease cannot
+	// expire). A refusal is a *Rejected.
+	SubmitResult(ctx context.Context, in api.SubmitResultInput, onAccepted func()) (api.SubmitResultResult, error)
 	// ReportFailure reports an attempt that ended without a result.
 	ReportFailure(ctx context.Context, f api.AttemptFailedSignal) error
 }
@@ -63,20 +65,23 @@ func (c *TemporalControl) Lease(ctx context.Context, taskID string) (api.TaskVie
 }
 
 // SubmitResult sends the submit-result update with ID
-// "<task>/<attempt>/<fence>" and waits for its outcome.
-func (c *TemporalControl) SubmitResult(ctx context.Context, in api.SubmitResultInput) (api.SubmitResultResult, error) {
+// "<task>/<attempt>/<fence>", reports acceptance, and waits for its outcome.
+func (c *TemporalControl) SubmitResult(ctx context.Context, in api.SubmitResultInput, onAccepted func()) (api.SubmitResultResult, error) {
 	var out api.SubmitResultResult
 	handle, err := c.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		WorkflowID:   api.TaskWorkflowID(in.TaskID),
 		UpdateID:     api.SubmitResultUpdateID(in.Claim),
 		UpdateName:   api.UpdateSubmitResult,
 		Args:         []any{in},
-		WaitForStage: client.WorkflowUpdateStageCompleted,
+		WaitForStage: client.WorkflowUpdateStageAccepted,
 	})
-	if err == nil {
-		err = handle.Get(ctx, &out)
+	if err != nil {
+		return out, classify(err)
 	}
-	return out, classify(err)
+	if onAccepted != nil {
+		onAccepted()
+	}
+	return out, classify(handle.Get(ctx, &out))
 }
 
 // ReportFailure signals attempt-failed.

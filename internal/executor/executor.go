@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -122,6 +123,12 @@ type Execution struct {
 	cmd     *exec.Cmd
 	started time.Time
 	log     *slog.Logger
+
+	// seq numbers heartbeats across both phases (running, submitting).
+	seq int64
+	// submitting is set once the command has exited and its result is
+	// being handed over.
+	submitting atomic.Bool
 
 	mu        sync.Mutex
 	exited    bool    // the command has exited; Cancel is then a no-op
@@ -350,7 +357,7 @@ func (e *Execution) supervise() {
 	hbDone := make(chan struct{})
 	go func() {
 		defer close(hbDone)
-		e.heartbeatLoop(ctx)
+		e.heartbeatLoop(ctx, func(why string) { e.stop(OutcomeSelfFenced, why) })
 	}()
 
 	var deadline <-chan time.Time
@@ -398,8 +405,11 @@ func (e *Execution) supervise() {
 }
 
 // finish decides what the ended command means and tells the control plane.
+// While it stages and submits, the lease keeps being heartbeated (a slow
+// submission must not let a finished attempt's lease expire); if the lease
+// is lost meanwhile, the submission is abandoned.
 func (e *Execution) finish(rep *Report) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), submitTimeout)
 	defer cancel()
 	if cause, msg := e.stopped(); cause != "" {
 		rep.Outcome, rep.Reason, rep.Message = cause, string(cause), msg
@@ -414,6 +424,25 @@ func (e *Execution) finish(rep *Report) {
 		}
 		return
 	}
+
+	var lostMu sync.Mutex
+	lost := ""
+	hbCtx, hbCancel := context.WithCancel(ctx)
+	hbDone := make(chan struct{})
+	e.submitting.Store(true)
+	go func() {
+		defer close(hbDone)
+		e.heartbeatLoop(hbCtx, func(why string) {
+			lostMu.Lock()
+			lost = why
+			lostMu.Unlock()
+			cancel()
+		})
+	}()
+	var stopOnce sync.Once
+	stopHeartbeats := func() { stopOnce.Do(func() { hbCancel(); <-hbDone }) }
+	defer stopHeartbeats()
+
 	staging := e.opts.Blobs.StagingDir(e.claim.TaskID, e.claim.Attempt, e.claim.Fence)
 	arts, err := StageOutputs(filepath.Join(e.taskDir, "outputs"), staging, e.opts.Limits)
 	var outErr *OutputError
@@ -429,24 +458,30 @@ func (e *Execution) finish(rep *Report) {
 		Claim: e.claim, ExitCode: rep.ExitCode, Artifacts: arts, OutputError: rep.OutputError,
 		StartedAt: rep.StartedAt, FinishedAt: rep.FinishedAt,
 	}
-	res, err := e.submitWithRetry(ctx, in)
+	// Once accepted for ingest the lease cannot expire: heartbeats stop.
+	res, err := e.submitWithRetry(ctx, in, func() { go stopHeartbeats() })
 	var rej *Rejected
 	switch {
 	case err == nil:
 		rep.Outcome = OutcomeAccepted
 		r := res.Result
 		rep.Result = &r
+		return
 	case errors.As(err, &rej):
 		rep.Outcome, rep.Reason, rep.Message = OutcomeRejected, rej.Reason, rej.Message
-		_ = e.opts.Blobs.RemoveStaging(e.claim.TaskID, e.claim.Attempt, e.claim.Fence)
 	case errors.Is(err, ErrTaskGone):
 		rep.Outcome = OutcomeRejected
-		rep.Reason, rep.Message = e.closedTaskRejection(ctx, err)
-		_ = e.opts.Blobs.RemoveStaging(e.claim.TaskID, e.claim.Attempt, e.claim.Fence)
+		rep.Reason, rep.Message = e.closedTaskRejection(context.Background(), err)
 	default:
+		lostMu.Lock()
+		why := lost
+		lostMu.Unlock()
 		rep.Outcome, rep.Reason, rep.Message = OutcomeSubmitFailed, "unreachable", err.Error()
-		_ = e.opts.Blobs.RemoveStaging(e.claim.TaskID, e.claim.Attempt, e.claim.Fence)
+		if why != "" {
+			rep.Reason, rep.Message = "lease_lost", why
+		}
 	}
+	_ = e.opts.Blobs.RemoveStaging(e.claim.TaskID, e.claim.Attempt, e.claim.Fence)
 }
 
 // closedTaskRejection explains a submission to a task workflow that has
@@ -455,6 +490,8 @@ func (e *Execution) finish(rep *Report) {
 // from an old attempt is reported as stale_fence. Without an answer it is
 // lease_not_active.
 func (e *Execution) closedTaskRejection(ctx context.Context, cause error) (reason, message string) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	view, err := e.opts.Control.Lease(ctx, e.claim.TaskID)
 	if err != nil {
 		return string(lease.RejectLeaseNotActive), cause.Error()
@@ -465,15 +502,15 @@ func (e *Execution) closedTaskRejection(ctx context.Context, cause error) (reaso
 	return string(lease.RejectLeaseNotActive), fmt.Sprintf("task %s already ended %s", e.claim.TaskID, view.State)
 }
 
-// submitWithRetry retries transport failures (not rejections) for up to a
-// lease TTL; the update ID makes retries safe.
-func (e *Execution) submitWithRetry(ctx context.Context, in api.SubmitResultInput) (api.SubmitResultResult, error) {
-	deadline := time.Now().Add(e.opts.Attempt.Lease.TTL)
+// submitWithRetry retries transport failures (never rejections) until ctx
+// ends: the update ID makes retries safe, and the heartbeats of the submit
+// phase keep the lease alive meanwhile (or cancel ctx when it is lost).
+func (e *Execution) submitWithRetry(ctx context.Context, in api.SubmitResultInput, onAccepted func()) (api.SubmitResultResult, error) {
 	wait := 200 * time.Millisecond
 	for {
-		res, err := e.opts.Control.SubmitResult(ctx, in)
+		res, err := e.opts.Control.SubmitResult(ctx, in, onAccepted)
 		var rej *Rejected
-		if err == nil || errors.As(err, &rej) || errors.Is(err, ErrTaskGone) || time.Now().After(deadline) {
+		if err == nil || errors.As(err, &rej) || errors.Is(err, ErrTaskGone) {
 			return res, err
 		}
 		e.log.Warn("submit failed; retrying", "error", err)
@@ -488,29 +525,36 @@ func (e *Execution) submitWithRetry(ctx context.Context, in api.SubmitResultInpu
 	}
 }
 
-// heartbeatLoop renews the lease every interval and fences the attempt:
-// the command is killed when the lease is no longer this attempt's, or
-// when no heartbeat got through for a whole TTL.
-func (e *Execution) heartbeatLoop(ctx context.Context) {
+// submitTimeout bounds how long a finished attempt tries to hand over its
+// result while its lease stays valid.
+const submitTimeout = 10 * time.Minute
+
+// heartbeatLoop renews the lease every interval until ctx ends, and calls
+// onLost (once, then returns) when the lease is no longer this attempt's
+// (the lease query fails the fence check, or the task has ended) or when
+// no heartbeat reached Temporal for a whole lease TTL. A lease query that
+// fails while the heartbeat itself got through is tolerated: the control
+// plane may be down, and then the lease cannot expire either.
+func (e *Execution) heartbeatLoop(ctx context.Context, onLost func(why string)) {
 	interval := e.opts.Attempt.HeartbeatInterval
 	ttl := e.opts.Attempt.Lease.TTL
 	lastContact := time.Now()
-	var seq int64
 	for {
-		seq++
-		err := e.beat(ctx, seq, interval)
-		switch {
-		case err == nil:
+		e.seq++
+		reached, err := e.beat(ctx, e.seq, interval)
+		if reached {
 			lastContact = time.Now()
-		case errors.Is(err, errFenced):
-			e.stop(OutcomeSelfFenced, err.Error())
-			return
+		}
+		switch {
 		case ctx.Err() != nil:
 			return
-		default:
-			e.log.Warn("heartbeat failed", "error", err)
+		case errors.Is(err, errFenced):
+			onLost(err.Error())
+			return
+		case err != nil:
+			e.log.Warn("heartbeat", "error", err)
 			if time.Since(lastContact) >= ttl {
-				e.stop(OutcomeSelfFenced, fmt.Sprintf("control plane unreachable for %s (lease TTL %s): %v", time.Since(lastContact).Round(time.Millisecond), ttl, err))
+				onLost(fmt.Sprintf("Temporal unreachable for %s (lease TTL %s): %v", time.Since(lastContact).Round(time.Millisecond), ttl, err))
 				return
 			}
 		}
@@ -524,28 +568,36 @@ func (e *Execution) heartbeatLoop(ctx context.Context) {
 
 var errFenced = errors.New("fenced")
 
-// beat sends one heartbeat and checks the fence.
-func (e *Execution) beat(ctx context.Context, seq int64, timeout time.Duration) error {
+// beat sends one heartbeat and checks the fence. reached reports whether
+// the heartbeat got to Temporal.
+func (e *Execution) beat(ctx context.Context, seq int64, timeout time.Duration) (reached bool, err error) {
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	err := e.opts.Control.Heartbeat(cctx, api.LeaseHeartbeatSignal{Claim: e.claim, Seq: seq})
+	err = e.opts.Control.Heartbeat(cctx, api.LeaseHeartbeatSignal{Claim: e.claim, Seq: seq})
 	if errors.Is(err, ErrTaskGone) {
-		return fmt.Errorf("%w: %v", errFenced, err)
+		return true, fmt.Errorf("%w: %v", errFenced, err)
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	view, err := e.opts.Control.Lease(cctx, e.claim.TaskID)
 	if errors.Is(err, ErrTaskGone) {
-		return fmt.Errorf("%w: %v", errFenced, err)
+		return true, fmt.Errorf("%w: %v", errFenced, err)
 	}
 	if err != nil {
-		return err
+		return true, fmt.Errorf("lease query (is the control plane running?): %w", err)
 	}
-	if rej := lease.Check(view.Lease, e.claim); rej != nil {
-		return fmt.Errorf("%w: lease lost: %v", errFenced, rej)
+	current := view.Lease
+	if current != nil && e.submitting.Load() && current.Fence == e.claim.Fence {
+		// Our own result may be pending ingest: that is still our lease.
+		own := *current
+		own.ResultPending = false
+		current = &own
 	}
-	return nil
+	if rej := lease.Check(current, e.claim); rej != nil {
+		return true, fmt.Errorf("%w: lease lost: %v", errFenced, rej)
+	}
+	return true, nil
 }
 
 func exitStatus(ps *os.ProcessState, waitErr error) (code int, signal string) {

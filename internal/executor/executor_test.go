@@ -27,7 +27,10 @@ type fakeControl struct {
 	mu         sync.Mutex
 	lease      *lease.Lease
 	hbErr      error
+	queryErr   error
 	submitErr  error
+	// submitDelay holds a submission before it is accepted.
+	submitDelay time.Duration
 	heartbeats []api.LeaseHeartbeatSignal
 	submitted  []api.SubmitResultInput
 	failures   []api.AttemptFailedSignal
@@ -49,16 +52,30 @@ func (f *fakeControl) Lease(ctx context.Context, taskID string) (api.TaskView, e
 	if f.hbErr != nil {
 		return api.TaskView{}, f.hbErr
 	}
+	if f.queryErr != nil {
+		return api.TaskView{}, f.queryErr
+	}
 	l := *f.lease
 	return api.TaskView{TaskID: taskID, State: api.TaskLeased, Lease: &l}, nil
 }
 
-func (f *fakeControl) SubmitResult(ctx context.Context, in api.SubmitResultInput) (api.SubmitResultResult, error) {
+func (f *fakeControl) SubmitResult(ctx context.Context, in api.SubmitResultInput, onAccepted func()) (api.SubmitResultResult, error) {
+	f.mu.Lock()
+	delay := f.submitDelay
+	f.mu.Unlock()
+	select {
+	case <-time.After(delay):
+	case <-ctx.Done():
+		return api.SubmitResultResult{}, ctx.Err()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.submitted = append(f.submitted, in)
 	if f.submitErr != nil {
 		return api.SubmitResultResult{}, f.submitErr
+	}
+	if onAccepted != nil {
+		onAccepted()
 	}
 	return api.SubmitResultResult{Accepted: true, Result: api.TaskResult{TaskID: in.TaskID, Fence: in.Fence, Artifacts: in.Artifacts}}, nil
 }
@@ -316,4 +333,36 @@ func assertGroupDead(t *testing.T, f *fixture, ex *Execution) {
 		require.True(t, time.Now().Before(deadline), "child %d of the process group survived", pid)
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// A control plane that does not answer lease queries (it is down) while
+// Temporal takes the heartbeats does not make the executor kill its
+// command: the lease cannot expire without the control plane either.
+func TestQueryOutageDoesNotSelfFence(t *testing.T) {
+	f := newFixture(t, `sleep 2; echo ok > outputs/ok`, nil)
+	f.lease.TTL = time.Second
+	f.ctl.lease.TTL = time.Second
+	f.ctl.queryErr = errors.New("context deadline exceeded")
+	rep := f.wait(f.start(func(o *Options) { o.Attempt.HeartbeatInterval = 200 * time.Millisecond }))
+	assert.Equal(t, OutcomeAccepted, rep.Outcome, "%+v", rep)
+}
+
+// A slow submission keeps heartbeating, so a finished attempt's lease does
+// not expire while its result is handed over; heartbeats stop once the
+// result is accepted.
+func TestHeartbeatsContinueWhileSubmitting(t *testing.T) {
+	f := newFixture(t, `echo ok > outputs/ok`, nil)
+	f.ctl.submitDelay = 800 * time.Millisecond
+	ex := f.start(nil)
+	<-ex.Done()
+	f.ctl.mu.Lock()
+	defer f.ctl.mu.Unlock()
+	assert.Equal(t, OutcomeAccepted, ex.Report().Outcome)
+	var afterExit int
+	for _, hb := range f.ctl.heartbeats {
+		if hb.Seq > 1 {
+			afterExit++
+		}
+	}
+	assert.GreaterOrEqual(t, afterExit, 4, "heartbeats every 100 ms during an 800 ms submission")
 }
