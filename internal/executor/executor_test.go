@@ -24,16 +24,16 @@ import (
 // fakeControl records what the executor sends and answers lease queries
 // with a lease it can change.
 type fakeControl struct {
-	mu         sync.Mutex
-	lease      *lease.Lease
-	hbErr      error
-	queryErr   error
-	submitErr  error
+	mu        sync.Mutex
+	lease     *lease.Lease
+	hbErr     error
+	queryErr  error
+	submitErr error
 	// submitDelay holds a submission before it is accepted.
 	submitDelay time.Duration
-	heartbeats []api.LeaseHeartbeatSignal
-	submitted  []api.SubmitResultInput
-	failures   []api.AttemptFailedSignal
+	heartbeats  []api.LeaseHeartbeatSignal
+	submitted   []api.SubmitResultInput
+	failures    []api.AttemptFailedSignal
 }
 
 func (f *fakeControl) Heartbeat(ctx context.Context, hb api.LeaseHeartbeatSignal) error {
