@@ -357,7 +357,7 @@ func (e *Execution) supervise() {
 	hbDone := make(chan struct{})
 	go func() {
 		defer close(hbDone)
-		e.heartbeatLoop(ctx, func(why string) { e.stop(OutcomeSelfFenced, why) })
+		e.heartbeatLoop(ctx, func(why string, _ bool) { e.stop(OutcomeSelfFenced, why) })
 	}()
 
 	var deadline <-chan time.Time
@@ -432,7 +432,11 @@ func (e *Execution) finish(rep *Report) {
 	e.submitting.Store(true)
 	go func() {
 		defer close(hbDone)
-		e.heartbeatLoop(hbCtx, func(why string) {
+		e.heartbeatLoop(hbCtx, func(why string, fenced bool) {
+			if fenced {
+				// The submission gets the authoritative answer; let it.
+				return
+			}
 			lostMu.Lock()
 			lost = why
 			lostMu.Unlock()
@@ -478,7 +482,7 @@ func (e *Execution) finish(rep *Report) {
 		lostMu.Unlock()
 		rep.Outcome, rep.Reason, rep.Message = OutcomeSubmitFailed, "unreachable", err.Error()
 		if why != "" {
-			rep.Reason, rep.Message = "lease_lost", why
+			rep.Message = why
 		}
 	}
 	_ = e.opts.Blobs.RemoveStaging(e.claim.TaskID, e.claim.Attempt, e.claim.Fence)
@@ -531,11 +535,11 @@ const submitTimeout = 10 * time.Minute
 
 // heartbeatLoop renews the lease every interval until ctx ends, and calls
 // onLost (once, then returns) when the lease is no longer this attempt's
-// (the lease query fails the fence check, or the task has ended) or when
-// no heartbeat reached Temporal for a whole lease TTL. A lease query that
+// (fenced: the lease query fails the fence check, or the task has ended)
+// or when no heartbeat reached Temporal for a whole lease TTL. A lease query that
 // fails while the heartbeat itself got through is tolerated: the control
 // plane may be down, and then the lease cannot expire either.
-func (e *Execution) heartbeatLoop(ctx context.Context, onLost func(why string)) {
+func (e *Execution) heartbeatLoop(ctx context.Context, onLost func(why string, fenced bool)) {
 	interval := e.opts.Attempt.HeartbeatInterval
 	ttl := e.opts.Attempt.Lease.TTL
 	lastContact := time.Now()
@@ -549,12 +553,12 @@ func (e *Execution) heartbeatLoop(ctx context.Context, onLost func(why string)) 
 		case ctx.Err() != nil:
 			return
 		case errors.Is(err, errFenced):
-			onLost(err.Error())
+			onLost(err.Error(), true)
 			return
 		case err != nil:
 			e.log.Warn("heartbeat", "error", err)
 			if time.Since(lastContact) >= ttl {
-				onLost(fmt.Sprintf("Temporal unreachable for %s (lease TTL %s): %v", time.Since(lastContact).Round(time.Millisecond), ttl, err))
+				onLost(fmt.Sprintf("Temporal unreachable for %s (lease TTL %s): %v", time.Since(lastContact).Round(time.Millisecond), ttl, err), false)
 				return
 			}
 		}
