@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/wdc-runtime/wdc/internal/executor"
+	"github.com/wdc-runtime/wdc/internal/wdcclient"
 	"github.com/wdc-runtime/wdc/worker"
 )
 
@@ -89,14 +90,23 @@ retry elsewhere.`,
 }
 
 func (a *app) newControlPlaneCommand() *cobra.Command {
-	var dataDir string
+	var (
+		dataDir    string
+		registerSA bool
+	)
 	c := &cobra.Command{
 		Use:   "control-plane",
 		Short: "Run the control plane: every wdc workflow and the control activities (task queue wdc-control)",
 		Long: `Run a Temporal worker on task queue wdc-control with the WdcWorker, WdcTask and
 WdcRun workflows and the control activities: worker selection and reservation,
 parent ingest into the blob store under --data-dir, staging cleanup. Run several
-for availability; they share the task queue. Stop with Ctrl-C.`,
+for availability; they share the task queue and must share --data-dir with
+each other and the agents. Stop with Ctrl-C.
+
+The namespace needs wdc's search attributes (WdcKind, WdcWorkerState,
+WdcTaskState, WdcWorkerID, WdcRunID: Keyword; WdcAttempt, WdcFence: Int);
+'wdc server start-dev' registers them, --register-search-attributes adds them
+to another server.`,
 		Example: `  wdc control-plane --data-dir /shared/wdc`,
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -106,6 +116,9 @@ for availability; they share the task queue. Stop with Ctrl-C.`,
 				return err
 			}
 			defer tc.Close()
+			if err := wdcclient.CheckSearchAttributes(ctx, tc, a.global.namespace, registerSA); err != nil {
+				return err
+			}
 			w := worker.NewControlPlane(tc, store)
 			if err := w.Start(); err != nil {
 				return fmt.Errorf("start control plane: %w", err)
@@ -117,5 +130,6 @@ for availability; they share the task queue. Stop with Ctrl-C.`,
 		},
 	}
 	c.Flags().StringVar(&dataDir, "data-dir", "", dataDirHelp)
+	c.Flags().BoolVar(&registerSA, "register-search-attributes", false, "add wdc's search attributes to the namespace if missing (needs operator rights; 'wdc server start-dev' has them already)")
 	return c
 }

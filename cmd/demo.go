@@ -14,6 +14,7 @@ import (
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/internal/demo"
 	"github.com/wdc-runtime/wdc/internal/devopts"
+	"github.com/wdc-runtime/wdc/internal/wdcclient"
 )
 
 func (a *app) newDemoCommand() *cobra.Command {
@@ -104,6 +105,11 @@ server; any control plane already polling the namespace must share the demo's
 				return err
 			}
 			defer tc.Close()
+			if external {
+				if err := wdcclient.CheckSearchAttributes(ctx, tc, a.global.namespace, false); err != nil {
+					return err
+				}
+			}
 			res, err := demo.Run(ctx, demo.Options{Client: tc, DataDir: dataDir, Suffix: suffix, LeaseTTL: leaseTTL, Progress: progress, Logger: a.logger()})
 			if err != nil {
 				return err

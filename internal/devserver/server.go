@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/server/common/cluster"
 	"go.temporal.io/server/common/config"
@@ -26,6 +24,7 @@ import (
 	"go.temporal.io/server/temporal"
 
 	"github.com/wdc-runtime/wdc/internal/devopts"
+	"github.com/wdc-runtime/wdc/internal/wdcclient"
 )
 
 // DefaultNamespace is the namespace every dev server creates.
@@ -208,22 +207,14 @@ func (s *Server) waitReady(ctx context.Context) error {
 // them straight in the store before start, which is immediate.
 func (s *Server) ensureSearchAttributes(ctx context.Context, c client.Client) error {
 	for _, ns := range s.Namespaces() {
-		resp, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: ns})
+		missing, err := wdcclient.MissingSearchAttributes(ctx, c, ns, s.opts.SearchAttributes)
 		if err != nil {
-			return fmt.Errorf("namespace %s: list search attributes: %w", ns, err)
+			return err
 		}
-		missing := map[string]enumspb.IndexedValueType{}
-		for name, typ := range s.opts.SearchAttributes {
-			if _, ok := resp.GetCustomAttributes()[name]; !ok {
-				missing[name] = typ
+		if len(missing) > 0 {
+			if err := wdcclient.AddSearchAttributes(ctx, c, ns, missing, s.opts.SearchAttributes); err != nil {
+				return err
 			}
-		}
-		if len(missing) == 0 {
-			continue
-		}
-		_, err = c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{Namespace: ns, SearchAttributes: missing})
-		if err != nil {
-			return fmt.Errorf("namespace %s: add search attributes: %w", ns, err)
 		}
 	}
 	return nil
