@@ -1,6 +1,7 @@
 package api
 
 import (
+	"strings"
 	"time"
 
 	"github.com/wdc-runtime/wdc/internal/envelope"
@@ -20,6 +21,9 @@ type Claim = lease.Claim
 type WorkerInput struct {
 	WorkerID string        `json:"worker_id"`
 	State    *fleet.Worker `json:"state,omitempty"`
+	// IncarnationFloor is the last incarnation of a previous, deregistered
+	// entry of the same worker; the next registration is one above it.
+	IncarnationFloor int64 `json:"incarnation_floor,omitempty"`
 }
 
 // RegisterInput is the register update: the worker's declaration.
@@ -38,6 +42,17 @@ type WorkerHeartbeatSignal = fleet.Heartbeat
 // DrainInput is the drain update's (empty) argument.
 type DrainInput struct {
 	// Reason is kept for operators, e.g. "kernel upgrade".
+	Reason string `json:"reason,omitempty"`
+}
+
+// UndrainInput is the undrain update's (empty) argument.
+type UndrainInput struct{}
+
+// DeregisterInput removes a worker from the registry.
+type DeregisterInput struct {
+	// Force deregisters even while the worker holds leases; their tasks are
+	// told the worker is lost and retry elsewhere.
+	Force  bool   `json:"force,omitempty"`
 	Reason string `json:"reason,omitempty"`
 }
 
@@ -439,3 +454,19 @@ type RunState struct {
 
 // RunView is the run query's answer.
 type RunView = RunState
+
+// SupportedLaunchers are the launcher kinds this version of wdc runs.
+// Envelopes may name "ray" and "k8s" (the format allows them), but until
+// those launchers exist such tasks are refused at submit rather than run
+// somewhere else.
+var SupportedLaunchers = []string{envelope.LauncherLocal}
+
+// CheckLauncher refuses an envelope launcher this version cannot run.
+func CheckLauncher(launcher string) error {
+	for _, l := range SupportedLaunchers {
+		if launcher == l {
+			return nil
+		}
+	}
+	return fieldErr("launcher", "%q is not available in this version of wdc (supported: %s)", launcher, strings.Join(SupportedLaunchers, ", "))
+}

@@ -71,6 +71,12 @@ const (
 	SignalWorkerHeartbeat = "worker-heartbeat"
 	// UpdateDrain (DrainInput → WorkerView) stops new reservations.
 	UpdateDrain = "drain"
+	// UpdateUndrain (UndrainInput → WorkerView) lets a drained worker take
+	// reservations again.
+	UpdateUndrain = "undrain"
+	// UpdateDeregister (DeregisterInput → WorkerView) removes the worker
+	// from the registry; its workflow then completes.
+	UpdateDeregister = "deregister"
 	// SignalSweep (SweepSignal) re-evaluates liveness now.
 	SignalSweep = "sweep"
 	// UpdateReserve (ReserveInput → ReserveResult) holds capacity for a

@@ -34,6 +34,8 @@ itself; these commands are for operators and scripts.`,
 		a.newWorkersListCommand(),
 		a.newWorkersHeartbeatCommand(),
 		a.newWorkersDrainCommand(),
+		a.newWorkersUndrainCommand(),
+		a.newWorkersDeregisterCommand(),
 		a.newWorkersSweepCommand(),
 		a.newWorkersAssignCommand(),
 		a.newWorkersLeaseCommand(),
@@ -99,7 +101,11 @@ func (a *app) newWorkersListCommand() *cobra.Command {
 					return err
 				}
 				return emitTable(a, views, "no workers", "WORKER\tSTATE\tINCARNATION\tLAST HEARTBEAT\tCAPACITY\tFREE\tLEASES", func(v api.WorkerView) string {
-					return fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s\t%d", v.WorkerID, v.State, v.Incarnation,
+					state := string(v.State)
+					if v.DrainReason != "" {
+						state += " (" + v.DrainReason + ")"
+					}
+					return fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s\t%d", v.WorkerID, state, v.Incarnation,
 						ago(v.LastHeartbeatAt), formatResources(v.Capacity), formatResources(v.Free), len(v.Reservations))
 				})
 			})
@@ -208,6 +214,71 @@ func (a *app) newWorkersDrainCommand() *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&workerID, "worker-id", "", "the worker (required)")
+	c.Flags().StringVar(&reason, "reason", "", "why, for operators")
+	return c
+}
+
+func (a *app) newWorkersUndrainCommand() *cobra.Command {
+	var workerID string
+	c := &cobra.Command{
+		Use:     "undrain",
+		Short:   "Let a drained worker take new reservations again",
+		Example: `  wdc workers undrain --worker-id gpu-01`,
+		Args:    cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if err := fleet.ValidateID("--worker-id", workerID); err != nil {
+				return usageError{err}
+			}
+			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+				v, err := wc.UndrainWorker(c.Context(), workerID)
+				if err != nil {
+					return err
+				}
+				return a.emit(v, func(w io.Writer) error {
+					fmt.Fprintf(w, "worker %s is %s\n", v.WorkerID, v.State)
+					return nil
+				})
+			})
+		},
+	}
+	c.Flags().StringVar(&workerID, "worker-id", "", "the worker (required)")
+	return c
+}
+
+func (a *app) newWorkersDeregisterCommand() *cobra.Command {
+	var (
+		workerID, reason string
+		force            bool
+	)
+	c := &cobra.Command{
+		Use:   "deregister",
+		Short: "Remove a worker from the registry (its WdcWorker workflow completes)",
+		Long: `Remove a worker from the registry. A worker holding leases is refused unless
+--force, which tells those tasks the worker is lost (they retry elsewhere).
+Registering the same worker ID later starts a new registry entry whose
+incarnations continue above the old one's. Stop the worker's agent first, or it
+registers again.`,
+		Example: `  wdc workers deregister --worker-id old-box
+  wdc workers deregister --worker-id broken-box --force --reason "disk failed"`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if err := fleet.ValidateID("--worker-id", workerID); err != nil {
+				return usageError{err}
+			}
+			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+				v, err := wc.DeregisterWorker(c.Context(), workerID, force, reason)
+				if err != nil {
+					return err
+				}
+				return a.emit(v, func(w io.Writer) error {
+					fmt.Fprintf(w, "worker %s deregistered (last incarnation %d)\n", v.WorkerID, v.Incarnation)
+					return nil
+				})
+			})
+		},
+	}
+	c.Flags().StringVar(&workerID, "worker-id", "", "the worker (required)")
+	c.Flags().BoolVar(&force, "force", false, "deregister even while it holds leases (their tasks retry elsewhere)")
 	c.Flags().StringVar(&reason, "reason", "", "why, for operators")
 	return c
 }

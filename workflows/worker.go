@@ -20,16 +20,23 @@ import (
 // Liveness uses one timer per window: it fires at the next STALE/OFFLINE
 // boundary and is re-armed for the remainder when heartbeats moved the
 // boundary, so heartbeats add only their signal events to the history.
-func WdcWorker(ctx workflow.Context, in api.WorkerInput) error {
+//
+// It ends only when deregistered, returning the final record (whose
+// incarnation a later entry of the same worker continues from).
+func WdcWorker(ctx workflow.Context, in api.WorkerInput) (api.WorkerView, error) {
 	w := &workerWorkflow{id: in.WorkerID}
+	w.rec.Incarnation = in.IncarnationFloor
 	if in.State != nil {
 		w.rec = *in.State
 		w.registered = true
 	}
 	if err := w.setup(ctx); err != nil {
-		return err
+		return api.WorkerView{}, err
 	}
-	return w.run(ctx)
+	if err := w.run(ctx); err != nil {
+		return api.WorkerView{}, err
+	}
+	return w.view(), nil
 }
 
 type workerWorkflow struct {
@@ -75,10 +82,41 @@ func (w *workerWorkflow) setup(ctx workflow.Context) error {
 	}); err != nil {
 		return err
 	}
-	return workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateDrain, w.drain, workflow.UpdateHandlerOptions{
-		Validator: func(ctx workflow.Context, in api.DrainInput) error {
-			if !w.registered {
-				return notRegistered(w.id)
+	live := func() error {
+		switch {
+		case !w.registered:
+			return notRegistered(w.id)
+		case w.rec.State == fleet.Deregistered:
+			return temporal.NewApplicationError(fmt.Sprintf("worker %s is deregistered", w.id), api.ErrTypeConflict)
+		}
+		return nil
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateDrain, w.drain, workflow.UpdateHandlerOptions{
+		Validator: func(ctx workflow.Context, in api.DrainInput) error { return live() },
+	}); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateUndrain, func(ctx workflow.Context, in api.UndrainInput) (api.WorkerView, error) {
+		w.rec.Undrain(workflow.Now(ctx))
+		w.wake.SendAsync(true)
+		return w.view(), nil
+	}, workflow.UpdateHandlerOptions{
+		Validator: func(ctx workflow.Context, in api.UndrainInput) error { return live() },
+	}); err != nil {
+		return err
+	}
+	return workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateDeregister, func(ctx workflow.Context, in api.DeregisterInput) (api.WorkerView, error) {
+		lost := w.rec.Deregister(workflow.Now(ctx))
+		w.noteLost(lost, string(fleet.Deregistered))
+		w.wake.SendAsync(true)
+		return w.view(), nil
+	}, workflow.UpdateHandlerOptions{
+		Validator: func(ctx workflow.Context, in api.DeregisterInput) error {
+			if err := live(); err != nil {
+				return err
+			}
+			if n := len(w.rec.Reservations); n > 0 && !in.Force {
+				return temporal.NewApplicationError(fmt.Sprintf("worker %s holds %d lease(s); drain it and wait, or force (their tasks then retry elsewhere)", w.id, n), api.ErrTypeConflict)
 			}
 			return nil
 		},
@@ -119,6 +157,9 @@ func (w *workerWorkflow) run(ctx workflow.Context) error {
 		w.sendLost(ctx)
 		w.publish(ctx)
 
+		if w.rec.State == fleet.Deregistered {
+			return workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
+		}
 		if workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
 			return w.continueAsNew(ctx)
 		}
@@ -204,6 +245,9 @@ func (w *workerWorkflow) armTimer(ctx workflow.Context) {
 }
 
 func (w *workerWorkflow) validateRegister(ctx workflow.Context, in api.RegisterInput) error {
+	if w.rec.State == fleet.Deregistered {
+		return temporal.NewApplicationError(fmt.Sprintf("worker %s is being deregistered; register again once that finished", w.id), api.ErrTypeConflict)
+	}
 	if in.WorkerID != w.id {
 		return temporal.NewApplicationError(fmt.Sprintf("worker_id: %q does not match this workflow's worker %q", in.WorkerID, w.id), api.ErrTypeInvalidArgument)
 	}
@@ -249,7 +293,7 @@ func (w *workerWorkflow) reserve(ctx workflow.Context, in api.ReserveInput) (api
 }
 
 func (w *workerWorkflow) drain(ctx workflow.Context, in api.DrainInput) (api.WorkerView, error) {
-	w.rec.Drain(workflow.Now(ctx))
+	w.rec.Drain(in.Reason, workflow.Now(ctx))
 	w.wake.SendAsync(true)
 	return w.view(), nil
 }
@@ -309,7 +353,7 @@ func (w *workerWorkflow) continueAsNew(ctx workflow.Context) error {
 	}
 	w.evaluate(ctx)
 	w.sendLost(ctx)
-	in := api.WorkerInput{WorkerID: w.id}
+	in := api.WorkerInput{WorkerID: w.id, IncarnationFloor: w.rec.Incarnation}
 	if w.registered {
 		rec := w.rec
 		in.State = &rec

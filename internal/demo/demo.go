@@ -2,6 +2,8 @@ package demo
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -62,8 +64,8 @@ type Result struct {
 	// AcceptedArtifact and AcceptedDigest name the accepted summary.
 	AcceptedArtifact string `json:"accepted_artifact"`
 	AcceptedDigest   string `json:"accepted_digest"`
-	// StaleArtifactDigest is what attempt 1 produced; it must not be in the
-	// blob store (StaleArtifactInStore false).
+	// StaleArtifactDigest is what attempt 1 produced; the demo must not have
+	// put it in the blob store (StaleArtifactInStore false).
 	StaleArtifactDigest  string `json:"stale_artifact_digest"`
 	StaleArtifactInStore bool   `json:"stale_artifact_in_store"`
 	// Workers that ran attempts 1 and 2.
@@ -147,8 +149,17 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	release := func() { thawOnce.Do(func() { close(thaw) }) }
 	defer release()
 	reports := make(chan executor.Report, 4)
+	// What attempt 1 produced, hashed while it is frozen, and whether the
+	// store held that content before (content addressing: an identical
+	// earlier result may be there legitimately).
+	var staleDigest string
+	var stalePreexisting bool
 	faults := executor.Faults{Freeze: func(c lease.Claim) {
 		if c.TaskID == ids.task && c.Attempt == 1 {
+			summary := filepath.Join(executor.TaskDir(filepath.Join(opts.DataDir, "work", c.WorkerID), c), "outputs", "summary.json")
+			if d, err := hashFile(summary); err == nil {
+				staleDigest, stalePreexisting = d, store.Has(d)
+			}
 			say("attempt 1 on %s finished its command; its executor is frozen before submitting (no heartbeats)", c.WorkerID)
 			select {
 			case <-thaw:
@@ -160,10 +171,14 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	label := map[string]string{"wdc-demo": "worker-leases" + sfx}
 	var agents []*worker.Agent
 	defer func() {
+		// Stop the demo's agents and take their workers out of the registry.
 		sctx, c := context.WithTimeout(context.Background(), 10*time.Second)
 		defer c()
 		for _, ag := range agents {
 			ag.Stop(sctx)
+			if _, err := wc.DeregisterWorker(sctx, ag.WorkerID(), true, "demo finished"); err != nil {
+				opts.Logger.Warn("deregister demo worker", "worker", ag.WorkerID(), "error", err)
+			}
 		}
 	}()
 	for _, id := range []string{ids.a, ids.b} {
@@ -248,10 +263,8 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	say("attempt 1's result: %s (%s: %s)", stale.Outcome, stale.Reason, stale.Message)
 	res.StaleResultRejected = stale.Outcome == executor.OutcomeRejected
 	res.StaleRejectReason = stale.Reason
-	for _, a := range stale.Artifacts {
-		res.StaleArtifactDigest = a.Digest
-		res.StaleArtifactInStore = store.Has(a.Digest)
-	}
+	res.StaleArtifactDigest = staleDigest
+	res.StaleArtifactInStore = staleDigest == "" || (store.Has(staleDigest) && !stalePreexisting)
 	if _, err := os.Stat(store.StagingDir(ids.task, 1, 1)); err == nil {
 		return res, errors.New("attempt 1's staging directory was not cleaned up")
 	}
@@ -332,4 +345,13 @@ func (r Result) Lines() []string {
 		fmt.Sprintf("parent_time = %d -> %d", r.ParentTimeBefore, r.ParentTimeAfter),
 		fmt.Sprintf("accepted_artifact = %s %s", r.AcceptedArtifact, r.AcceptedDigest),
 	}
+}
+
+func hashFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
 }

@@ -112,7 +112,7 @@ func TestDrain(t *testing.T) {
 	var w Worker
 	w.Register(reg("w-1"), t0)
 	require.NoError(t, w.Reserve("t1", 1, Requirements{}))
-	w.Drain(t0.Add(time.Second))
+	w.Drain("maintenance", t0.Add(time.Second))
 	assert.Equal(t, Draining, w.State)
 	assert.Len(t, w.Reservations, 1, "running leases are kept")
 	err := w.Reserve("t2", 1, Requirements{})
@@ -159,7 +159,7 @@ func TestEligible(t *testing.T) {
 		{"fits", base, Requirements{Resources: resource.List{CPUMillis: 4000, GPUs: 1, Custom: map[string]int64{"licenses": 2}}, Capabilities: []string{"docker"}, Selector: map[string]string{"zone": "eu-1"}}, ""},
 		{"zero request fits", base, Requirements{}, ""},
 		{"stale", func() *Worker { w := base(); w.Evaluate(t0.Add(time.Hour)); return w }, Requirements{}, IneligibleState},
-		{"draining", func() *Worker { w := base(); w.Drain(t0); return w }, Requirements{}, IneligibleState},
+		{"draining", func() *Worker { w := base(); w.Drain("", t0); return w }, Requirements{}, IneligibleState},
 		{"cpu", base, Requirements{Resources: resource.List{CPUMillis: 4001}}, IneligibleCapacity},
 		{"memory", base, Requirements{Resources: resource.List{MemoryBytes: 9 << 30}}, IneligibleCapacity},
 		{"gpu", base, Requirements{Resources: resource.List{GPUs: 2}}, IneligibleCapacity},

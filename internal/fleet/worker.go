@@ -24,6 +24,10 @@ const (
 	// Offline: no heartbeat for OfflineAfter. Only a new registration (a new
 	// incarnation) brings it back.
 	Offline State = "OFFLINE"
+	// Deregistered: removed from the registry by an operator; its registry
+	// entry ends. Registering again starts a new entry whose incarnations
+	// continue from this one's.
+	Deregistered State = "DEREGISTERED"
 )
 
 // Defaults for liveness (issue #2): STALE after 15 s, OFFLINE after 60 s.
@@ -139,8 +143,11 @@ type Worker struct {
 	HeartbeatSeq int64 `json:"heartbeat_seq"`
 	// HeartbeatsAccepted counts accepted heartbeats over the worker's life.
 	HeartbeatsAccepted int64 `json:"heartbeats_accepted"`
-	// Draining is set by Drain and cleared by a new registration.
+	// Draining is set by Drain and cleared by Undrain or a new registration
+	// (a restarted agent comes back ACTIVE).
 	Draining bool `json:"draining,omitempty"`
+	// DrainReason is the operator's note given with the drain.
+	DrainReason string `json:"drain_reason,omitempty"`
 	// Reservations are held, oldest first.
 	Reservations []Reservation `json:"reservations,omitempty"`
 	// StateChangedAt is when State last changed.
@@ -196,7 +203,7 @@ func (w *Worker) Heartbeat(hb Heartbeat, now time.Time) error {
 		return fmt.Errorf("%w: %q, this is %q", ErrWrongWorker, hb.WorkerID, w.WorkerID)
 	case hb.Incarnation != w.Incarnation:
 		return fmt.Errorf("%w: %d, current is %d", ErrWrongIncarnation, hb.Incarnation, w.Incarnation)
-	case w.State == Offline:
+	case w.State == Offline || w.State == Deregistered:
 		return ErrOffline
 	}
 	w.HeartbeatsAccepted++
@@ -210,11 +217,30 @@ func (w *Worker) Heartbeat(hb Heartbeat, now time.Time) error {
 
 // Drain stops new reservations; reservations held are kept. An OFFLINE
 // worker stays OFFLINE.
-func (w *Worker) Drain(now time.Time) {
+func (w *Worker) Drain(reason string, now time.Time) {
 	w.Draining = true
+	w.DrainReason = reason
 	if w.State == Active {
 		w.setState(Draining, now)
 	}
+}
+
+// Undrain lets a DRAINING worker take reservations again.
+func (w *Worker) Undrain(now time.Time) {
+	w.Draining = false
+	w.DrainReason = ""
+	if w.State == Draining {
+		w.setState(Active, now)
+	}
+}
+
+// Deregister ends the worker's registration and returns the reservations
+// it held (lost to their tasks).
+func (w *Worker) Deregister(now time.Time) (lost []Reservation) {
+	lost = w.Reservations
+	w.Reservations = nil
+	w.setState(Deregistered, now)
+	return lost
 }
 
 // Evaluate applies the liveness windows at now: no heartbeat for StaleAfter
@@ -222,7 +248,7 @@ func (w *Worker) Drain(now time.Time) {
 // reservation is returned as lost and cleared. changed reports a state
 // change.
 func (w *Worker) Evaluate(now time.Time) (changed bool, lost []Reservation) {
-	if w.State == Offline {
+	if w.State == Offline || w.State == Deregistered {
 		return false, nil
 	}
 	silent := now.Sub(w.LastHeartbeatAt)

@@ -59,6 +59,10 @@ func (c *Client) RegisterWorker(ctx context.Context, reg api.RegisterInput) (api
 	if err := reg.Validate(); err != nil {
 		return res, &Error{Type: api.ErrTypeInvalidArgument, Message: err.Error()}
 	}
+	floor, err := c.previousIncarnation(ctx, reg.WorkerID)
+	if err != nil {
+		return res, err
+	}
 	op := c.C.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
 		ID:                       api.WorkerWorkflowID(reg.WorkerID),
 		TaskQueue:                api.ControlTaskQueue,
@@ -66,7 +70,7 @@ func (c *Client) RegisterWorker(ctx context.Context, reg api.RegisterInput) (api
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			api.SAKind.ValueSet(api.KindWorker), api.SAWorkerID.ValueSet(reg.WorkerID),
 		),
-	}, api.WorkerWorkflowType, api.WorkerInput{WorkerID: reg.WorkerID})
+	}, api.WorkerWorkflowType, api.WorkerInput{WorkerID: reg.WorkerID, IncarnationFloor: floor})
 	handle, err := c.C.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: op,
 		UpdateOptions: client.UpdateWorkflowOptions{
@@ -79,6 +83,27 @@ func (c *Client) RegisterWorker(ctx context.Context, reg api.RegisterInput) (api
 	return res, wrap("register worker "+reg.WorkerID, err)
 }
 
+// previousIncarnation is the last incarnation of a deregistered (closed)
+// registry entry of the worker, so a new entry continues above it; 0 when
+// the entry is running or never existed.
+func (c *Client) previousIncarnation(ctx context.Context, workerID string) (int64, error) {
+	desc, err := c.C.DescribeWorkflowExecution(ctx, api.WorkerWorkflowID(workerID), "")
+	var nf *serviceerror.NotFound
+	switch {
+	case errors.As(err, &nf):
+		return 0, nil
+	case err != nil:
+		return 0, wrap("worker "+workerID, err)
+	case desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+		return 0, nil
+	}
+	var last api.WorkerView
+	if err := c.C.GetWorkflow(ctx, api.WorkerWorkflowID(workerID), "").Get(ctx, &last); err != nil {
+		return 0, nil // terminated or failed: no record to continue from
+	}
+	return last.Incarnation, nil
+}
+
 // WorkerHeartbeat signals worker-heartbeat.
 func (c *Client) WorkerHeartbeat(ctx context.Context, hb api.WorkerHeartbeatSignal) error {
 	return wrap("worker "+hb.WorkerID, c.C.SignalWorkflow(ctx, api.WorkerWorkflowID(hb.WorkerID), "", api.SignalWorkerHeartbeat, hb))
@@ -88,6 +113,21 @@ func (c *Client) WorkerHeartbeat(ctx context.Context, hb api.WorkerHeartbeatSign
 func (c *Client) DrainWorker(ctx context.Context, workerID, reason string) (api.WorkerView, error) {
 	var v api.WorkerView
 	err := c.update(ctx, api.WorkerWorkflowID(workerID), "", api.UpdateDrain, api.DrainInput{Reason: reason}, &v)
+	return v, wrap("worker "+workerID, err)
+}
+
+// UndrainWorker lets a drained worker take reservations again.
+func (c *Client) UndrainWorker(ctx context.Context, workerID string) (api.WorkerView, error) {
+	var v api.WorkerView
+	err := c.update(ctx, api.WorkerWorkflowID(workerID), "", api.UpdateUndrain, api.UndrainInput{}, &v)
+	return v, wrap("worker "+workerID, err)
+}
+
+// DeregisterWorker removes a worker from the registry (its workflow
+// completes). Errors: a conflict *Error while it holds leases, unless force.
+func (c *Client) DeregisterWorker(ctx context.Context, workerID string, force bool, reason string) (api.WorkerView, error) {
+	var v api.WorkerView
+	err := c.update(ctx, api.WorkerWorkflowID(workerID), "", api.UpdateDeregister, api.DeregisterInput{Force: force, Reason: reason}, &v)
 	return v, wrap("worker "+workerID, err)
 }
 

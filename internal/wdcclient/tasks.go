@@ -26,6 +26,9 @@ func (c *Client) SubmitTask(ctx context.Context, env envelope.Envelope, opts api
 	if err := env.Validate(true); err != nil {
 		return res, &Error{Type: api.ErrTypeInvalidArgument, Message: err.Error()}
 	}
+	if err := api.CheckLauncher(env.Launcher); err != nil {
+		return res, &Error{Type: api.ErrTypeInvalidArgument, Message: "envelope: " + err.Error()}
+	}
 	if err := opts.WithDefaults().Validate(); err != nil {
 		return res, &Error{Type: api.ErrTypeInvalidArgument, Message: "options." + err.Error()}
 	}
