@@ -199,6 +199,8 @@ type TaskCarry struct {
 	Directives []lease.RetryDirective `json:"directives,omitempty"`
 	Stats      TaskStats              `json:"stats"`
 	Cancelled  bool                   `json:"cancelled,omitempty"`
+	// CancelReason is the reason given with the cancel.
+	CancelReason string `json:"cancel_reason,omitempty"`
 	// Pending is a retry directive whose backoff has not yet been waited.
 	Pending *lease.RetryDirective `json:"pending,omitempty"`
 }
@@ -311,6 +313,8 @@ type TaskView struct {
 	Stats       TaskStats              `json:"stats"`
 	// Result is set once COMPLETED.
 	Result *TaskResult `json:"result,omitempty"`
+	// CancelReason is the reason given with a cancel.
+	CancelReason string `json:"cancel_reason,omitempty"`
 	// AttemptDir is the current attempt's task directory once launched.
 	AttemptDir string `json:"attempt_dir,omitempty"`
 	// Waiting says what the task waits for, e.g. "no eligible worker:

@@ -62,7 +62,7 @@ retry elsewhere.`,
 				Limits: executor.OutputLimits{MaxFileBytes: maxFile, MaxTotalBytes: maxTotal, MaxFiles: maxFiles},
 				Logger: log,
 				OnReport: func(rep executor.Report) {
-					fmt.Fprintf(a.deps.Stdout, "attempt %s ended: %s %s (exit %d)\n", rep.Claim, rep.Outcome, rep.Reason, rep.ExitCode)
+					fmt.Fprintf(a.deps.Stdout, "attempt %s ended: %s\n", rep.Claim, describeReport(rep))
 				},
 			})
 			if err != nil {
@@ -132,4 +132,29 @@ to another server.`,
 	c.Flags().StringVar(&dataDir, "data-dir", "", dataDirHelp)
 	c.Flags().BoolVar(&registerSA, "register-search-attributes", false, "add wdc's search attributes to the namespace if missing (needs operator rights; 'wdc server start-dev' has them already)")
 	return c
+}
+
+// describeReport renders an attempt's end for the agent's log: outcome,
+// exit status and, when refused or killed, why.
+func describeReport(r executor.Report) string {
+	out := string(r.Outcome)
+	switch {
+	case r.Signal != "":
+		out += ", killed by " + r.Signal
+	default:
+		out += fmt.Sprintf(", exit code %d", r.ExitCode)
+	}
+	if r.Reason != "" && r.Reason != string(r.Outcome) {
+		out += " (" + r.Reason
+		if r.Message != "" {
+			out += ": " + r.Message
+		}
+		out += ")"
+	} else if r.Message != "" {
+		out += " (" + r.Message + ")"
+	}
+	if r.OutputError != "" {
+		out += "; outputs rejected: " + r.OutputError
+	}
+	return out
 }

@@ -5,5 +5,7 @@
 //
 // Exit codes: 0 success; 1 the operation failed; 2 bad input (unknown flag,
 // malformed value, invalid envelope): nothing was changed; 3 a waited-for
-// task ended without a result (RETRIES_EXHAUSTED or CANCELLED).
+// task ended without a result (RETRIES_EXHAUSTED or CANCELLED); 4 a
+// waited-for task COMPLETED but its program failed (non-zero exit code or
+// rejected outputs).
 package cmd

@@ -34,6 +34,9 @@ const (
 	ExitFailure  = 1
 	ExitUsage    = 2
 	ExitNoResult = 3
+	// ExitProgramFailed: the task COMPLETED (a result was accepted) but the
+	// program exited non-zero or its outputs were rejected.
+	ExitProgramFailed = 4
 )
 
 // usageError is bad input: exit code 2, nothing was changed.

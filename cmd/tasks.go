@@ -105,8 +105,11 @@ named by their SHA-256 digest in the sealed envelope, whose digest every attempt
 carries. The task joins run <run_id>, which is created if needed.
 
 With --wait, progress lines follow the task: lease granted, attempt running,
-lease expired / worker lost, retry, result accepted. The exit code is 0 for
-COMPLETED and 3 for RETRIES_EXHAUSTED or CANCELLED.`,
+lease expired / worker lost, retry, result accepted. Exit codes: 0 when the
+task COMPLETED with the program's exit code 0; 4 when it COMPLETED but the
+program failed (non-zero exit code, or outputs rejected); 3 when it ended
+RETRIES_EXHAUSTED or CANCELLED. With -o json, progress goes to stderr and the
+final task view to stdout.`,
 		Example: `  wdc tasks submit examples/checksum.json --wait
   wdc tasks submit task.json --lease-ttl 1m --max-attempts 3 -o json
   cat task.json | wdc tasks submit -`,
@@ -144,17 +147,26 @@ COMPLETED and 3 for RETRIES_EXHAUSTED or CANCELLED.`,
 				if err != nil {
 					return appError(err)
 				}
+				note := ""
+				if res.Existing {
+					note = "already exists with this envelope; not started again"
+					if v, err := wc.Task(ctx, res.TaskID); err == nil && v.State.Terminal() {
+						note = fmt.Sprintf("already exists and ended %s; task IDs are never reused: give it a new task_id to run it again", v.State)
+					}
+				}
 				if !wait {
 					return a.emit(res, func(w io.Writer) error {
-						verb := "submitted"
-						if res.Existing {
-							verb = "already submitted (same envelope)"
+						if note != "" {
+							fmt.Fprintf(w, "task %s %s\n", res.TaskID, note)
+							return nil
 						}
-						fmt.Fprintf(w, "task %s %s to run %s\n  workflow %s\n  envelope %s\n", res.TaskID, verb, sealed.RunID, res.WorkflowID, res.EnvelopeDigest)
+						fmt.Fprintf(w, "task %s submitted to run %s\n  workflow %s\n  envelope %s\n", res.TaskID, sealed.RunID, res.WorkflowID, res.EnvelopeDigest)
 						return nil
 					})
 				}
-				if a.global.output == "text" {
+				if note != "" {
+					fmt.Fprintf(a.deps.Stderr, "wdc: task %s %s\n", res.TaskID, note)
+				} else if a.global.output == "text" {
 					fmt.Fprintf(a.deps.Stdout, "task %s submitted to run %s (envelope %s)\n", res.TaskID, sealed.RunID, res.EnvelopeDigest)
 				}
 				return a.follow(ctx, wc, res.TaskID)
@@ -177,9 +189,13 @@ func hasInputPaths(env envelope.Envelope) bool {
 }
 
 // follow prints progress lines as the task's lease view changes, until the
-// task ends; then the outcome.
+// task ends; then the outcome. Progress goes to stdout, or to stderr with
+// -o json (stdout then carries only the final JSON view).
 func (a *app) follow(ctx context.Context, wc *wdcclient.Client, taskID string) error {
-	p := &progress{w: a.deps.Stdout, quiet: a.global.output == "json"}
+	p := &progress{w: a.deps.Stdout}
+	if a.global.output == "json" {
+		p.w = a.deps.Stderr
+	}
 	var last api.TaskView
 	for {
 		v, err := wc.Task(ctx, taskID)
@@ -206,60 +222,85 @@ func (a *app) follow(ctx context.Context, wc *wdcclient.Client, taskID string) e
 	} else if last.Result != nil {
 		printResult(a.deps.Stdout, *last.Result)
 	}
-	if last.State != api.TaskCompleted {
-		return exitError{ExitNoResult, fmt.Errorf("task %s ended %s after %d attempt(s)", taskID, last.State, len(last.Leases))}
+	return outcomeError(last)
+}
+
+// outcomeError maps a task's end to the exit code: 0 for a result with
+// exit code 0 and accepted outputs, 4 for a result of a program that
+// failed, 3 for no result.
+func outcomeError(v api.TaskView) error {
+	switch {
+	case v.State != api.TaskCompleted:
+		return exitError{ExitNoResult, fmt.Errorf("task %s ended %s after %d attempt(s)", v.TaskID, v.State, len(v.Leases))}
+	case v.Result != nil && v.Result.OutputError != "":
+		return exitError{ExitProgramFailed, fmt.Errorf("task %s COMPLETED, but its outputs were rejected: %s", v.TaskID, v.Result.OutputError)}
+	case v.Result != nil && v.Result.ExitCode != 0:
+		return exitError{ExitProgramFailed, fmt.Errorf("task %s COMPLETED with the program's exit code %d", v.TaskID, v.Result.ExitCode)}
 	}
 	return nil
 }
 
-// progress turns successive task views into progress lines.
+// progress turns successive task views into progress lines, each stamped
+// with the time the event happened (lease times), so following a task
+// that started earlier shows its real history.
 type progress struct {
-	w     io.Writer
-	quiet bool
+	w io.Writer
 }
 
-func (p *progress) line(format string, args ...any) {
-	if !p.quiet {
-		fmt.Fprintf(p.w, "%s  %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+func (p *progress) line(at time.Time, format string, args ...any) {
+	if at.IsZero() {
+		at = time.Now()
 	}
+	fmt.Fprintf(p.w, "%s  %s\n", at.Local().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 }
 
 func (p *progress) diff(old, cur api.TaskView) {
-	for i := len(old.Leases); i < len(cur.Leases); i++ {
-		l := cur.Leases[i]
-		p.line("lease granted: attempt %d, fence %d, worker %s (ttl %s)", l.Attempt, l.Fence, l.WorkerID, l.TTL)
-	}
-	if cur.AttemptDir != "" && cur.AttemptDir != old.AttemptDir && cur.Lease != nil {
-		p.line("attempt %d running on %s in %s", cur.Lease.Attempt, cur.Lease.WorkerID, cur.AttemptDir)
-	}
 	for i := range cur.Leases {
 		l := cur.Leases[i]
+		if i >= len(old.Leases) {
+			p.line(l.GrantedAt, "lease granted: attempt %d, fence %d, worker %s (ttl %s)", l.Attempt, l.Fence, l.WorkerID, l.TTL)
+		}
 		was := lease.Active
 		if i < len(old.Leases) {
 			was = old.Leases[i].State
 		}
+		if i == len(cur.Leases)-1 && cur.AttemptDir != "" && cur.AttemptDir != old.AttemptDir && l.State == lease.Active {
+			p.line(time.Time{}, "attempt %d running on %s in %s", l.Attempt, l.WorkerID, cur.AttemptDir)
+		}
 		if was == lease.Active && l.State != lease.Active {
 			switch l.State {
 			case lease.Expired:
-				p.line("lease expired: attempt %d, fence %d on %s", l.Attempt, l.Fence, l.WorkerID)
+				p.line(l.EndedAt, "lease expired: attempt %d, fence %d on %s", l.Attempt, l.Fence, l.WorkerID)
 			case lease.Revoked:
-				p.line("lease revoked (%s): attempt %d, fence %d on %s", l.EndReason, l.Attempt, l.Fence, l.WorkerID)
+				p.line(l.EndedAt, "lease revoked (%s): attempt %d, fence %d on %s", l.EndReason, l.Attempt, l.Fence, l.WorkerID)
 			}
 		}
 	}
 	for i := len(old.Directives); i < len(cur.Directives); i++ {
 		d := cur.Directives[i]
-		p.line("retry: %s -> attempt %d, fence %d, same envelope (%s)", d.Reason, d.NextAttempt, d.NextFence, d.Detail)
+		var at time.Time
+		if n := int(d.NextAttempt) - 2; n >= 0 && n < len(cur.Leases) {
+			at = cur.Leases[n].EndedAt
+		}
+		if cur.MaxAttempts > 0 && d.NextAttempt > cur.MaxAttempts {
+			p.line(at, "attempt %d ended (%s: %s); no attempts left (max %d)", d.NextAttempt-1, d.Reason, d.Detail, cur.MaxAttempts)
+			continue
+		}
+		p.line(at, "retry: %s -> attempt %d, fence %d, same envelope (%s)", d.Reason, d.NextAttempt, d.NextFence, d.Detail)
 	}
 	if cur.Waiting != "" && cur.Waiting != old.Waiting {
-		p.line("waiting: %s", cur.Waiting)
+		p.line(time.Time{}, "waiting: %s", cur.Waiting)
 	}
 	if cur.Result != nil && old.Result == nil {
 		r := cur.Result
-		p.line("result accepted: attempt %d, fence %d from %s, exit code %d, %d artifact(s)", r.Attempt, r.Fence, r.WorkerID, r.ExitCode, len(r.Artifacts))
+		p.line(r.FinishedAt, "result accepted: attempt %d, fence %d from %s, exit code %d, %d artifact(s)", r.Attempt, r.Fence, r.WorkerID, r.ExitCode, len(r.Artifacts))
 	}
 	if cur.State.Terminal() && cur.State != old.State {
-		p.line("task %s %s after %d attempt(s)", cur.TaskID, cur.State, len(cur.Leases))
+		extra := ""
+		if cur.CancelReason != "" {
+			extra = " (" + cur.CancelReason + ")"
+		}
+		p.line(time.Time{}, "task %s %s after %d attempt(s)%s", cur.TaskID, cur.State, len(cur.Leases), extra)
 	}
 }
 
@@ -289,6 +330,9 @@ func (a *app) newTasksStatusCommand() *cobra.Command {
 					fmt.Fprintf(w, "task      %s\nrun       %s\nstate     %s\nenvelope  %s\nattempts  %d of %d\n", v.TaskID, v.RunID, v.State, v.EnvelopeDigest, len(v.Leases), v.MaxAttempts)
 					if v.Waiting != "" {
 						fmt.Fprintf(w, "waiting   %s\n", v.Waiting)
+					}
+					if v.CancelReason != "" {
+						fmt.Fprintf(w, "cancelled %s\n", v.CancelReason)
 					}
 					if err := printLeases(w, v); err != nil {
 						return err

@@ -24,6 +24,7 @@ import (
 	"github.com/wdc-runtime/wdc/internal/fleet"
 	"github.com/wdc-runtime/wdc/internal/lease"
 	"github.com/wdc-runtime/wdc/internal/resource"
+	"github.com/wdc-runtime/wdc/worker"
 )
 
 // The seed's reference scenario through the real CLI: every printed value
@@ -289,4 +290,40 @@ func TestResultValidationAndDeduplication(t *testing.T) {
 	run, err := suite.wdc.Run(context.Background(), env.RunID)
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), run.WorkerResultEvents)
+}
+
+// Stopping an agent cleanly (Ctrl-C) hands its attempts back at once: the
+// worker is drained, the attempt is killed and reported infra_killed, and
+// the task retries elsewhere without waiting for its (long) lease TTL.
+func TestAgentStopHandsAttemptsBack(t *testing.T) {
+	agents := map[string]*worker.Agent{}
+	for _, id := range []string{"stop-a", "stop-b"} {
+		agents[id] = startAgent(t, id)
+	}
+	waitWorkersActive(t, "stop-a", "stop-b")
+	env := taskEnvelope(t, "stop-task", `if [ "$WDC_ATTEMPT" = 1 ]; then exec sleep 60; fi; echo ok > outputs/ok`)
+	submit(t, env, api.TaskOptions{LeaseTTL: 5 * time.Minute, Backoff: lease.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}})
+	var first api.TaskView
+	waitFor(t, 15*time.Second, "attempt 1 running", func() bool {
+		v, err := suite.wdc.Task(context.Background(), env.TaskID)
+		first = v
+		return err == nil && v.AttemptDir != "" && v.Lease != nil && v.Lease.Attempt == 1
+	})
+	victim := first.Lease.WorkerID
+	stopped := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	agents[victim].Stop(ctx)
+
+	out, view := waitOutcome(t, env.TaskID)
+	require.Equal(t, api.TaskCompleted, out.State)
+	assert.Less(t, time.Since(stopped), 20*time.Second, "no wait for the 5-minute lease TTL")
+	require.Len(t, view.Directives, 1)
+	assert.Equal(t, lease.ReasonInfraKilled, view.Directives[0].Reason)
+	assert.Contains(t, view.Directives[0].Detail, "agent stopping")
+	assert.NotEqual(t, victim, view.Leases[1].WorkerID)
+	w, err := suite.wdc.Worker(context.Background(), victim)
+	require.NoError(t, err)
+	assert.Equal(t, fleet.Draining, w.State)
+	assert.Equal(t, "agent stopping", w.DrainReason)
 }

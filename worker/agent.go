@@ -161,12 +161,19 @@ func (a *Agent) heartbeatLoop() {
 	}
 }
 
-// Stop stops heartbeats and polling and kills running attempts (they would
-// be fenced anyway once the lease expires). It waits up to ctx. Safe to
-// call more than once.
+// Stop takes the worker out of service: it drains it in the registry (no
+// new reservations), stops heartbeats and polling, and kills running
+// attempts, reporting each as infra_killed so its task retries elsewhere at
+// once. It waits up to ctx. Safe to call more than once. A restarted agent
+// registers a new incarnation, which is ACTIVE again.
 func (a *Agent) Stop(ctx context.Context) {
-	a.StopHeartbeats()
 	a.stopOnce.Do(func() {
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if _, err := a.client.DrainWorker(dctx, a.WorkerID(), "agent stopping"); err != nil {
+			a.log.Warn("drain on stop", "error", err)
+		}
+		cancel()
+		a.StopHeartbeats()
 		a.worker.Stop()
 		a.launcher.Shutdown(ctx, "agent stopping")
 	})

@@ -537,6 +537,7 @@ func (t *taskWorkflow) ingest(ctx workflow.Context) {
 
 func (t *taskWorkflow) cancel(ctx workflow.Context, in api.CancelTaskInput) (api.TaskView, error) {
 	t.carry.Cancelled = true
+	t.carry.CancelReason = in.Reason
 	t.wake.SendAsync(true)
 	return t.view(), nil
 }
@@ -561,6 +562,7 @@ func (t *taskWorkflow) sleep(ctx workflow.Context, d time.Duration) {
 // for update handlers, and returns the outcome.
 func (t *taskWorkflow) finish(ctx workflow.Context, state api.TaskState) (api.TaskOutcome, error) {
 	t.stopTimer()
+	t.waiting = ""
 	t.setState(ctx, state)
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:           api.ControlTaskQueue,
@@ -613,7 +615,7 @@ func (t *taskWorkflow) view() api.TaskView {
 	v := api.TaskView{
 		TaskID: t.env.TaskID, RunID: t.env.RunID, State: t.state, EnvelopeDigest: t.digest,
 		Leases: append([]lease.Lease{}, t.ledger.Leases...), Directives: append([]lease.RetryDirective{}, t.carry.Directives...),
-		MaxAttempts: t.opts.MaxAttempts, Options: t.opts, Stats: t.carry.Stats, Result: t.result, Waiting: t.waiting, AttemptDir: t.attemptDir,
+		MaxAttempts: t.opts.MaxAttempts, Options: t.opts, Stats: t.carry.Stats, Result: t.result, Waiting: t.waiting, AttemptDir: t.attemptDir, CancelReason: t.carry.CancelReason,
 	}
 	if cur := t.ledger.Current(); cur != nil {
 		c := *cur

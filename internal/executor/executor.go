@@ -326,6 +326,13 @@ func (e *Execution) Cancel(reason string) {
 	e.stop(OutcomeCancelled, reason)
 }
 
+// Kill kills the command's process group because its worker is going away
+// (the agent is stopping): the attempt is reported infra_killed so the task
+// retries at once instead of waiting for the lease to expire.
+func (e *Execution) Kill(reason string) {
+	e.stop(OutcomeInfraKilled, reason)
+}
+
 // stop kills the running process group once, recording why.
 func (e *Execution) stop(cause Outcome, msg string) {
 	e.mu.Lock()
@@ -413,6 +420,12 @@ func (e *Execution) finish(rep *Report) {
 	defer cancel()
 	if cause, msg := e.stopped(); cause != "" {
 		rep.Outcome, rep.Reason, rep.Message = cause, string(cause), msg
+		if cause == OutcomeInfraKilled {
+			err := e.opts.Control.ReportFailure(ctx, api.AttemptFailedSignal{Claim: e.claim, Reason: lease.ReasonInfraKilled, Detail: msg})
+			if err != nil {
+				e.log.Warn("report infra kill", "error", err)
+			}
+		}
 		return
 	}
 	if rep.Signal != "" || rep.ExitCode == ExitInfraKilled {

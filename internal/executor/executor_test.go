@@ -366,3 +366,16 @@ func TestHeartbeatsContinueWhileSubmitting(t *testing.T) {
 	}
 	assert.GreaterOrEqual(t, afterExit, 4, "heartbeats every 100 ms during an 800 ms submission")
 }
+
+func TestKillReportsInfraKilled(t *testing.T) {
+	f := newFixture(t, `sleep 30`, nil)
+	ex := f.start(nil)
+	time.Sleep(200 * time.Millisecond)
+	ex.Kill("agent stopping")
+	rep := f.wait(ex)
+	assert.Equal(t, OutcomeInfraKilled, rep.Outcome)
+	require.Len(t, f.ctl.failures, 1)
+	assert.Equal(t, lease.ReasonInfraKilled, f.ctl.failures[0].Reason)
+	assert.Equal(t, "agent stopping", f.ctl.failures[0].Detail)
+	assert.Empty(t, f.ctl.submitted)
+}

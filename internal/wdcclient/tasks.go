@@ -119,10 +119,17 @@ func (c *Client) ListTasks(ctx context.Context, state, runID string) ([]TaskSumm
 }
 
 // CancelTask cancels a task; the answer is its view after the request.
+// Errors: a conflict *Error when the task has already ended (a closed
+// workflow takes no update), ErrNotFound when there is no such task.
 func (c *Client) CancelTask(ctx context.Context, taskID, reason string) (api.TaskView, error) {
 	var v api.TaskView
-	err := c.update(ctx, api.TaskWorkflowID(taskID), "", api.UpdateCancelTask, api.CancelTaskInput{Reason: reason}, &v)
-	return v, wrap("task "+taskID, err)
+	err := wrap("task "+taskID, c.update(ctx, api.TaskWorkflowID(taskID), "", api.UpdateCancelTask, api.CancelTaskInput{Reason: reason}, &v))
+	if errors.Is(err, ErrNotFound) {
+		if ended, qerr := c.Task(ctx, taskID); qerr == nil {
+			return ended, &Error{Type: api.ErrTypeConflict, Message: fmt.Sprintf("task %s already ended %s; nothing to cancel", taskID, ended.State)}
+		}
+	}
+	return v, err
 }
 
 // WaitTask blocks until the task workflow ends and returns its outcome.

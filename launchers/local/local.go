@@ -125,7 +125,8 @@ func (l *Launcher) Running() int {
 	return len(l.attempts)
 }
 
-// Shutdown cancels every running attempt and waits for their reports, or
+// Shutdown kills every running attempt, reporting each as infra_killed
+// (its task retries elsewhere at once), and waits for their reports, or
 // for ctx.
 func (l *Launcher) Shutdown(ctx context.Context, reason string) {
 	l.mu.Lock()
@@ -135,7 +136,7 @@ func (l *Launcher) Shutdown(ctx context.Context, reason string) {
 	}
 	l.mu.Unlock()
 	for _, ex := range running {
-		ex.Cancel(reason)
+		ex.Kill(reason)
 	}
 	for _, ex := range running {
 		select {
