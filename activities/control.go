@@ -31,8 +31,9 @@ type Control struct {
 // through the reserve update, whose validator re-checks on the worker
 // itself, so two tasks racing for the last slot cannot both win.
 //
-// Errors: a non-retryable no_eligible_worker ApplicationError carrying
-// api.NoEligibleWorkerDetails when nobody fits; other errors are retried.
+// When no worker can take the task it returns a result with an empty
+// WorkerID and Waiting saying why (not an error: waiting is normal). Errors
+// are transport failures, which are retried.
 func (c *Control) SelectWorker(ctx context.Context, in api.SelectWorkerInput) (api.SelectWorkerResult, error) {
 	wc := &wdcclient.Client{C: c.Client}
 	views, err := wc.ListWorkers(ctx, string(fleet.Active))
@@ -45,7 +46,7 @@ func (c *Control) SelectWorker(ctx context.Context, in api.SelectWorkerInput) (a
 			workers = append(workers, v.Worker)
 		}
 	}
-	ranked, reasons := fleet.Rank(workers, in.Requirements, in.AvoidWorker)
+	ranked, passed := fleet.Rank(workers, in.Requirements, in.AvoidWorker)
 	for _, w := range ranked {
 		var res api.ReserveResult
 		handle, err := c.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
@@ -62,28 +63,39 @@ func (c *Control) SelectWorker(ctx context.Context, in api.SelectWorkerInput) (a
 		}
 		var appErr *temporal.ApplicationError
 		if errors.As(err, &appErr) {
-			reasons = append(reasons, fleet.Ineligible{WorkerID: w.WorkerID, Reason: "reserve_rejected", Detail: appErr.Message()})
+			passed = append(passed, fleet.Ineligible{WorkerID: w.WorkerID, Reason: "reserve_rejected", Detail: appErr.Message()})
 			continue
 		}
 		if ctx.Err() != nil {
 			return api.SelectWorkerResult{}, ctx.Err()
 		}
-		reasons = append(reasons, fleet.Ineligible{WorkerID: w.WorkerID, Reason: "unreachable", Detail: err.Error()})
+		passed = append(passed, fleet.Ineligible{WorkerID: w.WorkerID, Reason: "unreachable", Detail: err.Error()})
 		activity.GetLogger(ctx).Warn("reserve failed", "worker", w.WorkerID, "error", err)
 	}
-	details := api.NoEligibleWorkerDetails{Candidates: len(workers), Reasons: reasons}
-	return api.SelectWorkerResult{}, temporal.NewNonRetryableApplicationError(NoEligibleMessage(details), api.ErrTypeNoEligibleWorker, nil, details)
+	if len(workers) == 0 {
+		// Say which workers exist in other states (from visibility alone).
+		others, err := wc.WorkerStates(ctx)
+		if err == nil {
+			for _, o := range others {
+				passed = append(passed, fleet.Ineligible{WorkerID: o.WorkerID, Reason: fleet.IneligibleState, Detail: "state is " + string(o.State)})
+			}
+		}
+	}
+	return api.SelectWorkerResult{Waiting: WaitingMessage(len(workers), passed), PassedOver: passed}, nil
 }
 
-// NoEligibleMessage renders why no worker fits, naming up to three.
-func NoEligibleMessage(d api.NoEligibleWorkerDetails) string {
-	if d.Candidates == 0 {
-		return "no ACTIVE worker is registered"
+// WaitingMessage says why no worker could take a task, naming up to three.
+func WaitingMessage(active int, passed []fleet.Ineligible) string {
+	msg := fmt.Sprintf("none of %d ACTIVE workers can take the task", active)
+	switch {
+	case active == 0 && len(passed) == 0:
+		return "no worker is registered"
+	case active == 0:
+		msg = "no ACTIVE worker"
 	}
-	msg := fmt.Sprintf("none of %d ACTIVE workers can take the task", d.Candidates)
-	for i, r := range d.Reasons {
+	for i, r := range passed {
 		if i == 3 {
-			msg += fmt.Sprintf("; and %d more", len(d.Reasons)-3)
+			msg += fmt.Sprintf("; and %d more", len(passed)-3)
 			break
 		}
 		msg += "; " + r.WorkerID + ": " + r.Reason + " (" + r.Detail + ")"

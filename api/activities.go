@@ -18,17 +18,18 @@ type SelectWorkerInput struct {
 	AvoidWorker string `json:"avoid_worker,omitempty"`
 }
 
-// SelectWorkerResult is the reserved worker.
+// SelectWorkerResult is the reserved worker, or (WorkerID empty) why no
+// worker could take the task now. No eligible worker is a normal state of a
+// task, not an activity failure.
 type SelectWorkerResult struct {
 	WorkerID    string `json:"worker_id"`
 	Incarnation int64  `json:"incarnation"`
-}
-
-// NoEligibleWorkerDetails is the detail of a no_eligible_worker error: why
-// each registered worker was passed over.
-type NoEligibleWorkerDetails struct {
-	Candidates int                `json:"candidates"`
-	Reasons    []fleet.Ineligible `json:"reasons,omitempty"`
+	// Waiting explains an empty WorkerID, naming up to three workers and
+	// why each was passed over.
+	Waiting string `json:"waiting,omitempty"`
+	// PassedOver lists every worker that was considered and why it could
+	// not take the task.
+	PassedOver []fleet.Ineligible `json:"passed_over,omitempty"`
 }
 
 // LaunchInput starts one attempt.

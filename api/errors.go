@@ -8,8 +8,6 @@ import "fmt"
 const (
 	// ErrTypeInvalidArgument: a message failed validation (field named).
 	ErrTypeInvalidArgument = "invalid_argument"
-	// ErrTypeNoEligibleWorker: no registered worker can take the task now.
-	ErrTypeNoEligibleWorker = "no_eligible_worker"
 	// ErrTypeArtifactMismatch: a staged artifact is missing or does not hash
 	// to its declared digest.
 	ErrTypeArtifactMismatch = "artifact_mismatch"

@@ -15,6 +15,7 @@ import (
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/envelope"
+	"github.com/wdc-runtime/wdc/internal/fleet"
 	"github.com/wdc-runtime/wdc/internal/lease"
 	"github.com/wdc-runtime/wdc/internal/wdcclient"
 )
@@ -147,6 +148,9 @@ final task view to stdout.`,
 				if err != nil {
 					return appError(err)
 				}
+				if !res.Existing {
+					a.warnIfNoWorkerCanFit(ctx, wc, sealed)
+				}
 				note := ""
 				if res.Existing {
 					note = "already exists with this envelope; not started again"
@@ -177,6 +181,39 @@ final task view to stdout.`,
 	c.Flags().StringVar(&dataDir, "data-dir", "", dataDirHelp)
 	c.Flags().BoolVar(&wait, "wait", false, "follow the task with progress lines until it ends")
 	return c
+}
+
+// warnIfNoWorkerCanFit warns on stderr when no registered worker could
+// ever take the task, even idle and ACTIVE: its capacity, capabilities or
+// labels do not match, so the task will wait until such a worker joins.
+func (a *app) warnIfNoWorkerCanFit(ctx context.Context, wc *wdcclient.Client, env envelope.Envelope) {
+	views, err := wc.ListWorkers(ctx, "")
+	if err != nil {
+		return
+	}
+	idle := make([]fleet.Worker, 0, len(views))
+	for _, v := range views {
+		w := v.Worker
+		w.State, w.Reservations = fleet.Active, nil
+		idle = append(idle, w)
+	}
+	fit, passed := fleet.Rank(idle, env.Requirements(), "")
+	if len(fit) > 0 {
+		return
+	}
+	why := "no worker is registered"
+	if len(passed) > 0 {
+		var parts []string
+		for i, p := range passed {
+			if i == 3 {
+				parts = append(parts, fmt.Sprintf("and %d more", len(passed)-3))
+				break
+			}
+			parts = append(parts, p.WorkerID+": "+p.Reason+" ("+strings.Replace(p.Detail, "free", "capacity", 1)+")")
+		}
+		why = "no registered worker could ever take it: " + strings.Join(parts, "; ")
+	}
+	fmt.Fprintf(a.deps.Stderr, "wdc: warning: task %s will wait: %s\n", env.TaskID, why)
 }
 
 func hasInputPaths(env envelope.Envelope) bool {

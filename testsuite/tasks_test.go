@@ -327,3 +327,43 @@ func TestAgentStopHandsAttemptsBack(t *testing.T) {
 	assert.Equal(t, fleet.Draining, w.State)
 	assert.Equal(t, "agent stopping", w.DrainReason)
 }
+
+// A task no worker fits waits (never fails), says why, and warns at submit;
+// cancelling it ends it CANCELLED with the reason; cancelling again says it
+// already ended. A launcher this version cannot run is refused at submit.
+func TestUnfittableTaskWaitsAndCancels(t *testing.T) {
+	startAgent(t, "unfit-a")
+	waitWorkersActive(t, "unfit-a")
+	dir := t.TempDir()
+	file := filepath.Join(dir, "big.json")
+	require.NoError(t, os.WriteFile(file, []byte(`{"task_id":"unfit-task","run_id":"unfit-run","world_id":"suite",
+		"command":["true"],"resources":{"cpu_millis":64000},"selector":{"suite-test":"`+testLabel(t)+`"}}`), 0o644))
+	code, _, errOut := cli(t, "tasks", "submit", file)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, errOut, "warning: task unfit-task will wait")
+	assert.Contains(t, errOut, "cpu_millis: need 64000, capacity 2000")
+
+	waitFor(t, 10*time.Second, "the task says why it waits", func() bool {
+		v, err := suite.wdc.Task(context.Background(), "unfit-task")
+		return err == nil && strings.Contains(v.Waiting, "insufficient_capacity")
+	})
+	code, _, errOut = cli(t, "tasks", "cancel", "unfit-task", "--reason", "too big")
+	require.Equal(t, 0, code, errOut)
+	v, err := suite.wdc.Task(context.Background(), "unfit-task")
+	require.NoError(t, err)
+	assert.Equal(t, api.TaskCancelled, v.State)
+	assert.Equal(t, "too big", v.CancelReason)
+	assert.Empty(t, v.Waiting)
+	code, _, errOut = cli(t, "tasks", "cancel", "unfit-task")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "already ended CANCELLED")
+	code, out, _ := cli(t, "tasks", "submit", file)
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "already exists and ended CANCELLED")
+
+	ray := filepath.Join(dir, "ray.json")
+	require.NoError(t, os.WriteFile(ray, []byte(`{"task_id":"ray-task","run_id":"ray-run","world_id":"suite","command":["true"],"launcher":"ray"}`), 0o644))
+	code, _, errOut = cli(t, "tasks", "submit", ray)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, `launcher: "ray" is not available`)
+}

@@ -193,7 +193,8 @@ func (t *taskWorkflow) run(ctx workflow.Context) (api.TaskOutcome, error) {
 }
 
 // selectWorker asks the control plane for a worker until one is reserved.
-// The wait between tries grows from SelectInterval to 10× it. It returns
+// The wait between tries grows from SelectInterval by half each time, to at
+// most 5 s (or SelectInterval if longer). It returns
 // false when the task was cancelled or should continue as new first.
 func (t *taskWorkflow) selectWorker(ctx workflow.Context) (api.SelectWorkerResult, bool) {
 	avoid := ""
@@ -206,6 +207,10 @@ func (t *taskWorkflow) selectWorker(ctx workflow.Context) (api.SelectWorkerResul
 		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 10 * time.Second, MaximumAttempts: 5},
 	})
 	interval := t.opts.SelectInterval
+	maxInterval := 5 * time.Second
+	if maxInterval < t.opts.SelectInterval {
+		maxInterval = t.opts.SelectInterval
+	}
 	for {
 		var res api.SelectWorkerResult
 		err := workflow.ExecuteActivity(actx, controlActs.SelectWorker, api.SelectWorkerInput{
@@ -214,18 +219,22 @@ func (t *taskWorkflow) selectWorker(ctx workflow.Context) (api.SelectWorkerResul
 			Requirements: t.env.Requirements(),
 			AvoidWorker:  avoid,
 		}).Get(ctx, &res)
-		if err == nil {
+		if err == nil && res.WorkerID != "" {
 			t.waiting = ""
 			return res, true
 		}
-		t.waiting = "no eligible worker: " + errorMessage(err)
+		if err != nil {
+			t.waiting = "cannot select a worker: " + errorMessage(err)
+		} else {
+			t.waiting = "no eligible worker: " + res.Waiting
+		}
 		workflow.GetLogger(ctx).Info("no worker yet", "task", t.env.TaskID, "reason", t.waiting)
 		t.sleep(ctx, interval)
 		if t.carry.Cancelled || t.canContinueAsNew(ctx) {
 			return api.SelectWorkerResult{}, false
 		}
-		if interval < 10*t.opts.SelectInterval {
-			interval = interval * 3 / 2
+		if interval = interval * 3 / 2; interval > maxInterval {
+			interval = maxInterval
 		}
 	}
 }

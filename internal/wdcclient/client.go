@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/fleet"
 )
 
 // Client wraps a Temporal client with wdc's calls.
@@ -172,6 +173,36 @@ func (c *Client) ListWorkers(ctx context.Context, state string) ([]api.WorkerVie
 	}
 	sort.Slice(views, func(i, j int) bool { return views[i].WorkerID < views[j].WorkerID })
 	return views, nil
+}
+
+// WorkerState is a worker's state as visibility records it (no query).
+type WorkerState struct {
+	WorkerID string      `json:"worker_id"`
+	State    fleet.State `json:"state"`
+}
+
+// WorkerStates lists every running registry entry with its state from the
+// WdcWorkerState search attribute, without asking the workers.
+func (c *Client) WorkerStates(ctx context.Context) ([]WorkerState, error) {
+	var out []WorkerState
+	var token []byte
+	for {
+		resp, err := c.C.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: WorkersQuery(""), NextPageToken: token, PageSize: 1000})
+		if err != nil {
+			return nil, wrap("list workers", err)
+		}
+		for _, ex := range resp.GetExecutions() {
+			id := api.WorkerIDFromWorkflowID(ex.GetExecution().GetWorkflowId())
+			if id != "" {
+				out = append(out, WorkerState{WorkerID: id, State: fleet.State(keyword(ex.GetSearchAttributes(), api.SAWorkerState.GetName()))})
+			}
+		}
+		token = resp.GetNextPageToken()
+		if len(token) == 0 {
+			sort.Slice(out, func(i, j int) bool { return out[i].WorkerID < out[j].WorkerID })
+			return out, nil
+		}
+	}
 }
 
 // Sweep signals every running worker workflow to re-evaluate liveness now
