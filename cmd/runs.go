@@ -1,8 +1,10 @@
 package cmd
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -20,7 +22,16 @@ func (a *app) newRunsCommand() *cobra.Command {
 		Long: `A run is one WdcRun workflow (ID wdc-run/<run-id>). Its tasks are child
 workflows. Each accepted result reaches the run through parent ingest as one
 worker_result event; evidence, parent_time and the TCD digest change only when
-the run commits (wdc runs commit). A run ends once closed and all tasks ended.`,
+the run commits (wdc runs commit).
+
+Its status (RUNNING, COMPLETED, INCOMPLETE) summarises its tasks; the run itself
+stays open for more tasks and commits until 'wdc runs close' (or
+--close-when-done), and its workflow ends once it is closed and every task ended.
+
+  evidence     the number of worker results the run has committed as evidence
+  parent_time  the run's logical clock: +1 per commit
+  TCD digest   a hash chain over the commits (sha256 of the canonical JSON of
+               the previous digest, the new parent_time and the committed results)`,
 	}
 	c.AddCommand(a.newRunsStartCommand(), a.newRunsStatusCommand(), a.newRunsCommitCommand(), a.newRunsCloseCommand())
 	return c
@@ -152,7 +163,11 @@ func (a *app) newRunsStatusCommand() *cobra.Command {
 							fmt.Fprintf(w, "event %d worker_result: task %s attempt %d fence %d from %s, exit %d, %d artifact(s)%s\n",
 								e.Seq, e.Result.TaskID, e.Result.Attempt, e.Result.Fence, e.Result.WorkerID, e.Result.ExitCode, len(e.Result.Artifacts), committed)
 						case e.Commit != nil:
-							fmt.Fprintf(w, "event %d commit: events %v -> parent_time %d, evidence %d\n", e.Seq, e.Commit.EventSeqs, e.Commit.ParentTime, e.Commit.Evidence)
+							note := ""
+							if e.Commit.Note != "" {
+								note = fmt.Sprintf(" (%s)", e.Commit.Note)
+							}
+							fmt.Fprintf(w, "event %d commit: events %v -> parent_time %d, evidence %d%s\n", e.Seq, e.Commit.EventSeqs, e.Commit.ParentTime, e.Commit.Evidence, note)
 						}
 					}
 					return nil
@@ -182,6 +197,11 @@ it stale and this one is refused. Each event can be committed once.`,
 			}
 			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
 				res, err := wc.Commit(c.Context(), args[0], api.CommitInput{ExpectedParentTime: expected, EventSeqs: events, Note: note})
+				var we *wdcclient.Error
+				if errors.As(err, &we) {
+					// Name the flags, not the payload fields.
+					we.Message = strings.NewReplacer("event_seqs", "--event", "expected_parent_time", "--expected-parent-time").Replace(we.Message)
+				}
 				if err != nil {
 					return appError(err)
 				}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 
 	"github.com/gowebpki/jcs"
@@ -55,19 +56,41 @@ func Decode(r io.Reader, sealed bool) (Envelope, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return Envelope{}, errors.New("envelope: empty document; want a JSON object")
 	}
+	// Syntax first, with a line and column.
+	var generic any
+	gen := json.NewDecoder(bytes.NewReader(raw))
+	gen.UseNumber()
+	if err := gen.Decode(&generic); err != nil {
+		var syntaxErr *json.SyntaxError
+		if errors.As(err, &syntaxErr) {
+			line, col := lineCol(raw, syntaxErr.Offset-1) // Offset is just past the bad byte
+			return Envelope{}, fmt.Errorf("envelope: not valid JSON at line %d, column %d: %v", line, col, strings.TrimPrefix(err.Error(), "json: "))
+		}
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return Envelope{}, errors.New("envelope: not valid JSON: the document ends early (unclosed object, array or string)")
+		}
+		return Envelope{}, fmt.Errorf("envelope: not valid JSON: %v", err)
+	}
+	if gen.More() {
+		line, col := lineCol(raw, gen.InputOffset())
+		return Envelope{}, fmt.Errorf("envelope: more than one JSON value in the document (the second starts near line %d, column %d)", line, col)
+	}
+	if _, ok := generic.(map[string]any); !ok {
+		return Envelope{}, fmt.Errorf("envelope: want a JSON object, got %s", jsonKind(generic))
+	}
 	// The JCS parser is strict JSON (RFC 8259 + I-JSON): it rejects
 	// duplicate keys, which encoding/json would silently resolve.
 	if _, err := jcs.Transform(raw); err != nil {
 		return Envelope{}, fmt.Errorf("envelope: not valid JSON: %v", err)
+	}
+	if probs := unknownFields(generic, reflect.TypeOf(Envelope{}), ""); len(probs) > 0 {
+		return Envelope{}, &ValidationError{Problems: probs}
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	var e Envelope
 	if err := dec.Decode(&e); err != nil {
 		return Envelope{}, describeJSONError(err)
-	}
-	if dec.More() {
-		return Envelope{}, errors.New("envelope: more than one JSON value in the document")
 	}
 	e.Normalize()
 	if err := e.Validate(sealed); err != nil {
@@ -94,6 +117,22 @@ func describeJSONError(err error) error {
 		return &ValidationError{Problems: []Problem{{Field: strings.Trim(name, `"`), Message: "unknown field"}}}
 	}
 	return fmt.Errorf("envelope: %w", err)
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case []any:
+		return "an array"
+	case string:
+		return "a string"
+	case json.Number:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case nil:
+		return "null"
+	}
+	return "an object"
 }
 
 func jsonTypeName(kind string) string {
