@@ -81,6 +81,7 @@ func (c *Control) SelectWorker(ctx context.Context, in api.SelectWorkerInput) (a
 			}
 		}
 	}
+	fleet.SortByRelevance(passed)
 	return api.SelectWorkerResult{Waiting: WaitingMessage(len(workers), passed), PassedOver: passed}, nil
 }
 
@@ -113,35 +114,50 @@ func WaitingMessage(active int, passed []fleet.Ineligible) string {
 // then kept in the store under a wrong name (content-addressed blobs that
 // did verify may stay: they are valid content).
 func (c *Control) Ingest(ctx context.Context, in api.IngestInput) (api.IngestResult, error) {
-	dir := c.Blobs.StagingDir(in.TaskID, in.Attempt, in.Fence)
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		// Not this result's fault: this control plane does not see the
-		// agents' data dir. Retry (another control plane may) and say so.
-		return api.IngestResult{}, fmt.Errorf("staging directory %s not found on this control plane (data dir %s): agents and control planes must share --data-dir", dir, c.Blobs.Root())
+	arts, err := c.promoteAll(ctx, c.Blobs.StagingDir(in.TaskID, in.Attempt, in.Fence), in.Artifacts)
+	if err != nil {
+		return api.IngestResult{}, err
 	}
-	out := make([]api.Artifact, 0, len(in.Artifacts))
-	for _, a := range in.Artifacts {
-		src, err := stagedPath(dir, a.Name)
-		if err != nil {
-			return api.IngestResult{}, temporal.NewNonRetryableApplicationError(err.Error(), api.ErrTypeArtifactMismatch, nil)
-		}
-		size, err := c.Blobs.Promote(src, a.Digest)
-		if err != nil {
-			if errors.Is(err, blobstore.ErrDigestMismatch) || errors.Is(err, blobstore.ErrNotFound) {
-				return api.IngestResult{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("artifact %s: %v", a.Name, err), api.ErrTypeArtifactMismatch, nil)
-			}
-			return api.IngestResult{}, fmt.Errorf("artifact %s: %w", a.Name, err)
-		}
-		if size != a.SizeBytes {
-			return api.IngestResult{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("artifact %s: declared %d bytes, staged %d", a.Name, a.SizeBytes, size), api.ErrTypeArtifactMismatch, nil)
-		}
-		out = append(out, a)
-		activity.RecordHeartbeat(ctx, len(out))
+	logs, err := c.promoteAll(ctx, c.Blobs.LogStagingDir(in.TaskID, in.Attempt, in.Fence), in.Logs)
+	if err != nil {
+		return api.IngestResult{}, err
 	}
 	if err := c.Blobs.RemoveStaging(in.TaskID, in.Attempt, in.Fence); err != nil {
 		activity.GetLogger(ctx).Warn("remove staging", "error", err)
 	}
-	return api.IngestResult{Artifacts: out}, nil
+	return api.IngestResult{Artifacts: arts, Logs: logs}, nil
+}
+
+// promoteAll re-hashes each staged file of dir into the blob store.
+func (c *Control) promoteAll(ctx context.Context, dir string, files []api.Artifact) ([]api.Artifact, error) {
+	if len(files) == 0 {
+		return nil, nil
+	}
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		// Not this result's fault: this control plane does not see the
+		// agents' data dir. Retry (another control plane may) and say so.
+		return nil, fmt.Errorf("staging directory %s not found on this control plane (data dir %s): agents and control planes must share --data-dir", dir, c.Blobs.Root())
+	}
+	out := make([]api.Artifact, 0, len(files))
+	for _, a := range files {
+		src, err := stagedPath(dir, a.Name)
+		if err != nil {
+			return nil, temporal.NewNonRetryableApplicationError(err.Error(), api.ErrTypeArtifactMismatch, nil)
+		}
+		size, err := c.Blobs.Promote(src, a.Digest)
+		if err != nil {
+			if errors.Is(err, blobstore.ErrDigestMismatch) || errors.Is(err, blobstore.ErrNotFound) {
+				return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("artifact %s: %v", a.Name, err), api.ErrTypeArtifactMismatch, nil)
+			}
+			return nil, fmt.Errorf("artifact %s: %w", a.Name, err)
+		}
+		if size != a.SizeBytes {
+			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("artifact %s: declared %d bytes, staged %d", a.Name, a.SizeBytes, size), api.ErrTypeArtifactMismatch, nil)
+		}
+		out = append(out, a)
+		activity.RecordHeartbeat(ctx, len(out))
+	}
+	return out, nil
 }
 
 // CleanupStaging removes every attempt's staging of an ended task, so a

@@ -60,11 +60,14 @@ type CancelAttemptInput struct {
 type IngestInput struct {
 	Claim
 	Artifacts []Artifact `json:"artifacts"`
+	// Logs are staged in the attempt's log staging dir.
+	Logs []Artifact `json:"logs,omitempty"`
 }
 
-// IngestResult lists the artifacts now in the blob store.
+// IngestResult lists the artifacts and logs now in the blob store.
 type IngestResult struct {
 	Artifacts []Artifact `json:"artifacts"`
+	Logs      []Artifact `json:"logs,omitempty"`
 }
 
 // CleanupInput removes a task's staging area once the task has ended.

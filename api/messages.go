@@ -236,6 +236,9 @@ type SubmitResultInput struct {
 	ExitCode int `json:"exit_code"`
 	// Artifacts are the files of outputs/, hashed.
 	Artifacts []Artifact `json:"artifacts,omitempty"`
+	// Logs are the command's stdout.log and stderr.log (at most the last
+	// MaxLogBytes of each), staged beside the outputs.
+	Logs []Artifact `json:"logs,omitempty"`
 	// OutputError is set when outputs/ broke the output rules (a symlink, a
 	// file over the size cap, ...); no artifact is then ingested.
 	OutputError string `json:"output_error,omitempty"`
@@ -262,8 +265,10 @@ type TaskResult struct {
 	ExitCode       int        `json:"exit_code"`
 	OutputError    string     `json:"output_error,omitempty"`
 	Artifacts      []Artifact `json:"artifacts,omitempty"`
-	StartedAt      time.Time  `json:"started_at"`
-	FinishedAt     time.Time  `json:"finished_at"`
+	// Logs are the command's stdout.log and stderr.log in the blob store.
+	Logs       []Artifact `json:"logs,omitempty"`
+	StartedAt  time.Time  `json:"started_at"`
+	FinishedAt time.Time  `json:"finished_at"`
 }
 
 // AttemptFailedSignal reports that an attempt ended without a result.
@@ -458,6 +463,16 @@ type RunState struct {
 
 // RunView is the run query's answer.
 type RunView = RunState
+
+// MaxLogBytes caps each of an attempt's logs kept with its result: the
+// last 16 MiB of stdout and of stderr.
+const MaxLogBytes = 16 << 20
+
+// Log names, the only names a result's Logs may have.
+const (
+	LogStdout = "stdout.log"
+	LogStderr = "stderr.log"
+)
 
 // SupportedLaunchers are the launcher kinds this version of wdc runs.
 // Envelopes may name "ray" and "k8s" (the format allows them), but until

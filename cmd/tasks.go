@@ -31,7 +31,7 @@ attempt produced a result within --max-attempts) or CANCELLED. Never FAILED:
 losing a worker or a lease is a retry, not a failure.`,
 	}
 	c.AddCommand(a.newTasksSubmitCommand(), a.newTasksStatusCommand(), a.newTasksListCommand(),
-		a.newTasksResultCommand(), a.newTasksCancelCommand())
+		a.newTasksResultCommand(), a.newTasksLogsCommand(), a.newTasksCancelCommand())
 	return c
 }
 
@@ -202,6 +202,7 @@ func (a *app) warnIfNoWorkerCanFit(ctx context.Context, wc *wdcclient.Client, en
 		return
 	}
 	why := "no worker is registered"
+	fleet.SortByRelevance(passed)
 	if len(passed) > 0 {
 		var parts []string
 		for i, p := range passed {
@@ -349,6 +350,9 @@ func printResult(w io.Writer, r api.TaskResult) {
 	for _, art := range r.Artifacts {
 		fmt.Fprintf(w, "  %s  %s  %d bytes\n", art.Digest, art.Name, art.SizeBytes)
 	}
+	for _, l := range r.Logs {
+		fmt.Fprintf(w, "  %s  (%s, %d bytes: wdc tasks logs %s%s)\n", l.Digest, l.Name, l.SizeBytes, r.TaskID, map[bool]string{true: " --stderr"}[l.Name == api.LogStderr])
+	}
 }
 
 func (a *app) newTasksStatusCommand() *cobra.Command {
@@ -494,6 +498,66 @@ func copyArtifacts(dataDir, outDir string, arts []api.Artifact) error {
 		}
 	}
 	return nil
+}
+
+func (a *app) newTasksLogsCommand() *cobra.Command {
+	var (
+		stderr  bool
+		dataDir string
+	)
+	c := &cobra.Command{
+		Use:   "logs TASK_ID",
+		Short: "Print the accepted attempt's stdout (or --stderr) from the blob store",
+		Long: `Print the command output of the attempt whose result was accepted: the last
+16 MiB of its stdout (or stderr with --stderr), kept with the result in the blob
+store under --data-dir. For a task still running, the live log is
+stdout.log/stderr.log in the attempt's task directory on its worker (shown).`,
+		Example: `  wdc tasks logs checksum-1
+  wdc tasks logs checksum-1 --stderr`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			name := api.LogStdout
+			if stderr {
+				name = api.LogStderr
+			}
+			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+				v, err := wc.Task(c.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				if v.Result == nil {
+					where := ""
+					if v.AttemptDir != "" && v.Lease != nil {
+						where = fmt.Sprintf("; the live log is %s/%s on worker %s", v.AttemptDir, name, v.Lease.WorkerID)
+					}
+					return exitError{ExitNoResult, fmt.Errorf("task %s has no accepted result yet (state %s)%s", v.TaskID, v.State, where)}
+				}
+				for _, l := range v.Result.Logs {
+					if l.Name != name {
+						continue
+					}
+					if dataDir == "" {
+						dataDir = a.defaultDataDir()
+					}
+					store, err := blobstore.Open(dataDir)
+					if err != nil {
+						return err
+					}
+					f, err := store.Open(l.Digest)
+					if err != nil {
+						return fmt.Errorf("%s of %s: %w (is --data-dir the control plane's?)", name, v.TaskID, err)
+					}
+					defer f.Close()
+					_, err = io.Copy(a.deps.Stdout, f)
+					return err
+				}
+				return fmt.Errorf("task %s kept no %s", v.TaskID, name)
+			})
+		},
+	}
+	c.Flags().BoolVar(&stderr, "stderr", false, "print stderr instead of stdout")
+	c.Flags().StringVar(&dataDir, "data-dir", "", dataDirHelp)
+	return c
 }
 
 func (a *app) newTasksCancelCommand() *cobra.Command {

@@ -367,3 +367,27 @@ func TestUnfittableTaskWaitsAndCancels(t *testing.T) {
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errOut, `launcher: "ray" is not available`)
 }
+
+// A program that fails is still a result (COMPLETED, not retried); `submit
+// --wait` exits 4 and its stdout and stderr are kept with the result.
+func TestProgramFailureIsAResultWithLogs(t *testing.T) {
+	startAgent(t, "logs-a")
+	waitWorkersActive(t, "logs-a")
+	file := filepath.Join(t.TempDir(), "fail.json")
+	require.NoError(t, os.WriteFile(file, []byte(`{"task_id":"logs-task","run_id":"logs-run","world_id":"suite",
+		"command":["/bin/sh","-c","echo hello-out; echo hello-err >&2; exit 3"],"env":{"PATH":"/usr/bin:/bin"},
+		"selector":{"suite-test":"`+testLabel(t)+`"}}`), 0o644))
+	code, out, errOut := cli(t, "tasks", "submit", file, "--wait", "--data-dir", suite.dataDir)
+	assert.Equal(t, 4, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	assert.Contains(t, out, "result accepted: attempt 1, fence 1 from logs-a, exit code 3")
+	assert.Contains(t, errOut, "COMPLETED with the program's exit code 3")
+
+	code, out, _ = cli(t, "tasks", "logs", "logs-task", "--data-dir", suite.dataDir)
+	assert.Equal(t, 0, code)
+	assert.Equal(t, "hello-out\n", out)
+	code, out, _ = cli(t, "tasks", "logs", "logs-task", "--stderr", "--data-dir", suite.dataDir)
+	assert.Equal(t, 0, code)
+	assert.Equal(t, "hello-err\n", out)
+	_, view := waitOutcome(t, "logs-task")
+	assert.Len(t, view.Leases, 1, "a failing program is not retried")
+}

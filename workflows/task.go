@@ -477,6 +477,11 @@ func (t *taskWorkflow) validateSubmitResult(ctx workflow.Context, in api.SubmitR
 			return temporal.NewApplicationError(fmt.Sprintf("artifacts[%d].size_bytes: negative", i), api.ErrTypeInvalidArgument)
 		}
 	}
+	for i, l := range in.Logs {
+		if (l.Name != api.LogStdout && l.Name != api.LogStderr) || !envelope.DigestPattern.MatchString(l.Digest) || l.SizeBytes < 0 || l.SizeBytes > api.MaxLogBytes {
+			return temporal.NewApplicationError(fmt.Sprintf("logs[%d]: want %s or %s, a sha256 digest and at most %d bytes", i, api.LogStdout, api.LogStderr, api.MaxLogBytes), api.ErrTypeInvalidArgument)
+		}
+	}
 	return nil
 }
 
@@ -507,14 +512,14 @@ func (t *taskWorkflow) ingest(ctx workflow.Context) {
 	t.setState(ctx, api.TaskIngesting)
 	var ingested api.IngestResult
 	var err error
-	if sub.OutputError == "" && len(sub.Artifacts) > 0 {
+	if len(sub.Artifacts) > 0 || len(sub.Logs) > 0 {
 		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 			TaskQueue:           api.ControlTaskQueue,
 			StartToCloseTimeout: 10 * time.Minute,
 			HeartbeatTimeout:    time.Minute,
 			RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5},
 		})
-		err = workflow.ExecuteActivity(actx, controlActs.Ingest, api.IngestInput{Claim: sub.Claim, Artifacts: sub.Artifacts}).Get(ctx, &ingested)
+		err = workflow.ExecuteActivity(actx, controlActs.Ingest, api.IngestInput{Claim: sub.Claim, Artifacts: sub.Artifacts, Logs: sub.Logs}).Get(ctx, &ingested)
 	}
 	now := workflow.Now(ctx)
 	if err != nil {
@@ -534,7 +539,7 @@ func (t *taskWorkflow) ingest(ctx workflow.Context) {
 	t.result = &api.TaskResult{
 		TaskID: sub.TaskID, RunID: t.env.RunID, WorkerID: sub.WorkerID,
 		Attempt: sub.Attempt, Fence: sub.Fence, EnvelopeDigest: sub.EnvelopeDigest,
-		ExitCode: sub.ExitCode, OutputError: sub.OutputError, Artifacts: ingested.Artifacts,
+		ExitCode: sub.ExitCode, OutputError: sub.OutputError, Artifacts: ingested.Artifacts, Logs: ingested.Logs,
 		StartedAt: sub.StartedAt, FinishedAt: sub.FinishedAt,
 	}
 	t.ingestDone = true

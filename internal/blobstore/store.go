@@ -212,8 +212,18 @@ func (s *Store) TaskStagingDir(taskID string) string {
 	return filepath.Join(s.root, "staging", filepath.Base(taskID))
 }
 
-// RemoveStaging deletes an attempt's staging directory.
+// LogStagingDir is where an attempt stages its stdout.log and stderr.log:
+// <data-dir>/staging/<task>/<attempt>-<fence>.logs (beside the outputs, so
+// no output name can collide with them).
+func (s *Store) LogStagingDir(taskID string, attempt, fence int64) string {
+	return s.StagingDir(taskID, attempt, fence) + ".logs"
+}
+
+// RemoveStaging deletes an attempt's staging directories (outputs, logs).
 func (s *Store) RemoveStaging(taskID string, attempt, fence int64) error {
+	if err := os.RemoveAll(s.LogStagingDir(taskID, attempt, fence)); err != nil {
+		return err
+	}
 	return os.RemoveAll(s.StagingDir(taskID, attempt, fence))
 }
 

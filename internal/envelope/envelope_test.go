@@ -87,7 +87,7 @@ func TestDecodeRejections(t *testing.T) {
 		{"duplicate key", `{"task_id":"t1","task_id":"t2","run_id":"r1","world_id":"w1","command":["true"]}`, []string{"not valid JSON", "task_id"}},
 		{"unknown field", base(`,"comand":["x"]`), []string{"comand: unknown field (did you mean \"command\"?)"}},
 		{"unknown nested field", base(`,"resources":{"cpu_milis":2}`), []string{"resources.cpu_milis: unknown field (did you mean \"cpu_millis\"?)"}},
-		{"unknown field in a list", base(`,"inputs":[{"name":"a","digest":"sha256:`+hex64+`","sha":"x"}]`), []string{"inputs[0].sha: unknown field"}},
+		{"unknown field in a list", base(`,"inputs":[{"name":"a","digest":"sha256:` + hex64 + `","sha":"x"}]`), []string{"inputs[0].sha: unknown field"}},
 		{"unknown field far from any", base(`,"colour":"red"`), []string{"colour: unknown field"}},
 		{"wrong type", base(`,"resources":{"cpu_millis":"lots"}`), []string{"resources.cpu_millis", "want an integer"}},
 		{"missing task_id", `{"run_id":"r1","world_id":"w1","command":["true"]}`, []string{"task_id: required"}},

@@ -471,8 +471,13 @@ func (e *Execution) finish(rep *Report) {
 		rep.OutputError = "staging outputs: " + err.Error()
 	}
 	rep.Artifacts = arts
+	logs, err := StageLogs(e.taskDir, e.opts.Blobs.LogStagingDir(e.claim.TaskID, e.claim.Attempt, e.claim.Fence))
+	if err != nil {
+		e.log.Warn("logs not kept with the result", "error", err)
+		logs = nil
+	}
 	in := api.SubmitResultInput{
-		Claim: e.claim, ExitCode: rep.ExitCode, Artifacts: arts, OutputError: rep.OutputError,
+		Claim: e.claim, ExitCode: rep.ExitCode, Artifacts: arts, Logs: logs, OutputError: rep.OutputError,
 		StartedAt: rep.StartedAt, FinishedAt: rep.FinishedAt,
 	}
 	// Once accepted for ingest the lease cannot expire: heartbeats stop.

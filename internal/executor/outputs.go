@@ -155,3 +155,54 @@ func stageFile(src, dst string, maxBytes int64) (api.Artifact, error) {
 	}
 	return api.Artifact{Digest: "sha256:" + hex.EncodeToString(h.Sum(nil)), SizeBytes: n}, nil
 }
+
+// StageLogs copies the tail (at most api.MaxLogBytes) of the task
+// directory's stdout.log and stderr.log into stagingDir while hashing them.
+// Missing logs are skipped.
+func StageLogs(taskDir, stagingDir string) ([]api.Artifact, error) {
+	var out []api.Artifact
+	for _, name := range []string{api.LogStdout, api.LogStderr} {
+		f, err := os.Open(filepath.Join(taskDir, name))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		a, err := stageTail(f, filepath.Join(stagingDir, name), api.MaxLogBytes)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("stage %s: %w", name, err)
+		}
+		a.Name = name
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// stageTail copies the last max bytes of f to dst (atomically), hashing them.
+func stageTail(f *os.File, dst string, max int64) (api.Artifact, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return api.Artifact{}, err
+	}
+	if skip := fi.Size() - max; skip > 0 {
+		if _, err := f.Seek(skip, io.SeekStart); err != nil {
+			return api.Artifact{}, err
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return api.Artifact{}, err
+	}
+	h := sha256.New()
+	var n int64
+	err = blobstore.WriteFileAtomic(dst, 0o644, func(w io.Writer) error {
+		var err error
+		n, err = io.Copy(io.MultiWriter(w, h), io.LimitReader(f, max))
+		return err
+	})
+	if err != nil {
+		return api.Artifact{}, err
+	}
+	return api.Artifact{Digest: "sha256:" + hex.EncodeToString(h.Sum(nil)), SizeBytes: n}, nil
+}

@@ -59,10 +59,12 @@ func (e *Ineligible) Error() string {
 }
 
 // Eligible is the one eligibility rule (STYLE 12): w may take a task needing
-// req when w is ACTIVE (not STALE, DRAINING or OFFLINE), its free capacity
-// (capacity minus reservations) covers req.Resources, it has every required
-// capability, and each selector key is a label of w with the same value.
-// It returns nil or an *Ineligible naming the first unmet condition.
+// req when w is ACTIVE (not STALE, DRAINING or OFFLINE), each selector key
+// is a label of w with the same value, it has every required capability,
+// and its free capacity (capacity minus reservations) covers req.Resources.
+// It returns nil or an *Ineligible naming the first unmet condition, in
+// that order (so a worker the task does not select is never reported as
+// merely too full).
 func Eligible(w *Worker, req Requirements) error {
 	no := func(reason, format string, args ...any) error {
 		return &Ineligible{WorkerID: w.WorkerID, Reason: reason, Detail: fmt.Sprintf(format, args...)}
@@ -70,8 +72,14 @@ func Eligible(w *Worker, req Requirements) error {
 	if w.State != Active {
 		return no(IneligibleState, "state is %s", w.State)
 	}
-	if short := w.Free().Shortfall(req.Resources); short != "" {
-		return no(IneligibleCapacity, "%s", short)
+	for _, k := range sortedKeys(req.Selector) {
+		v, ok := w.Labels[k]
+		if !ok {
+			return no(IneligibleSelector, "has no label %q", k)
+		}
+		if v != req.Selector[k] {
+			return no(IneligibleSelector, "label %s=%q, want %q", k, v, req.Selector[k])
+		}
 	}
 	have := make(map[string]bool, len(w.Capabilities))
 	for _, c := range w.Capabilities {
@@ -82,14 +90,8 @@ func Eligible(w *Worker, req Requirements) error {
 			return no(IneligibleCapability, "lacks capability %q", c)
 		}
 	}
-	for _, k := range sortedKeys(req.Selector) {
-		v, ok := w.Labels[k]
-		if !ok {
-			return no(IneligibleSelector, "has no label %q", k)
-		}
-		if v != req.Selector[k] {
-			return no(IneligibleSelector, "label %s=%q, want %q", k, v, req.Selector[k])
-		}
+	if short := w.Free().Shortfall(req.Resources); short != "" {
+		return no(IneligibleCapacity, "%s", short)
 	}
 	return nil
 }
@@ -148,4 +150,14 @@ func Rank(workers []Worker, req Requirements, avoid string) (eligible []Worker, 
 		return a.WorkerID < b.WorkerID
 	})
 	return eligible, passed
+}
+
+// relevance orders reasons from "could take it later" to "never will".
+var relevance = map[string]int{IneligibleCapacity: 0, "reserve_rejected": 1, "unreachable": 2, IneligibleState: 3, IneligibleCapability: 4, IneligibleSelector: 5}
+
+// SortByRelevance orders passed-over workers so that the ones closest to
+// taking the task (only short of free capacity) come first and workers the
+// task does not select come last; stable within a reason.
+func SortByRelevance(passed []Ineligible) {
+	sort.SliceStable(passed, func(i, j int) bool { return relevance[passed[i].Reason] < relevance[passed[j].Reason] })
 }
