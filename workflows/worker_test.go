@@ -275,3 +275,45 @@ func TestWorkerContinueAsNewKeepsPendingHeartbeats(t *testing.T) {
 	require.Equal(t, fleet.Active, next.State.State, "the heartbeats revived the STALE worker")
 	require.Empty(t, next.State.Reservations)
 }
+
+func (s *workerSuite) TestUndrain() {
+	s.update(0, api.UpdateRegister, testRegistration("w1"))
+	s.update(time.Second, api.UpdateDrain, api.DrainInput{Reason: "kernel"})
+	var drained api.WorkerView
+	s.query(2*time.Second, &drained)
+	s.update(3*time.Second, api.UpdateUndrain, api.UndrainInput{})
+	r := s.update(4*time.Second, api.UpdateReserve, api.ReserveInput{TaskID: "t1", Fence: 1})
+	s.run(5 * time.Second)
+	s.Equal(fleet.Draining, drained.State)
+	s.Equal("kernel", drained.DrainReason)
+	s.True(r.completed)
+	s.NoError(r.err, "an undrained worker takes reservations again")
+}
+
+func (s *workerSuite) TestDeregisterRefusesWhileHoldingLeasesUnlessForced() {
+	s.update(0, api.UpdateRegister, testRegistration("w1"))
+	s.update(time.Second, api.UpdateReserve, api.ReserveInput{TaskID: "t1", Fence: 2})
+	refused := s.update(2*time.Second, api.UpdateDeregister, api.DeregisterInput{})
+	forced := s.update(3*time.Second, api.UpdateDeregister, api.DeregisterInput{Force: true})
+	s.env.ExecuteWorkflow(api.WorkerWorkflowType, api.WorkerInput{WorkerID: "w1"})
+	s.True(refused.rejected)
+	s.ErrorContains(refused.err, "holds 1 lease")
+	s.True(forced.completed)
+	s.Require().True(s.env.IsWorkflowCompleted(), "the registry entry ends")
+	s.NoError(s.env.GetWorkflowError())
+	var final api.WorkerView
+	s.NoError(s.env.GetWorkflowResult(&final))
+	s.Equal(fleet.Deregistered, final.State)
+	s.Equal(int64(1), final.Incarnation)
+	s.Require().Len(s.lost, 1, "the task holding a lease is told")
+	s.Equal(string(fleet.Deregistered), s.lost[0].State)
+}
+
+func (s *workerSuite) TestIncarnationsContinueAcrossEntries() {
+	s.update(0, api.UpdateRegister, testRegistration("w1"))
+	var v api.WorkerView
+	s.query(time.Second, &v)
+	s.env.RegisterDelayedCallback(func() { s.env.CancelWorkflow() }, 2*time.Second)
+	s.env.ExecuteWorkflow(api.WorkerWorkflowType, api.WorkerInput{WorkerID: "w1", IncarnationFloor: 7})
+	s.Equal(int64(8), v.Incarnation)
+}

@@ -1,0 +1,92 @@
+package activities
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/blobstore"
+)
+
+func digestOf(b []byte) string {
+	s := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(s[:])
+}
+
+func ingestEnv(t *testing.T) (*testsuite.TestActivityEnvironment, *blobstore.Store) {
+	var ts testsuite.WorkflowTestSuite
+	env := ts.NewTestActivityEnvironment()
+	store, err := blobstore.Open(t.TempDir())
+	require.NoError(t, err)
+	env.RegisterActivity(&Control{Blobs: store})
+	return env, store
+}
+
+func stage(t *testing.T, dir, name string, content []byte) api.Artifact {
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, filepath.Dir(name)), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, name), content, 0o644))
+	return api.Artifact{Name: name, Digest: digestOf(content), SizeBytes: int64(len(content))}
+}
+
+var claim = api.Claim{TaskID: "t1", WorkerID: "w", Attempt: 2, Fence: 3, EnvelopeDigest: "sha256:x"}
+
+func TestIngestPromotesVerifiedArtifactsAndCleansStaging(t *testing.T) {
+	env, store := ingestEnv(t)
+	a := stage(t, store.StagingDir("t1", 2, 3), "deep/result.csv", []byte("a,b\n"))
+	l := stage(t, store.LogStagingDir("t1", 2, 3), api.LogStdout, []byte("hello\n"))
+	val, err := env.ExecuteActivity("Ingest", api.IngestInput{Claim: claim, Artifacts: []api.Artifact{a}, Logs: []api.Artifact{l}})
+	require.NoError(t, err)
+	var res api.IngestResult
+	require.NoError(t, val.Get(&res))
+	assert.Equal(t, []api.Artifact{a}, res.Artifacts)
+	assert.Equal(t, []api.Artifact{l}, res.Logs)
+	assert.True(t, store.Has(a.Digest))
+	assert.True(t, store.Has(l.Digest))
+	assert.NoDirExists(t, store.StagingDir("t1", 2, 3))
+	assert.NoDirExists(t, store.LogStagingDir("t1", 2, 3))
+}
+
+func TestIngestRefusesATamperedArtifact(t *testing.T) {
+	env, store := ingestEnv(t)
+	a := stage(t, store.StagingDir("t1", 2, 3), "r.txt", []byte("declared"))
+	require.NoError(t, os.WriteFile(filepath.Join(store.StagingDir("t1", 2, 3), "r.txt"), []byte("swapped!"), 0o644))
+	_, err := env.ExecuteActivity("Ingest", api.IngestInput{Claim: claim, Artifacts: []api.Artifact{a}})
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(err, &appErr), "got %v", err)
+	assert.Equal(t, api.ErrTypeArtifactMismatch, appErr.Type())
+	assert.True(t, appErr.NonRetryable())
+	assert.False(t, store.Has(a.Digest))
+}
+
+func TestIngestRefusesPathEscapes(t *testing.T) {
+	env, store := ingestEnv(t)
+	require.NoError(t, os.MkdirAll(store.StagingDir("t1", 2, 3), 0o755))
+	_, err := env.ExecuteActivity("Ingest", api.IngestInput{Claim: claim, Artifacts: []api.Artifact{{Name: "../../../etc/passwd", Digest: digestOf(nil)}}})
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(err, &appErr), "got %v", err)
+	assert.Equal(t, api.ErrTypeArtifactMismatch, appErr.Type())
+	assert.Contains(t, appErr.Message(), "..")
+}
+
+// A control plane that does not share the agents' data dir finds no
+// staging: that is retried (another control plane may), with a message
+// that says what is wrong.
+func TestIngestWithoutStagingIsRetryable(t *testing.T) {
+	env, _ := ingestEnv(t)
+	_, err := env.ExecuteActivity("Ingest", api.IngestInput{Claim: claim, Artifacts: []api.Artifact{{Name: "x", Digest: digestOf(nil)}}})
+	require.Error(t, err)
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		assert.False(t, appErr.NonRetryable())
+	}
+	assert.Contains(t, err.Error(), "must share --data-dir")
+}
