@@ -41,12 +41,17 @@ func (c *Control) SelectWorker(ctx context.Context, in api.SelectWorkerInput) (a
 		return api.SelectWorkerResult{}, err
 	}
 	workers := make([]fleet.Worker, 0, len(views))
+	var passed []fleet.Ineligible
 	for _, v := range views {
-		if v.Registered {
+		switch {
+		case v.QueryError != "":
+			passed = append(passed, fleet.Ineligible{WorkerID: v.WorkerID, Reason: "unreachable", Detail: v.QueryError})
+		case v.Registered:
 			workers = append(workers, v.Worker)
 		}
 	}
-	ranked, passed := fleet.Rank(workers, in.Requirements, in.AvoidWorker)
+	ranked, rankPassed := fleet.Rank(workers, in.Requirements, in.AvoidWorker)
+	passed = append(rankPassed, passed...)
 	for _, w := range ranked {
 		var res api.ReserveResult
 		handle, err := c.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{

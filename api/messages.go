@@ -84,6 +84,10 @@ type WorkerView struct {
 	Free resource.List `json:"free"`
 	// Registered is false for a workflow that has not been registered yet.
 	Registered bool `json:"registered"`
+	// QueryError is set by clients listing workers when the worker's
+	// workflow did not answer its query (the control plane is down or
+	// busy); State then comes from visibility and the rest is unknown.
+	QueryError string `json:"query_error,omitempty"`
 }
 
 // ---- WdcTask ----
@@ -398,13 +402,42 @@ type Event struct {
 	Type string `json:"type"`
 	// Time is the workflow time it was appended.
 	Time time.Time `json:"time"`
-	// Result is set for worker_result.
-	Result *TaskResult `json:"result,omitempty"`
+	// Result is set for worker_result: a compact reference to the accepted
+	// result (the full result, with every artifact, is the task's; see
+	// `wdc tasks result`), so a run's state stays small.
+	Result *ResultRef `json:"result,omitempty"`
 	// Commit is set for commit events.
 	Commit *CommitRecord `json:"commit,omitempty"`
 	// Committed is true once a commit took this worker_result as evidence.
 	Committed bool `json:"committed,omitempty"`
 }
+
+// ResultRef is a run's record of an accepted result.
+type ResultRef struct {
+	TaskID         string `json:"task_id"`
+	WorkerID       string `json:"worker_id"`
+	Attempt        int64  `json:"attempt"`
+	Fence          int64  `json:"fence"`
+	EnvelopeDigest string `json:"envelope_digest"`
+	ExitCode       int    `json:"exit_code"`
+	// OutputError is the result's output error, cut to 512 bytes.
+	OutputError string `json:"output_error,omitempty"`
+	// Artifacts and Bytes count the result's artifacts and their size.
+	Artifacts int   `json:"artifacts"`
+	Bytes     int64 `json:"bytes"`
+	// ResultDigest is "sha256:" of the canonical JSON of the full
+	// TaskResult: it pins every artifact digest into the run's TCD chain.
+	ResultDigest string `json:"result_digest"`
+}
+
+// Limits that keep a run's state (its query answer and continue-as-new
+// input) well inside Temporal's 2 MB payload limit.
+const (
+	// MaxTasksPerRun is how many tasks one run takes.
+	MaxTasksPerRun = 2000
+	// MaxNoteBytes caps a commit note.
+	MaxNoteBytes = 1024
+)
 
 // Event types.
 const (
@@ -463,6 +496,18 @@ type RunState struct {
 
 // RunView is the run query's answer.
 type RunView = RunState
+
+// Caps on a result's artifact list, which travels in Temporal payloads
+// (2 MB each at most): at most MaxArtifacts entries whose
+// ArtifactManifestBytes sum to at most MaxManifestBytes.
+const (
+	MaxArtifacts     = 10000
+	MaxManifestBytes = 512 << 10
+)
+
+// ArtifactManifestBytes is what one artifact named name costs in a result's
+// payload (its name, digest and size as JSON), for the MaxManifestBytes cap.
+func ArtifactManifestBytes(name string) int { return len(name) + 120 }
 
 // MaxLogBytes caps each of an attempt's logs kept with its result: the
 // last 16 MiB of stdout and of stderr.

@@ -3,6 +3,7 @@ package cmd
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -68,10 +69,14 @@ retry elsewhere.`,
 			if err != nil {
 				return appError(err)
 			}
-			fmt.Fprintf(a.deps.Stdout, "agent %s registered (incarnation %d); polling %s; task dirs in %s\n",
-				r.WorkerID, agent.Incarnation(), "wdc-agent/"+r.WorkerID, workDir)
-			<-ctx.Done()
-			fmt.Fprintf(a.deps.Stderr, "wdc: agent %s stopping; killing %d running attempt(s)\n", r.WorkerID, agent.Launcher().Running())
+			fmt.Fprintf(a.deps.Stdout, "agent %s (pid %d) registered (incarnation %d); polling %s; task dirs in %s\n",
+				r.WorkerID, os.Getpid(), agent.Incarnation(), "wdc-agent/"+r.WorkerID, workDir)
+			select {
+			case <-ctx.Done():
+			case <-agent.Lost():
+				return agent.LostErr()
+			}
+			fmt.Fprintf(a.deps.Stderr, "wdc: agent %s stopping; handing back %d running attempt(s)\n", r.WorkerID, agent.Launcher().Running())
 			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			agent.Stop(sctx)
@@ -85,7 +90,7 @@ retry elsewhere.`,
 	f.DurationVar(&heartbeat, "heartbeat-interval", 0, "worker heartbeat period (default: --stale-after / 3)")
 	f.Int64Var(&maxFile, "max-output-file-bytes", 0, "largest output file in bytes (default 1 GiB)")
 	f.Int64Var(&maxTotal, "max-output-bytes", 0, "largest total of an attempt's outputs in bytes (default 4 GiB)")
-	f.IntVar(&maxFiles, "max-output-files", 0, "most output files per attempt (default 10000)")
+	f.IntVar(&maxFiles, "max-output-files", 0, "most output files per attempt (default 1000, at most 10000)")
 	return c
 }
 

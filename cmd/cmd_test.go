@@ -28,6 +28,8 @@ func TestBadInputIsExitTwoWithOneLineNamingTheProblem(t *testing.T) {
 	require.NoError(t, os.WriteFile(bad, []byte(`{"task_id":"t1","run_id":"r1","world_id":"w1","comand":["true"]}`), 0o644))
 	missing := filepath.Join(dir, "missing.json")
 	require.NoError(t, os.WriteFile(missing, []byte(`{"task_id":"t1","world_id":"w1"}`), 0o644))
+	ray := filepath.Join(dir, "ray.json")
+	require.NoError(t, os.WriteFile(ray, []byte(`{"task_id":"t1","run_id":"r1","world_id":"w1","command":["true"],"launcher":"ray"}`), 0o644))
 	typo := filepath.Join(dir, "typo.json")
 	require.NoError(t, os.WriteFile(typo, []byte(`{"task_id":"t1","run_id":"r1","world_id":"w1","command":["true"],"resources":{"cpu_millis":"2"}}`), 0o644))
 
@@ -43,6 +45,8 @@ func TestBadInputIsExitTwoWithOneLineNamingTheProblem(t *testing.T) {
 		{"negative cpu", []string{"workers", "register", "--worker-id", "w1", "--cpu", "-2"}, "--cpu"},
 		{"malformed cpu", []string{"workers", "register", "--worker-id", "w1", "--cpu", "lots"}, `--cpu "lots"`},
 		{"malformed memory", []string{"workers", "register", "--worker-id", "w1", "--memory", "8GB!"}, "--memory"},
+		{"overflowing cpu", []string{"workers", "register", "--worker-id", "w1", "--cpu", "1e30"}, `--cpu "1e30": too large`},
+		{"overflowing memory", []string{"workers", "register", "--worker-id", "w1", "--memory", "99999999999Ei"}, "--memory"},
 		{"negative gpus", []string{"workers", "register", "--worker-id", "w1", "--gpus", "-1"}, "--gpus"},
 		{"malformed label", []string{"workers", "register", "--worker-id", "w1", "--label", "zone"}, `--label "zone": want KEY=VALUE`},
 		{"invalid label value", []string{"workers", "register", "--worker-id", "w1", "--label", "zone=has space"}, "labels.zone"},
@@ -54,6 +58,8 @@ func TestBadInputIsExitTwoWithOneLineNamingTheProblem(t *testing.T) {
 		{"missing envelope fields", []string{"tasks", "submit", missing}, "run_id: required"},
 		{"wrong envelope type", []string{"tasks", "submit", typo}, "resources.cpu_millis: want an integer"},
 		{"no such envelope file", []string{"tasks", "submit", filepath.Join(dir, "nope.json")}, "no such file"},
+		{"envelope is a directory", []string{"tasks", "submit", dir}, "not a regular file"},
+		{"launcher not available", []string{"tasks", "submit", ray}, `launcher: "ray" is not available`},
 		{"bad lease ttl", []string{"tasks", "submit", bad, "--lease-ttl", "10ms"}, "--lease-ttl"},
 		{"heartbeat over ttl", []string{"tasks", "submit", bad, "--lease-ttl", "10s", "--heartbeat-interval", "20s"}, "--heartbeat-interval"},
 		{"zero attempts", []string{"tasks", "submit", bad, "--max-attempts", "0"}, "--max-attempts"},
@@ -61,7 +67,9 @@ func TestBadInputIsExitTwoWithOneLineNamingTheProblem(t *testing.T) {
 		{"start-dev bad port", []string{"server", "start-dev", "--port", "70000"}, "--port 70000"},
 		{"start-dev bad ip", []string{"server", "start-dev", "--ip", "localhost"}, "not an IP address"},
 		{"render without worker", []string{"workers", "render-launch", bad}, "--worker-id"},
-		{"commit without events", []string{"runs", "commit", "r1"}, "--event"},
+		{"commit without events", []string{"runs", "commit", "r1", "--expected-parent-time", "0"}, "--event"},
+		{"commit without expected parent time", []string{"runs", "commit", "r1", "--event", "1"}, `required flag(s) "expected-parent-time"`},
+		{"commit with a huge note", []string{"runs", "commit", "r1", "--event", "1", "--expected-parent-time", "0", "--note", strings.Repeat("x", 2000)}, "--note"},
 		{"run with bad world", []string{"runs", "start", "r1", "--world-id", "a/b"}, "--world-id"},
 		{"agent without id", []string{"agent"}, "--worker-id: required"},
 		{"demo short ttl", []string{"demo", "worker-leases", "--lease-ttl", "1s"}, "--lease-ttl"},

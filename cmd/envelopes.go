@@ -31,6 +31,13 @@ func decodeEnvelopeFile(path string) (envelope.Envelope, string, error) {
 	if path == "-" {
 		r = os.Stdin
 	} else {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return envelope.Envelope{}, "", usagef("%s: %v", path, err)
+		}
+		if !fi.Mode().IsRegular() {
+			return envelope.Envelope{}, "", usagef("%s: not a regular file (%s); use - to read stdin", path, fi.Mode().Type())
+		}
 		f, err := os.Open(path)
 		if err != nil {
 			return envelope.Envelope{}, "", usagef("%s: %v", path, err)

@@ -3,6 +3,7 @@ package cmd
 import (
 	"bufio"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -85,6 +86,9 @@ func parseCPU(s string) (int64, error) {
 	if q.Sign() < 0 {
 		return 0, usagef("--cpu %q: must not be negative", s)
 	}
+	if q.Cmp(*resource.NewMilliQuantity(math.MaxInt64, resource.DecimalSI)) >= 0 { // parsing clamps at the maximum
+		return 0, usagef("--cpu %q: too large (below %d millicores)", s, int64(math.MaxInt64))
+	}
 	return q.MilliValue(), nil
 }
 
@@ -100,6 +104,9 @@ func parseMemory(s string) (int64, error) {
 	}
 	if q.Sign() < 0 {
 		return 0, usagef("--memory %q: must not be negative", s)
+	}
+	if q.Cmp(*resource.NewQuantity(math.MaxInt64, resource.BinarySI)) >= 0 { // parsing clamps at the maximum
+		return 0, usagef("--memory %q: too large (below %d bytes)", s, int64(math.MaxInt64))
 	}
 	return q.Value(), nil
 }

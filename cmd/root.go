@@ -90,7 +90,7 @@ func Main(deps Deps, args []string) int {
 	switch {
 	case errors.As(err, &ee):
 		return ee.code
-	case errors.As(err, &ue):
+	case errors.As(err, &ue), strings.HasPrefix(err.Error(), "required flag(s)"):
 		return ExitUsage
 	}
 	return ExitFailure

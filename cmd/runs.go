@@ -161,7 +161,7 @@ func (a *app) newRunsStatusCommand() *cobra.Command {
 								committed = " (committed)"
 							}
 							fmt.Fprintf(w, "event %d worker_result: task %s attempt %d fence %d from %s, exit %d, %d artifact(s)%s\n",
-								e.Seq, e.Result.TaskID, e.Result.Attempt, e.Result.Fence, e.Result.WorkerID, e.Result.ExitCode, len(e.Result.Artifacts), committed)
+								e.Seq, e.Result.TaskID, e.Result.Attempt, e.Result.Fence, e.Result.WorkerID, e.Result.ExitCode, e.Result.Artifacts, committed)
 						case e.Commit != nil:
 							note := ""
 							if e.Commit.Note != "" {
@@ -192,6 +192,9 @@ it stale and this one is refused. Each event can be committed once.`,
 		Example: `  wdc runs commit run-7 --expected-parent-time 0 --event 1 --event 2`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
+			if len(note) > api.MaxNoteBytes {
+				return usagef("--note: at most %d bytes (got %d)", api.MaxNoteBytes, len(note))
+			}
 			if len(events) == 0 {
 				return usagef("--event: name at least one worker_result event (see 'wdc runs status %s')", args[0])
 			}
@@ -212,7 +215,8 @@ it stale and this one is refused. Each event can be committed once.`,
 			})
 		},
 	}
-	c.Flags().Int64Var(&expected, "expected-parent-time", 0, "the run's parent_time you based the commit on")
+	c.Flags().Int64Var(&expected, "expected-parent-time", 0, "the run's parent_time you based the commit on (required; see 'wdc runs status')")
+	_ = c.MarkFlagRequired("expected-parent-time")
 	c.Flags().Int64SliceVar(&events, "event", nil, "worker_result event number to commit (repeatable)")
 	c.Flags().StringVar(&note, "note", "", "kept with the commit")
 	return c

@@ -133,12 +133,17 @@ final task view to stdout.`,
 			ctx := c.Context()
 			return a.withClient(ctx, func(wc *wdcclient.Client) error {
 				put := hashFile
-				var store *blobstore.Store
-				if hasInputPaths(env) {
-					if store, err = blobstore.Open(dataDir); err != nil {
+				if len(env.Inputs) > 0 {
+					store, err := blobstore.Open(dataDir)
+					if err != nil {
 						return err
 					}
 					put = storeInputs(store)
+					for i, in := range env.Inputs {
+						if in.Digest != "" && !store.Has(in.Digest) {
+							return usagef("%s: inputs[%d].digest: %s is not in the blob store at %s (give a path instead, or use the data dir that holds it)", args[0], i, in.Digest, store.Root())
+						}
+					}
 				}
 				sealed, err := sealEnvelope(env, base, put)
 				if err != nil {
@@ -235,10 +240,18 @@ func (a *app) follow(ctx context.Context, wc *wdcclient.Client, taskID string) e
 		p.w = a.deps.Stderr
 	}
 	var last api.TaskView
+	lostContact := false
 	for {
 		v, err := wc.Task(ctx, taskID)
-		if err != nil && !errors.Is(err, wdcclient.ErrNotFound) {
-			return err
+		switch {
+		case err == nil && lostContact:
+			p.line(time.Time{}, "contact restored")
+			lostContact = false
+		case err != nil && ctx.Err() == nil && !errors.Is(err, wdcclient.ErrNotFound) && !lostContact:
+			// A server or control-plane restart: the task goes on; keep
+			// following (Ctrl-C stops following, not the task).
+			p.line(time.Time{}, "lost contact (%v); still following", err)
+			lostContact = true
 		}
 		if err == nil {
 			p.diff(last, v)

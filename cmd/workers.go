@@ -100,6 +100,11 @@ func (a *app) newWorkersListCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
+				for _, v := range views {
+					if v.QueryError != "" {
+						fmt.Fprintf(a.deps.Stderr, "wdc: warning: worker %s did not answer its query (is the control plane running?); its state is from visibility and its details are unknown\n", v.WorkerID)
+					}
+				}
 				return emitTable(a, views, "no workers", "WORKER\tSTATE\tINCARNATION\tLAST HEARTBEAT\tCAPACITY\tFREE\tLEASES", func(v api.WorkerView) string {
 					state := string(v.State)
 					if v.DrainReason != "" {

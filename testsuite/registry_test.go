@@ -177,3 +177,27 @@ func TestServerRestartKeepsTheRegistry(t *testing.T) {
 	require.Len(t, views, 1)
 	assert.Equal(t, "survivor", views[0].WorkerID)
 }
+
+// Two agents started with the same worker ID do not fight: the older one
+// sees a newer incarnation and stops, instead of both re-registering in
+// turn (and revoking each other's leases).
+func TestSecondAgentWithTheSameIDTakesOver(t *testing.T) {
+	fast := func(o *worker.AgentOptions) {
+		o.Registration.StaleAfter, o.Registration.OfflineAfter = 3*time.Second, 30*time.Second
+	}
+	first := startAgent(t, "dup-a", fast)
+	second := startAgent(t, "dup-a", fast)
+	assert.Equal(t, int64(2), second.Incarnation())
+	select {
+	case <-first.Lost():
+		assert.ErrorContains(t, first.LostErr(), "another agent registered worker dup-a (incarnation 2")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first agent did not give way")
+	}
+	time.Sleep(2 * time.Second)
+	v, err := suite.wdc.Worker(context.Background(), "dup-a")
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), v.Incarnation, "no registration ping-pong")
+	assert.Equal(t, fleet.Active, v.State)
+	assert.Nil(t, second.LostErr())
+}

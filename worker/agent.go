@@ -54,6 +54,8 @@ type Agent struct {
 
 	stop     chan struct{}
 	done     chan struct{}
+	lost     chan struct{}
+	lostErr  error
 	hbOnce   sync.Once
 	stopOnce sync.Once
 }
@@ -88,7 +90,7 @@ func StartAgent(ctx context.Context, c client.Client, opts AgentOptions) (*Agent
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{opts: opts, client: wc, launcher: launcher, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+	a := &Agent{opts: opts, client: wc, launcher: launcher, log: log, stop: make(chan struct{}), done: make(chan struct{}), lost: make(chan struct{})}
 	a.worker = sdkworker.New(c, api.AgentTaskQueue(reg.WorkerID), sdkworker.Options{})
 	a.worker.RegisterActivityWithOptions(&activities.Agent{WorkerID: reg.WorkerID, Launcher: launcher}, activity.RegisterOptions{SkipInvalidStructFunctions: true})
 	if err := a.worker.Start(); err != nil {
@@ -128,7 +130,11 @@ func (a *Agent) register(ctx context.Context) error {
 }
 
 // heartbeatLoop sends worker heartbeats and re-registers when the registry
-// no longer knows this incarnation (OFFLINE, or the workflow is gone).
+// lost this worker (OFFLINE, deregistered, or the workflow is gone). When
+// another agent registered the same worker ID (a newer incarnation while
+// this one is not OFFLINE), this agent gives way: it stops and Lost reports
+// why, instead of the two re-registering in turn and revoking each other's
+// leases.
 func (a *Agent) heartbeatLoop() {
 	defer close(a.done)
 	var seq int64
@@ -143,21 +149,59 @@ func (a *Agent) heartbeatLoop() {
 		seq++
 		ctx, cancel := context.WithTimeout(context.Background(), a.opts.HeartbeatInterval)
 		err := a.client.WorkerHeartbeat(ctx, api.WorkerHeartbeatSignal{WorkerID: a.WorkerID(), Incarnation: a.Incarnation(), Seq: seq})
-		if err == nil {
-			var v api.WorkerView
-			v, err = a.client.Worker(ctx, a.WorkerID())
-			if err == nil && (v.State == fleet.Offline || v.Incarnation != a.Incarnation()) {
-				a.log.Warn("registry lost this incarnation; registering again", "state", v.State, "incarnation", v.Incarnation)
+		switch {
+		case errors.Is(err, wdcclient.ErrNotFound):
+			err = a.register(ctx)
+		case err != nil:
+			err = fmt.Errorf("worker heartbeat not delivered: %w", err)
+		default:
+			v, qerr := a.client.Worker(ctx, a.WorkerID())
+			switch {
+			case errors.Is(qerr, wdcclient.ErrNotFound):
 				err = a.register(ctx)
+			case qerr != nil:
+				err = fmt.Errorf("heartbeat delivered, but the registry did not answer (is the control plane running?): %w", qerr)
+			case v.State == fleet.Offline:
+				a.log.Warn("the registry marked this worker OFFLINE; registering again", "incarnation", v.Incarnation)
+				err = a.register(ctx)
+			case v.Incarnation > a.Incarnation():
+				cancel()
+				a.giveWay(fmt.Errorf("another agent registered worker %s (incarnation %d, this agent has %d); this agent stops", a.WorkerID(), v.Incarnation, a.Incarnation()))
+				return
 			}
 		}
-		if errors.Is(err, wdcclient.ErrNotFound) {
-			err = a.register(ctx)
-		}
 		if err != nil {
-			a.log.Warn("worker heartbeat failed", "error", err)
+			a.log.Warn("worker heartbeat", "error", err)
 		}
 		cancel()
+	}
+}
+
+// giveWay stops this agent's polling and attempts after another agent took
+// its worker ID over; Lost then reports why.
+func (a *Agent) giveWay(why error) {
+	a.log.Error("giving way", "error", why)
+	a.lostErr = why
+	close(a.lost)
+	go func() {
+		a.worker.Stop()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		a.launcher.Shutdown(ctx, "another agent took over this worker")
+	}()
+}
+
+// Lost is closed when the agent stopped itself because another agent took
+// over its worker ID; LostErr says so.
+func (a *Agent) Lost() <-chan struct{} { return a.lost }
+
+// LostErr is why the agent stopped itself (after Lost is closed).
+func (a *Agent) LostErr() error {
+	select {
+	case <-a.lost:
+		return a.lostErr
+	default:
+		return nil
 	}
 }
 
@@ -168,6 +212,10 @@ func (a *Agent) heartbeatLoop() {
 // registers a new incarnation, which is ACTIVE again.
 func (a *Agent) Stop(ctx context.Context) {
 	a.stopOnce.Do(func() {
+		if a.LostErr() != nil {
+			a.StopHeartbeats()
+			return // another agent owns the worker now: do not drain it
+		}
 		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		if _, err := a.client.DrainWorker(dctx, a.WorkerID(), "agent stopping"); err != nil {
 			a.log.Warn("drain on stop", "error", err)

@@ -52,12 +52,32 @@ func InitialTCD(runID, worldID string) (string, error) {
 }
 
 // NextTCD chains a commit onto the previous TCD digest.
-func NextTCD(prev string, parentTime int64, committed []api.TaskResult) (string, error) {
+func NextTCD(prev string, parentTime int64, committed []api.ResultRef) (string, error) {
 	return envelope.DigestOf(struct {
-		Previous   string           `json:"previous"`
-		ParentTime int64            `json:"parent_time"`
-		Committed  []api.TaskResult `json:"committed"`
+		Previous   string          `json:"previous"`
+		ParentTime int64           `json:"parent_time"`
+		Committed  []api.ResultRef `json:"committed"`
 	}{prev, parentTime, committed})
+}
+
+// ResultRefOf is the run's compact record of an accepted result.
+func ResultRefOf(r api.TaskResult) (api.ResultRef, error) {
+	digest, err := envelope.DigestOf(r)
+	if err != nil {
+		return api.ResultRef{}, err
+	}
+	ref := api.ResultRef{
+		TaskID: r.TaskID, WorkerID: r.WorkerID, Attempt: r.Attempt, Fence: r.Fence,
+		EnvelopeDigest: r.EnvelopeDigest, ExitCode: r.ExitCode, OutputError: r.OutputError,
+		Artifacts: len(r.Artifacts), ResultDigest: digest,
+	}
+	if len(ref.OutputError) > 512 {
+		ref.OutputError = ref.OutputError[:512]
+	}
+	for _, a := range r.Artifacts {
+		ref.Bytes += a.SizeBytes
+	}
+	return ref, nil
 }
 
 func newRunWorkflow(in api.RunInput) (*runWorkflow, error) {
@@ -148,7 +168,7 @@ func (r *runWorkflow) validateAddTask(ctx workflow.Context, in api.AddTaskInput)
 		return bad("envelope.run_id: %q, this is run %q", in.Envelope.RunID, r.st.RunID)
 	}
 	if in.Envelope.WorldID != r.st.WorldID {
-		return bad("envelope.world_id: %q, run %s is in world %q", in.Envelope.WorldID, r.st.RunID, r.st.WorldID)
+		return temporal.NewApplicationError(fmt.Sprintf("envelope.world_id: %q, but run %s is in world %q", in.Envelope.WorldID, r.st.RunID, r.st.WorldID), api.ErrTypeConflict)
 	}
 	if err := in.Options.WithDefaults().Validate(); err != nil {
 		return bad("options.%v", err)
@@ -161,6 +181,9 @@ func (r *runWorkflow) validateAddTask(ctx workflow.Context, in api.AddTaskInput)
 	}
 	if r.st.Closed {
 		return temporal.NewApplicationError(fmt.Sprintf("run %s is closed", r.st.RunID), api.ErrTypeConflict)
+	}
+	if len(r.st.Tasks) >= api.MaxTasksPerRun {
+		return temporal.NewApplicationError(fmt.Sprintf("run %s has %d tasks, the most a run takes; start another run", r.st.RunID, len(r.st.Tasks)), api.ErrTypeConflict)
 	}
 	return nil
 }
@@ -210,11 +233,15 @@ func (r *runWorkflow) onTaskEnded(ctx workflow.Context, out api.TaskEndedSignal)
 	t.State = out.State
 	t.Attempts = out.Attempts
 	if out.State == api.TaskCompleted && out.Result != nil {
-		res := *out.Result
-		r.st.Events = append(r.st.Events, api.Event{
-			Seq: int64(len(r.st.Events)) + 1, Type: api.EventWorkerResult, Time: workflow.Now(ctx), Result: &res,
-		})
-		r.st.WorkerResultEvents++
+		ref, err := ResultRefOf(*out.Result)
+		if err != nil {
+			workflow.GetLogger(ctx).Error("result reference", "task", out.TaskID, "error", err)
+		} else {
+			r.st.Events = append(r.st.Events, api.Event{
+				Seq: int64(len(r.st.Events)) + 1, Type: api.EventWorkerResult, Time: workflow.Now(ctx), Result: &ref,
+			})
+			r.st.WorkerResultEvents++
+		}
 	}
 	if r.st.CloseWhenDone && r.allEnded() {
 		r.st.Closed = true
@@ -224,6 +251,9 @@ func (r *runWorkflow) onTaskEnded(ctx workflow.Context, out api.TaskEndedSignal)
 }
 
 func (r *runWorkflow) validateCommit(ctx workflow.Context, in api.CommitInput) error {
+	if len(in.Note) > api.MaxNoteBytes {
+		return temporal.NewApplicationError(fmt.Sprintf("note: at most %d bytes (got %d)", api.MaxNoteBytes, len(in.Note)), api.ErrTypeInvalidArgument)
+	}
 	if in.ExpectedParentTime != r.st.ParentTime {
 		return temporal.NewApplicationError(fmt.Sprintf("expected_parent_time: %d, the run is at %d", in.ExpectedParentTime, r.st.ParentTime), api.ErrTypeConflict)
 	}
@@ -254,7 +284,7 @@ func (r *runWorkflow) validateCommit(ctx workflow.Context, in api.CommitInput) e
 func (r *runWorkflow) commit(ctx workflow.Context, in api.CommitInput) (api.CommitResult, error) {
 	seqs := append([]int64{}, in.EventSeqs...)
 	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
-	committed := make([]api.TaskResult, 0, len(seqs))
+	committed := make([]api.ResultRef, 0, len(seqs))
 	for _, seq := range seqs {
 		r.st.Events[seq-1].Committed = true
 		committed = append(committed, *r.st.Events[seq-1].Result)

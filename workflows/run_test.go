@@ -126,6 +126,7 @@ func TestRunIngestsOneWorkerResultPerAcceptedTaskAndOnlyCommitMovesEvidence(t *t
 	requireAppErrType(t, conflict.err, api.ErrTypeConflict)
 	require.True(t, badWorld.rejected)
 	require.ErrorContains(t, badWorld.err, "world_id")
+	requireAppErrType(t, badWorld.err, api.ErrTypeConflict)
 
 	require.Equal(t, api.RunIncomplete, afterTasks.Status)
 	require.Equal(t, int64(1), afterTasks.WorkerResultEvents, "one worker_result per accepted result")
@@ -146,7 +147,9 @@ func TestRunIngestsOneWorkerResultPerAcceptedTaskAndOnlyCommitMovesEvidence(t *t
 
 	require.Equal(t, int64(1), afterCommit.Evidence)
 	require.Equal(t, int64(1), afterCommit.ParentTime)
-	want, _ := NextTCD(initial, 1, []api.TaskResult{*result})
+	ref, err := ResultRefOf(*result)
+	require.NoError(t, err)
+	want, _ := NextTCD(initial, 1, []api.ResultRef{ref})
 	require.Equal(t, want, afterCommit.TCDDigest)
 	require.NotEqual(t, initial, afterCommit.TCDDigest)
 	require.True(t, closed.completed)

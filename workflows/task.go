@@ -21,9 +21,6 @@ var (
 	agentActs   *activities.Agent
 )
 
-// MaxArtifacts bounds the artifacts of one result.
-const MaxArtifacts = 10000
-
 // WdcTask is one logical task (workflow ID api.TaskWorkflowID): the lease
 // loop of DESIGN §4. Each attempt reserves a worker, is granted a lease
 // (attempt+1, fence+1, same envelope digest), is launched, and is watched
@@ -458,8 +455,15 @@ func (t *taskWorkflow) validateSubmitResult(ctx workflow.Context, in api.SubmitR
 	if rej := lease.Check(t.ledger.Current(), in.Claim); rej != nil {
 		return temporal.NewApplicationError(rej.Message, string(rej.Reason), rej)
 	}
-	if len(in.Artifacts) > MaxArtifacts {
-		return temporal.NewApplicationError(fmt.Sprintf("artifacts: at most %d (got %d)", MaxArtifacts, len(in.Artifacts)), api.ErrTypeInvalidArgument)
+	if len(in.Artifacts) > api.MaxArtifacts {
+		return temporal.NewApplicationError(fmt.Sprintf("artifacts: at most %d (got %d)", api.MaxArtifacts, len(in.Artifacts)), api.ErrTypeInvalidArgument)
+	}
+	manifest := 0
+	for _, a := range in.Artifacts {
+		manifest += api.ArtifactManifestBytes(a.Name)
+	}
+	if manifest > api.MaxManifestBytes {
+		return temporal.NewApplicationError(fmt.Sprintf("artifacts: the list takes %d bytes, over the %d-byte cap", manifest, api.MaxManifestBytes), api.ErrTypeInvalidArgument)
 	}
 	names := make(map[string]bool, len(in.Artifacts))
 	for i, a := range in.Artifacts {

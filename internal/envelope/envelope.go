@@ -85,6 +85,9 @@ var DigestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 // ReservedEnvPrefix marks variables the executor sets itself.
 const ReservedEnvPrefix = "WDC_"
 
+// MaxExecutionSeconds is the longest execution timeout, ten years.
+const MaxExecutionSeconds = 10 * 365 * 24 * 3600
+
 // MaxCommandArgs and MaxEnvVars bound an envelope's size.
 const (
 	MaxCommandArgs = 4096
@@ -97,8 +100,9 @@ func (e Envelope) Requirements() fleet.Requirements {
 	return fleet.Requirements{Resources: e.Resources, Capabilities: e.Capabilities, Selector: e.Selector}
 }
 
-// Normalize fills defaults (Launcher "local") and sorts Capabilities, so that
-// equivalent envelopes digest the same. Decode calls it.
+// Normalize fills defaults (Launcher "local") and sorts and de-duplicates
+// Capabilities, so that equivalent envelopes digest the same. Decode calls
+// it.
 func (e *Envelope) Normalize() {
 	if e.Launcher == "" {
 		e.Launcher = LauncherLocal
@@ -106,7 +110,13 @@ func (e *Envelope) Normalize() {
 	if len(e.Capabilities) > 0 {
 		caps := append([]string{}, e.Capabilities...)
 		sort.Strings(caps)
-		e.Capabilities = caps
+		out := caps[:0]
+		for i, c := range caps {
+			if i == 0 || c != caps[i-1] {
+				out = append(out, c)
+			}
+		}
+		e.Capabilities = out
 	}
 }
 
@@ -156,6 +166,13 @@ func (e Envelope) Validate(sealed bool) error {
 			v.add(f+".name", err.Error())
 		} else if seen[in.Name] {
 			v.add(f+".name", fmt.Sprintf("duplicate input %q", in.Name))
+		} else {
+			for _, other := range e.Inputs[:i] {
+				if strings.HasPrefix(in.Name, other.Name+"/") || strings.HasPrefix(other.Name, in.Name+"/") {
+					v.add(f+".name", fmt.Sprintf("%q and %q cannot both exist (one would be a directory of the other)", in.Name, other.Name))
+					break
+				}
+			}
 		}
 		seen[in.Name] = true
 		switch {
@@ -186,8 +203,8 @@ func (e Envelope) Validate(sealed bool) error {
 	if err := fleet.ValidateLabels("selector", e.Selector); err != nil {
 		v.add("selector", strings.TrimPrefix(err.Error(), "selector: "))
 	}
-	if e.Timeouts.ExecutionSeconds < 0 {
-		v.add("timeouts.execution_seconds", "must not be negative")
+	if e.Timeouts.ExecutionSeconds < 0 || e.Timeouts.ExecutionSeconds > MaxExecutionSeconds {
+		v.add("timeouts.execution_seconds", fmt.Sprintf("must be between 0 (no limit) and %d (ten years)", MaxExecutionSeconds))
 	}
 	switch e.Launcher {
 	case "", LauncherLocal, LauncherRay, LauncherK8s:

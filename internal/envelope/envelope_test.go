@@ -103,6 +103,10 @@ func TestDecodeRejections(t *testing.T) {
 		{"input duplicate", base(`,"inputs":[{"name":"a","digest":"sha256:` + hex64 + `"},{"name":"a","digest":"sha256:` + hex64 + `"}]`), []string{"inputs[1].name", "duplicate"}},
 		{"input bad digest", base(`,"inputs":[{"name":"a","digest":"md5:abc"}]`), []string{"inputs[0].digest"}},
 		{"negative timeout", base(`,"timeouts":{"execution_seconds":-1}`), []string{"timeouts.execution_seconds"}},
+		{"overflowing timeout", base(`,"timeouts":{"execution_seconds":10000000000}`), []string{"timeouts.execution_seconds", "ten years"}},
+		{"keys are case-sensitive", `{"TASK_ID":"t1","run_id":"r1","world_id":"w1","command":["true"]}`, []string{`TASK_ID: unknown field (did you mean "task_id"?)`}},
+		{"no case-folded duplicates", `{"task_id":"t1","Task_Id":"t2","run_id":"r1","world_id":"w1","command":["true"]}`, []string{"Task_Id: unknown field"}},
+		{"input file under input file", base(`,"inputs":[{"name":"a/b","digest":"sha256:` + hex64 + `"},{"name":"a/b/c","digest":"sha256:` + hex64 + `"}]`), []string{"inputs[1].name", "directory of the other"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -387,8 +387,12 @@ func (e *Execution) supervise() {
 	e.mu.Lock()
 	e.exited = true
 	e.mu.Unlock()
-	// The attempt is over: nothing of its process group may linger.
+	// The attempt is over: nothing it started may linger, in its process
+	// group or out of it (setsid, double fork).
 	_ = syscall.Kill(-e.cmd.Process.Pid, syscall.SIGKILL)
+	if pids, _ := KillProcessesUnder(e.taskDir); len(pids) > 0 {
+		e.log.Info("killed processes the command left behind", "pids", pids)
+	}
 	cancel()
 	<-hbDone
 	if f := e.opts.Faults.Freeze; f != nil {
@@ -504,6 +508,7 @@ func (e *Execution) finish(rep *Report) {
 		}
 	}
 	_ = e.opts.Blobs.RemoveStaging(e.claim.TaskID, e.claim.Attempt, e.claim.Fence)
+	_ = os.Remove(e.opts.Blobs.TaskStagingDir(e.claim.TaskID)) // only if empty
 }
 
 // closedTaskRejection explains a submission to a task workflow that has

@@ -212,6 +212,8 @@ func TestOutputRulesRejectSymlinksAndOversize(t *testing.T) {
 		"file too big":      {`head -c 2048 /dev/zero > outputs/big`, OutputLimits{MaxFileBytes: 1024}, "over the 1024-byte cap"},
 		"too many files":    {`touch outputs/a outputs/b outputs/c`, OutputLimits{MaxFiles: 2}, "over the cap of 2 files"},
 		"total too big":     {`head -c 600 /dev/zero > outputs/a; head -c 600 /dev/zero > outputs/b`, OutputLimits{MaxTotalBytes: 1000}, "total cap"},
+		"artifact list too big": {`d=outputs/$(printf %0200d 0)/$(printf %0200d 1)/$(printf %0200d 2)/$(printf %0200d 3); mkdir -p $d
+			i=0; while [ $i -lt 600 ]; do : > $d/$(printf %08d $i); i=$((i+1)); done`, OutputLimits{MaxFiles: 5000}, "cap of a result"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -378,4 +380,14 @@ func TestKillReportsInfraKilled(t *testing.T) {
 	assert.Equal(t, lease.ReasonInfraKilled, f.ctl.failures[0].Reason)
 	assert.Equal(t, "agent stopping", f.ctl.failures[0].Detail)
 	assert.Empty(t, f.ctl.submitted)
+}
+
+// A child that leaves the process group (setsid) still dies with its
+// attempt: it carries the attempt's WDC_TASK_DIR.
+func TestNothingOutlivesTheAttempt(t *testing.T) {
+	f := newFixture(t, `setsid sleep 60 & echo $! > child.pid; echo done > outputs/x`, nil)
+	ex := f.start(nil)
+	rep := f.wait(ex)
+	assert.Equal(t, OutcomeAccepted, rep.Outcome)
+	assertGroupDead(t, f, ex)
 }

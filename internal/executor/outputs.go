@@ -19,7 +19,9 @@ import (
 
 // OutputLimits are the output rules' size caps. Zero fields take defaults.
 type OutputLimits struct {
-	// MaxFiles is the most files outputs/ may hold. Default 10,000.
+	// MaxFiles is the most files outputs/ may hold. Default 1,000; at most
+	// api.MaxArtifacts (the result's artifact list travels in a Temporal
+	// payload: pack many small files into an archive).
 	MaxFiles int
 	// MaxFileBytes caps one file, in bytes. Default 1 GiB.
 	MaxFileBytes int64
@@ -30,7 +32,10 @@ type OutputLimits struct {
 // WithDefaults fills zero fields.
 func (l OutputLimits) WithDefaults() OutputLimits {
 	if l.MaxFiles == 0 {
-		l.MaxFiles = 10000
+		l.MaxFiles = 1000
+	}
+	if l.MaxFiles > api.MaxArtifacts {
+		l.MaxFiles = api.MaxArtifacts
 	}
 	if l.MaxFileBytes == 0 {
 		l.MaxFileBytes = 1 << 30
@@ -59,6 +64,7 @@ func StageOutputs(outputDir, stagingDir string, limits OutputLimits) (_ []api.Ar
 	limits = limits.WithDefaults()
 	var files []string
 	var total int64
+	manifest := 0
 	walkErr := filepath.WalkDir(outputDir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -93,7 +99,11 @@ func StageOutputs(outputDir, stagingDir string, limits OutputLimits) (_ []api.Ar
 		}
 		files = append(files, rel)
 		if len(files) > limits.MaxFiles {
-			return &OutputError{Path: rel, Reason: fmt.Sprintf("is file %d, over the cap of %d files", len(files), limits.MaxFiles)}
+			return &OutputError{Path: rel, Reason: fmt.Sprintf("is file %d, over the cap of %d files (pack many small files into an archive)", len(files), limits.MaxFiles)}
+		}
+		manifest += api.ArtifactManifestBytes(rel)
+		if manifest > api.MaxManifestBytes {
+			return &OutputError{Path: rel, Reason: fmt.Sprintf("brings the artifact list to %d bytes, over the %d-byte cap of a result (shorter names, or pack the files into an archive)", manifest, api.MaxManifestBytes)}
 		}
 		return nil
 	})

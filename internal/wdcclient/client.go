@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
@@ -152,26 +153,28 @@ func WorkersQuery(state string) string {
 }
 
 // ListWorkers lists workers through visibility (optionally one state) and
-// asks each for its record; workers that do not answer are skipped. Sorted
-// by worker ID.
+// asks each for its record, sorted by worker ID. A worker whose query is not
+// answered within 3 s (the control plane is down) is listed with its
+// visibility state and QueryError set, rather than hanging or vanishing.
 func (c *Client) ListWorkers(ctx context.Context, state string) ([]api.WorkerView, error) {
-	ids, err := c.listIDs(ctx, WorkersQuery(state))
+	states, err := c.workerStates(ctx, WorkersQuery(state))
 	if err != nil {
 		return nil, err
 	}
-	views := make([]api.WorkerView, 0, len(ids))
-	for _, wfID := range ids {
-		id := api.WorkerIDFromWorkflowID(wfID)
-		if id == "" {
-			continue
-		}
-		v, err := c.Worker(ctx, id)
+	views := make([]api.WorkerView, 0, len(states))
+	for _, ws := range states {
+		qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		v, err := c.Worker(qctx, ws.WorkerID)
+		cancel()
 		if err != nil {
-			continue
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			v = api.WorkerView{QueryError: err.Error()}
+			v.WorkerID, v.State = ws.WorkerID, ws.State
 		}
 		views = append(views, v)
 	}
-	sort.Slice(views, func(i, j int) bool { return views[i].WorkerID < views[j].WorkerID })
 	return views, nil
 }
 
@@ -184,10 +187,14 @@ type WorkerState struct {
 // WorkerStates lists every running registry entry with its state from the
 // WdcWorkerState search attribute, without asking the workers.
 func (c *Client) WorkerStates(ctx context.Context) ([]WorkerState, error) {
+	return c.workerStates(ctx, WorkersQuery(""))
+}
+
+func (c *Client) workerStates(ctx context.Context, query string) ([]WorkerState, error) {
 	var out []WorkerState
 	var token []byte
 	for {
-		resp, err := c.C.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: WorkersQuery(""), NextPageToken: token, PageSize: 1000})
+		resp, err := c.C.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token, PageSize: 1000})
 		if err != nil {
 			return nil, wrap("list workers", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -36,6 +37,9 @@ func (c *Client) SubmitTask(ctx context.Context, env envelope.Envelope, opts api
 	if err != nil {
 		return res, err
 	}
+	if err := c.checkSubmittable(ctx, env, digest); err != nil {
+		return res, err
+	}
 	op := c.C.NewWithStartWorkflowOperation(c.runStartOptions(env.RunID), api.RunWorkflowType, api.RunInput{RunID: env.RunID, WorldID: env.WorldID})
 	handle, err := c.C.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: op,
@@ -48,6 +52,22 @@ func (c *Client) SubmitTask(ctx context.Context, env envelope.Envelope, opts api
 		err = handle.Get(ctx, &res)
 	}
 	return res, wrap("submit task "+env.TaskID, err)
+}
+
+// checkSubmittable refuses, before anything is created, a task ID already
+// used by another run or envelope (task IDs are never reused) and a run
+// that is closed.
+func (c *Client) checkSubmittable(ctx context.Context, env envelope.Envelope, digest string) error {
+	if v, err := c.Task(ctx, env.TaskID); err == nil {
+		if v.RunID != env.RunID || v.EnvelopeDigest != digest {
+			return &Error{Type: api.ErrTypeConflict, Message: fmt.Sprintf("task_id %q is already used (run %s, envelope %s, %s); task IDs are never reused: choose another", env.TaskID, v.RunID, v.EnvelopeDigest, v.State)}
+		}
+	}
+	desc, err := c.C.DescribeWorkflowExecution(ctx, api.RunWorkflowID(env.RunID), "")
+	if err == nil && desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return &Error{Type: api.ErrTypeConflict, Message: fmt.Sprintf("run %s is closed (%s); tasks cannot join it: use another run_id", env.RunID, strings.ToLower(strings.TrimPrefix(desc.GetWorkflowExecutionInfo().GetStatus().String(), "WORKFLOW_EXECUTION_STATUS_")))}
+	}
+	return nil
 }
 
 func (c *Client) runStartOptions(runID string) client.StartWorkflowOptions {
@@ -146,6 +166,7 @@ func (c *Client) WaitTask(ctx context.Context, taskID string) (api.TaskOutcome, 
 func (c *Client) StartRun(ctx context.Context, in api.RunInput) error {
 	opts := c.runStartOptions(in.RunID)
 	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL
+	opts.WorkflowExecutionErrorWhenAlreadyStarted = true
 	_, err := c.C.ExecuteWorkflow(ctx, opts, api.RunWorkflowType, in)
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &started) {
@@ -164,16 +185,28 @@ func (c *Client) Run(ctx context.Context, runID string) (api.RunView, error) {
 	return v, wrap("run "+runID, err)
 }
 
-// Commit commits worker results as evidence.
+// Commit commits worker results as evidence. Errors: a conflict *Error for
+// a run that has ended.
 func (c *Client) Commit(ctx context.Context, runID string, in api.CommitInput) (api.CommitResult, error) {
 	var res api.CommitResult
-	err := c.update(ctx, api.RunWorkflowID(runID), "", api.UpdateCommit, in, &res)
-	return res, wrap("run "+runID, err)
+	err := wrap("run "+runID, c.update(ctx, api.RunWorkflowID(runID), "", api.UpdateCommit, in, &res))
+	if errors.Is(err, ErrNotFound) {
+		if v, qerr := c.Run(ctx, runID); qerr == nil {
+			return res, &Error{Type: api.ErrTypeConflict, Message: fmt.Sprintf("run %s has ended (%s, closed); it takes no more commits", runID, v.Status)}
+		}
+	}
+	return res, err
 }
 
-// CloseRun closes a run; it ends once its tasks have ended.
+// CloseRun closes a run; it ends once its tasks have ended. Closing a run
+// that has already ended returns its final state.
 func (c *Client) CloseRun(ctx context.Context, runID string) (api.RunView, error) {
 	var v api.RunView
-	err := c.update(ctx, api.RunWorkflowID(runID), "", api.UpdateCloseRun, api.CloseRunInput{}, &v)
-	return v, wrap("run "+runID, err)
+	err := wrap("run "+runID, c.update(ctx, api.RunWorkflowID(runID), "", api.UpdateCloseRun, api.CloseRunInput{}, &v))
+	if errors.Is(err, ErrNotFound) {
+		if ended, qerr := c.Run(ctx, runID); qerr == nil {
+			return ended, nil
+		}
+	}
+	return v, err
 }

@@ -1,12 +1,8 @@
 package local
 
 import (
-	"bytes"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/wdc-runtime/wdc/internal/executor"
 )
@@ -21,36 +17,7 @@ import (
 // anything. It returns the PIDs it killed; processes it may not read are
 // skipped.
 func ReapOrphans(workDir string) ([]int, error) {
-	abs, err := filepath.Abs(workDir)
-	if err != nil {
-		return nil, err
-	}
-	marker := []byte(executor.EnvTaskDir + "=" + abs + string(filepath.Separator))
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, err
-	}
-	self := os.Getpid()
-	var killed []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
-			continue
-		}
-		environ, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if err != nil {
-			continue
-		}
-		for _, kv := range bytes.Split(environ, []byte{0}) {
-			if bytes.HasPrefix(kv, marker) {
-				if syscall.Kill(pid, syscall.SIGKILL) == nil {
-					killed = append(killed, pid)
-				}
-				break
-			}
-		}
-	}
-	return killed, nil
+	return executor.KillProcessesUnder(workDir)
 }
 
 // describePIDs renders PIDs for a log line.
