@@ -326,6 +326,9 @@ func TestAgentStopHandsAttemptsBack(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, fleet.Draining, w.State)
 	assert.Equal(t, "agent stopping", w.DrainReason)
+	if *updateHistories {
+		writeHistory(t, api.TaskWorkflowID(env.TaskID)) // infra_killed retry
+	}
 }
 
 // A task no worker fits waits (never fails), says why, and warns at submit;
@@ -360,6 +363,9 @@ func TestUnfittableTaskWaitsAndCancels(t *testing.T) {
 	code, out, _ := cli(t, "tasks", "submit", file)
 	assert.Equal(t, 0, code)
 	assert.Contains(t, out, "already exists and ended CANCELLED")
+	if *updateHistories {
+		writeHistory(t, api.TaskWorkflowID("unfit-task")) // waiting, then cancelled
+	}
 
 	ray := filepath.Join(dir, "ray.json")
 	require.NoError(t, os.WriteFile(ray, []byte(`{"task_id":"ray-task","run_id":"ray-run","world_id":"suite","command":["true"],"launcher":"ray"}`), 0o644))
