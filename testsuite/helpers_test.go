@@ -52,7 +52,14 @@ func writeHistory(t *testing.T, wfID string) {
 	}
 	b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(&h)
 	require.NoError(t, err)
-	name := filepath.Join("testdata", historyFileName(wfID))
+	// Never overwrite: old histories must keep replaying next to new ones.
+	name := filepath.Join("testdata", historyFileName(wfID)+".json")
+	for i := 2; ; i++ {
+		if _, err := os.Stat(name); os.IsNotExist(err) {
+			break
+		}
+		name = filepath.Join("testdata", historyFileName(wfID)+"-"+strconv.Itoa(i)+".json")
+	}
 	require.NoError(t, os.WriteFile(name, b, 0o644))
 	t.Logf("wrote %s (%d events)", name, len(h.Events))
 }
@@ -65,7 +72,7 @@ func historyFileName(wfID string) string {
 		}
 		out = append(out, c)
 	}
-	return string(out) + ".json"
+	return string(out)
 }
 
 // processesIn lists live processes whose working directory is dir (a
