@@ -397,3 +397,50 @@ func TestProgramFailureIsAResultWithLogs(t *testing.T) {
 	_, view := waitOutcome(t, "logs-task")
 	assert.Len(t, view.Leases, 1, "a failing program is not retried")
 }
+
+// Run and task IDs are never reused, and a closed run takes nothing more:
+// each conflict is refused up front with a message that says so, and
+// nothing half-created is left behind.
+func TestRunAndTaskConflicts(t *testing.T) {
+	startAgent(t, "conflict-a")
+	waitWorkersActive(t, "conflict-a")
+	code, _, errOut := cli(t, "runs", "start", "conflict-run", "--world-id", "w")
+	require.Equal(t, 0, code, errOut)
+	code, _, errOut = cli(t, "runs", "start", "conflict-run", "--world-id", "w2")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "run conflict-run already exists")
+
+	env := taskEnvelope(t, "conflict-task", "true")
+	env.RunID, env.WorldID = "conflict-run", "w"
+	submit(t, env, api.TaskOptions{})
+	waitOutcome(t, env.TaskID)
+
+	// The same task ID in another run: refused before the other run exists.
+	dir := t.TempDir()
+	other := filepath.Join(dir, "other.json")
+	require.NoError(t, os.WriteFile(other, []byte(`{"task_id":"conflict-task","run_id":"conflict-other","world_id":"w","command":["true"]}`), 0o644))
+	code, _, errOut = cli(t, "tasks", "submit", other)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, `task_id "conflict-task" is already used (run conflict-run`)
+	_, err := suite.client.DescribeWorkflowExecution(context.Background(), api.RunWorkflowID("conflict-other"), "")
+	var nf *serviceerror.NotFound
+	assert.True(t, errors.As(err, &nf), "no half-created run")
+
+	code, _, errOut = cli(t, "runs", "close", "conflict-run")
+	require.Equal(t, 0, code, errOut)
+	waitFor(t, 10*time.Second, "the closed run ends", func() bool {
+		d, err := suite.client.DescribeWorkflowExecution(context.Background(), api.RunWorkflowID("conflict-run"), "")
+		return err == nil && d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+	})
+	code, out, _ := cli(t, "runs", "close", "conflict-run")
+	assert.Equal(t, 0, code, "closing again is harmless")
+	assert.Contains(t, out, "closed")
+	code, _, errOut = cli(t, "runs", "commit", "conflict-run", "--expected-parent-time", "0", "--event", "1")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "has ended")
+	late := filepath.Join(dir, "late.json")
+	require.NoError(t, os.WriteFile(late, []byte(`{"task_id":"conflict-late","run_id":"conflict-run","world_id":"w","command":["true"]}`), 0o644))
+	code, _, errOut = cli(t, "tasks", "submit", late)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "run conflict-run is closed")
+}
