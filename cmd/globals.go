@@ -187,6 +187,14 @@ func (a *app) emit(v any, text func(w io.Writer) error) error {
 	return text(a.deps.Stdout)
 }
 
+// emitf prints v as JSON with -o json, else one formatted line.
+func (a *app) emitf(v any, format string, args ...any) error {
+	return a.emit(v, func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, format+"\n", args...)
+		return err
+	})
+}
+
 // emitTable prints rows as JSON with -o json, else as an aligned table
 // under header (tab-separated), or empty when there are none.
 func emitTable[T any](a *app, rows []T, empty, header string, row func(T) string) error {

@@ -208,10 +208,7 @@ it stale and this one is refused. Each event can be committed once.`,
 				if err != nil {
 					return appError(err)
 				}
-				return a.emit(res, func(w io.Writer) error {
-					fmt.Fprintf(w, "committed events %v: parent_time %d, evidence %d, tcd %s\n", res.EventSeqs, res.ParentTime, res.Evidence, res.TCDDigest)
-					return nil
-				})
+				return a.emitf(res, "committed events %v: parent_time %d, evidence %d, tcd %s", res.EventSeqs, res.ParentTime, res.Evidence, res.TCDDigest)
 			})
 		},
 	}
@@ -233,10 +230,7 @@ func (a *app) newRunsCloseCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.emit(v, func(w io.Writer) error {
-					fmt.Fprintf(w, "run %s closed (status %s)\n", v.RunID, v.Status)
-					return nil
-				})
+				return a.emitf(v, "run %s closed (status %s)", v.RunID, v.Status)
 			})
 		},
 	}

@@ -589,10 +589,7 @@ func (a *app) newTasksCancelCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.emit(out, func(w io.Writer) error {
-					fmt.Fprintf(w, "task %s %s\n", out.TaskID, out.State)
-					return nil
-				})
+				return a.emitf(out, "task %s %s", out.TaskID, out.State)
 			})
 		},
 	}

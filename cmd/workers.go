@@ -69,10 +69,7 @@ capacity or a malformed label is refused with exit code 2.`,
 				if err != nil {
 					return appError(err)
 				}
-				return a.emit(res, func(w io.Writer) error {
-					fmt.Fprintf(w, "registered worker %s, incarnation %d (%s)\n", res.WorkerID, res.Incarnation, formatResources(reg.Capacity))
-					return nil
-				})
+				return a.emitf(res, "registered worker %s, incarnation %d (%s)", res.WorkerID, res.Incarnation, formatResources(reg.Capacity))
 			})
 		},
 	}
@@ -211,10 +208,7 @@ func (a *app) newWorkersDrainCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.emit(v, func(w io.Writer) error {
-					fmt.Fprintf(w, "worker %s is %s; %d lease(s) still running\n", v.WorkerID, v.State, len(v.Reservations))
-					return nil
-				})
+				return a.emitf(v, "worker %s is %s; %d lease(s) still running", v.WorkerID, v.State, len(v.Reservations))
 			})
 		},
 	}
@@ -239,10 +233,7 @@ func (a *app) newWorkersUndrainCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.emit(v, func(w io.Writer) error {
-					fmt.Fprintf(w, "worker %s is %s\n", v.WorkerID, v.State)
-					return nil
-				})
+				return a.emitf(v, "worker %s is %s", v.WorkerID, v.State)
 			})
 		},
 	}
@@ -275,10 +266,7 @@ registers again.`,
 				if err != nil {
 					return err
 				}
-				return a.emit(v, func(w io.Writer) error {
-					fmt.Fprintf(w, "worker %s deregistered (last incarnation %d)\n", v.WorkerID, v.Incarnation)
-					return nil
-				})
+				return a.emitf(v, "worker %s deregistered (last incarnation %d)", v.WorkerID, v.Incarnation)
 			})
 		},
 	}
@@ -301,10 +289,7 @@ offline-after windows immediately instead of at its next timer.`,
 				if err != nil {
 					return err
 				}
-				return a.emit(map[string]int{"swept": n}, func(w io.Writer) error {
-					fmt.Fprintf(w, "swept %d worker(s)\n", n)
-					return nil
-				})
+				return a.emitf(map[string]int{"swept": n}, "swept %d worker(s)", n)
 			})
 		},
 	}

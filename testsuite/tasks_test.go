@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -123,12 +124,7 @@ if [ "$WDC_ATTEMPT" = 1 ]; then sleep 60 & wait; fi
 echo "done on attempt $WDC_ATTEMPT" > outputs/done.txt`)
 	submit(t, env, api.TaskOptions{LeaseTTL: 3 * time.Second, Backoff: lease.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}})
 
-	var first api.TaskView
-	waitFor(t, 15*time.Second, "attempt 1 running", func() bool {
-		v, err := suite.wdc.Task(context.Background(), env.TaskID)
-		first = v
-		return err == nil && v.AttemptDir != "" && v.Lease != nil && v.Lease.Attempt == 1
-	})
+	first := waitAttemptRunning(t, env.TaskID, 1)
 	victim := first.Lease.WorkerID
 	require.NoError(t, agents[victim].Signal(syscall.SIGKILL))
 	killedAt := time.Now()
@@ -303,12 +299,7 @@ func TestAgentStopHandsAttemptsBack(t *testing.T) {
 	waitWorkersActive(t, "stop-a", "stop-b")
 	env := taskEnvelope(t, "stop-task", `if [ "$WDC_ATTEMPT" = 1 ]; then exec sleep 60; fi; echo ok > outputs/ok`)
 	submit(t, env, api.TaskOptions{LeaseTTL: 5 * time.Minute, Backoff: lease.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}})
-	var first api.TaskView
-	waitFor(t, 15*time.Second, "attempt 1 running", func() bool {
-		v, err := suite.wdc.Task(context.Background(), env.TaskID)
-		first = v
-		return err == nil && v.AttemptDir != "" && v.Lease != nil && v.Lease.Attempt == 1
-	})
+	first := waitAttemptRunning(t, env.TaskID, 1)
 	victim := first.Lease.WorkerID
 	stopped := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -443,4 +434,16 @@ func TestRunAndTaskConflicts(t *testing.T) {
 	code, _, errOut = cli(t, "tasks", "submit", late)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errOut, "run conflict-run is closed")
+}
+
+// waitAttemptRunning waits until the task's attempt n has been launched.
+func waitAttemptRunning(t *testing.T, taskID string, n int64) api.TaskView {
+	t.Helper()
+	var view api.TaskView
+	waitFor(t, 15*time.Second, fmt.Sprintf("attempt %d running", n), func() bool {
+		v, err := suite.wdc.Task(context.Background(), taskID)
+		view = v
+		return err == nil && v.AttemptDir != "" && v.Lease != nil && v.Lease.Attempt == n
+	})
+	return view
 }

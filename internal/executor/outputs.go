@@ -147,17 +147,26 @@ func stageFile(src, dst string, maxBytes int64) (api.Artifact, error) {
 		return api.Artifact{}, err
 	}
 	defer f.Close()
+	a, err := copyHashed(f, dst, maxBytes+1)
+	if err == nil && a.SizeBytes > maxBytes {
+		os.Remove(dst)
+		return api.Artifact{}, &OutputError{Reason: fmt.Sprintf("grew over the %d-byte cap while staging", maxBytes)}
+	}
+	return a, err
+}
+
+// copyHashed copies at most limit bytes of r to dst atomically (temp file,
+// fsync, rename), creating dst's directory, and returns their digest and
+// size.
+func copyHashed(r io.Reader, dst string, limit int64) (api.Artifact, error) {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return api.Artifact{}, err
 	}
 	h := sha256.New()
 	var n int64
-	err = blobstore.WriteFileAtomic(dst, 0o644, func(w io.Writer) error {
+	err := blobstore.WriteFileAtomic(dst, 0o644, func(w io.Writer) error {
 		var err error
-		n, err = io.Copy(io.MultiWriter(w, h), io.LimitReader(f, maxBytes+1))
-		if err == nil && n > maxBytes {
-			return &OutputError{Reason: fmt.Sprintf("grew over the %d-byte cap while staging", maxBytes)}
-		}
+		n, err = io.Copy(io.MultiWriter(w, h), io.LimitReader(r, limit))
 		return err
 	})
 	if err != nil {
@@ -201,18 +210,5 @@ func stageTail(f *os.File, dst string, max int64) (api.Artifact, error) {
 			return api.Artifact{}, err
 		}
 	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return api.Artifact{}, err
-	}
-	h := sha256.New()
-	var n int64
-	err = blobstore.WriteFileAtomic(dst, 0o644, func(w io.Writer) error {
-		var err error
-		n, err = io.Copy(io.MultiWriter(w, h), io.LimitReader(f, max))
-		return err
-	})
-	if err != nil {
-		return api.Artifact{}, err
-	}
-	return api.Artifact{Digest: "sha256:" + hex.EncodeToString(h.Sum(nil)), SizeBytes: n}, nil
+	return copyHashed(f, dst, max)
 }
