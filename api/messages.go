@@ -238,6 +238,9 @@ type SubmitResultInput struct {
 	Claim
 	// ExitCode is the command's exit code (the task's own outcome).
 	ExitCode int `json:"exit_code"`
+	// TimedOut is set when the command was killed at the envelope's
+	// timeouts.execution_seconds (ExitCode 124).
+	TimedOut bool `json:"timed_out,omitempty"`
 	// Artifacts are the files of outputs/, hashed.
 	Artifacts []Artifact `json:"artifacts,omitempty"`
 	// Logs are the command's stdout.log and stderr.log (at most the last
@@ -267,6 +270,7 @@ type TaskResult struct {
 	Fence          int64      `json:"fence"`
 	EnvelopeDigest string     `json:"envelope_digest"`
 	ExitCode       int        `json:"exit_code"`
+	TimedOut       bool       `json:"timed_out,omitempty"`
 	OutputError    string     `json:"output_error,omitempty"`
 	Artifacts      []Artifact `json:"artifacts,omitempty"`
 	// Logs are the command's stdout.log and stderr.log in the blob store.

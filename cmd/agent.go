@@ -35,8 +35,10 @@ envelope's environment plus WDC_TASK_ID, WDC_ATTEMPT, WDC_FENCE and WDC_TASK_DIR
 The agent must share --data-dir with the control plane (inputs and staged
 outputs pass through it).
 
-Stop with Ctrl-C: running attempts are killed; their leases expire and the tasks
-retry elsewhere.`,
+Stop with Ctrl-C: the worker is drained, its running attempts are killed and
+reported infra_killed, so their tasks retry elsewhere at once. Starting the
+agent again registers a new incarnation (ACTIVE) and first kills any process
+an earlier agent of this work directory left behind.`,
 		Example: `  wdc agent --worker-id worker-a --cpu 4 --memory 8Gi
   wdc agent --worker-id gpu-01 --gpus 2 --label zone=eu-1 --capability cuda12 --data-dir /shared/wdc`,
 		Args: cobra.NoArgs,

@@ -72,6 +72,8 @@ func TestBadInputIsExitTwoWithOneLineNamingTheProblem(t *testing.T) {
 		{"commit with a huge note", []string{"runs", "commit", "r1", "--event", "1", "--expected-parent-time", "0", "--note", strings.Repeat("x", 2000)}, "--note"},
 		{"run with bad world", []string{"runs", "start", "r1", "--world-id", "a/b"}, "--world-id"},
 		{"agent without id", []string{"agent"}, "--worker-id: required"},
+		{"worker ID twice", []string{"workers", "drain", "a", "--worker-id", "b"}, "give the worker ID once"},
+		{"drain without worker", []string{"workers", "drain"}, "--worker-id: required"},
 		{"demo short ttl", []string{"demo", "worker-leases", "--lease-ttl", "1s"}, "--lease-ttl"},
 	}
 	for _, tc := range tests {

@@ -22,7 +22,11 @@ func readEnvelopeFile(path string) (envelope.Envelope, error) {
 	if err != nil {
 		return env, err
 	}
-	return sealEnvelope(env, base, hashFile)
+	sealed, err := sealEnvelope(env, base, hashFile)
+	if err != nil {
+		return sealed, fmt.Errorf("%s: %w", path, err)
+	}
+	return sealed, nil
 }
 
 func decodeEnvelopeFile(path string) (envelope.Envelope, string, error) {

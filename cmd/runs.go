@@ -24,7 +24,9 @@ workflows. Each accepted result reaches the run through parent ingest as one
 worker_result event; evidence, parent_time and the TCD digest change only when
 the run commits (wdc runs commit).
 
-Its status (RUNNING, COMPLETED, INCOMPLETE) summarises its tasks; the run itself
+Its status summarises its tasks: RUNNING while any runs, COMPLETED when every
+task has an accepted result (whatever its program's exit code: see each result),
+INCOMPLETE when some ended RETRIES_EXHAUSTED or CANCELLED. The run itself
 stays open for more tasks and commits until 'wdc runs close' (or
 --close-when-done), and its workflow ends once it is closed and every task ended.
 
@@ -124,7 +126,7 @@ func (a *app) newRunsStartCommand() *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&worldID, "world-id", "", "the world the run belongs to (required)")
-	c.Flags().BoolVar(&closeWhenDone, "close-when-done", false, "close the run as soon as all given tasks have ended")
+	c.Flags().BoolVar(&closeWhenDone, "close-when-done", false, "end the run as soon as all given tasks have ended (it then takes no commits: leave it open to commit, then 'runs close')")
 	c.Flags().StringVar(&dataDir, "data-dir", "", dataDirHelp)
 	opts.bind(c)
 	return c

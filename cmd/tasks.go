@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -30,7 +31,7 @@ runs as attempts, each under a lease with a fencing token; a task ends COMPLETED
 attempt produced a result within --max-attempts) or CANCELLED. Never FAILED:
 losing a worker or a lease is a retry, not a failure.`,
 	}
-	c.AddCommand(a.newTasksSubmitCommand(), a.newTasksStatusCommand(), a.newTasksListCommand(),
+	c.AddCommand(a.newTasksSubmitCommand(), a.newTasksWaitCommand(), a.newTasksStatusCommand(), a.newTasksListCommand(),
 		a.newTasksResultCommand(), a.newTasksLogsCommand(), a.newTasksCancelCommand())
 	return c
 }
@@ -147,7 +148,7 @@ final task view to stdout.`,
 				}
 				sealed, err := sealEnvelope(env, base, put)
 				if err != nil {
-					return err
+					return fmt.Errorf("%s: %w", args[0], err)
 				}
 				res, err := wc.SubmitTask(ctx, sealed, o)
 				if err != nil {
@@ -215,7 +216,7 @@ func (a *app) warnIfNoWorkerCanFit(ctx context.Context, wc *wdcclient.Client, en
 				parts = append(parts, fmt.Sprintf("and %d more", len(passed)-3))
 				break
 			}
-			parts = append(parts, p.WorkerID+": "+p.Reason+" ("+strings.Replace(p.Detail, "free", "capacity", 1)+")")
+			parts = append(parts, p.WorkerID+": "+p.Reason+" ("+strings.ReplaceAll(p.Detail, "free", "capacity")+")")
 		}
 		why = "no registered worker could ever take it: " + strings.Join(parts, "; ")
 	}
@@ -246,11 +247,13 @@ func (a *app) follow(ctx context.Context, wc *wdcclient.Client, taskID string) e
 		switch {
 		case err == nil && lostContact:
 			p.line(time.Time{}, "contact restored")
+			p.flush()
 			lostContact = false
 		case err != nil && ctx.Err() == nil && !errors.Is(err, wdcclient.ErrNotFound) && !lostContact:
 			// A server or control-plane restart: the task goes on; keep
 			// following (Ctrl-C stops following, not the task).
 			p.line(time.Time{}, "lost contact (%v); still following", err)
+			p.flush()
 			lostContact = true
 		}
 		if err == nil {
@@ -295,17 +298,33 @@ func outcomeError(v api.TaskView) error {
 // with the time the event happened (lease times), so following a task
 // that started earlier shows its real history.
 type progress struct {
-	w io.Writer
+	w       io.Writer
+	pending []progressLine
 }
 
+type progressLine struct {
+	at   time.Time
+	text string
+}
+
+// line queues a line; diff prints a view's lines in time order.
 func (p *progress) line(at time.Time, format string, args ...any) {
 	if at.IsZero() {
 		at = time.Now()
 	}
-	fmt.Fprintf(p.w, "%s  %s\n", at.Local().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+	p.pending = append(p.pending, progressLine{at, fmt.Sprintf(format, args...)})
+}
+
+func (p *progress) flush() {
+	sort.SliceStable(p.pending, func(i, j int) bool { return p.pending[i].at.Before(p.pending[j].at) })
+	for _, l := range p.pending {
+		fmt.Fprintf(p.w, "%s  %s\n", l.at.Local().Format("15:04:05.000"), l.text)
+	}
+	p.pending = p.pending[:0]
 }
 
 func (p *progress) diff(old, cur api.TaskView) {
+	defer p.flush()
 	for i := range cur.Leases {
 		l := cur.Leases[i]
 		if i >= len(old.Leases) {
@@ -356,7 +375,11 @@ func (p *progress) diff(old, cur api.TaskView) {
 }
 
 func printResult(w io.Writer, r api.TaskResult) {
-	fmt.Fprintf(w, "result of %s: attempt %d, fence %d, worker %s, exit code %d\n", r.TaskID, r.Attempt, r.Fence, r.WorkerID, r.ExitCode)
+	timedOut := ""
+	if r.TimedOut {
+		timedOut = " (killed at timeouts.execution_seconds)"
+	}
+	fmt.Fprintf(w, "result of %s: attempt %d, fence %d, worker %s, exit code %d%s\n", r.TaskID, r.Attempt, r.Fence, r.WorkerID, r.ExitCode, timedOut)
 	if r.OutputError != "" {
 		fmt.Fprintf(w, "  outputs rejected: %s\n", r.OutputError)
 	}
@@ -365,6 +388,27 @@ func printResult(w io.Writer, r api.TaskResult) {
 	}
 	for _, l := range r.Logs {
 		fmt.Fprintf(w, "  %s  (%s, %d bytes: wdc tasks logs %s%s)\n", l.Digest, l.Name, l.SizeBytes, r.TaskID, map[bool]string{true: " --stderr"}[l.Name == api.LogStderr])
+	}
+}
+
+func (a *app) newTasksWaitCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "wait TASK_ID",
+		Short: "Follow a task already submitted, like 'submit --wait' (re-attach after Ctrl-C)",
+		Long: `Follow a task with progress lines until it ends; its history so far is
+printed first, stamped with the times things happened. Exit codes as for
+'submit --wait': 0 COMPLETED with exit code 0, 4 COMPLETED but the program
+failed, 3 RETRIES_EXHAUSTED or CANCELLED.`,
+		Example: `  wdc tasks wait slow-1`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+				if _, err := wc.Task(c.Context(), args[0]); err != nil {
+					return err
+				}
+				return a.follow(c.Context(), wc, args[0])
+			})
+		},
 	}
 }
 
@@ -403,7 +447,11 @@ func (a *app) newTasksStatusCommand() *cobra.Command {
 
 func printLeases(w io.Writer, v api.TaskView) error {
 	if len(v.Leases) == 0 {
-		fmt.Fprintln(w, "no lease granted yet")
+		if v.State.Terminal() {
+			fmt.Fprintln(w, "no lease was granted")
+		} else {
+			fmt.Fprintln(w, "no lease granted yet")
+		}
 		return nil
 	}
 	tw := table(w)
@@ -420,6 +468,10 @@ func printLeases(w io.Writer, v api.TaskView) error {
 		return err
 	}
 	for _, d := range v.Directives {
+		if v.MaxAttempts > 0 && d.NextAttempt > v.MaxAttempts {
+			fmt.Fprintf(w, "attempt %d on %s ended: %s (%s); no attempts left (max %d)\n", d.NextAttempt-1, d.PreviousWorker, d.Reason, d.Detail, v.MaxAttempts)
+			continue
+		}
 		fmt.Fprintf(w, "retry directive: %s from %s -> attempt %d, fence %d (%s)\n", d.Reason, d.PreviousWorker, d.NextAttempt, d.NextFence, d.Detail)
 	}
 	return nil
@@ -461,6 +513,11 @@ func (a *app) newTasksResultCommand() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "result TASK_ID",
 		Short: "Show a completed task's accepted result; --output-dir copies its artifacts out of the blob store",
+		Long: `Show the accepted result of a task: the attempt, fence and worker that produced
+it, the program's exit code, and its artifacts and logs in the blob store.
+--output-dir copies the artifacts out (verified against their digests).
+Exit codes as for 'submit --wait': 0, or 4 when the program failed (non-zero
+exit code or rejected outputs), 3 when there is no accepted result.`,
 		Example: `  wdc tasks result checksum-1
   wdc tasks result checksum-1 --output-dir ./results`,
 		Args: cobra.ExactArgs(1),
@@ -481,13 +538,16 @@ func (a *app) newTasksResultCommand() *cobra.Command {
 						return err
 					}
 				}
-				return a.emit(v.Result, func(w io.Writer) error {
+				if err := a.emit(v.Result, func(w io.Writer) error {
 					printResult(w, *v.Result)
 					if outDir != "" {
 						fmt.Fprintf(w, "artifacts copied to %s\n", outDir)
 					}
 					return nil
-				})
+				}); err != nil {
+					return err
+				}
+				return outcomeError(v)
 			})
 		},
 	}
@@ -541,7 +601,10 @@ stdout.log/stderr.log in the attempt's task directory on its worker (shown).`,
 				if v.Result == nil {
 					where := ""
 					if v.AttemptDir != "" && v.Lease != nil {
-						where = fmt.Sprintf("; the live log is %s/%s on worker %s", v.AttemptDir, name, v.Lease.WorkerID)
+						where = fmt.Sprintf("; the attempt's log is %s/%s on worker %s", v.AttemptDir, name, v.Lease.WorkerID)
+					}
+					if v.State.Terminal() {
+						return exitError{ExitNoResult, fmt.Errorf("task %s ended %s without an accepted result%s", v.TaskID, v.State, where)}
 					}
 					return exitError{ExitNoResult, fmt.Errorf("task %s has no accepted result yet (state %s)%s", v.TaskID, v.State, where)}
 				}

@@ -132,15 +132,18 @@ func (a *app) newWorkersHeartbeatCommand() *cobra.Command {
 		every       time.Duration
 	)
 	c := &cobra.Command{
-		Use:   "heartbeat",
+		Use:   "heartbeat [WORKER_ID]",
 		Short: "Send a worker heartbeat (once, or every --every until interrupted)",
 		Long: `Send worker-heartbeat signals for one incarnation. Without --incarnation the
 current one is used. A heartbeat of another incarnation, or for an OFFLINE
 worker, is ignored by the registry (register again instead).`,
 		Example: `  wdc workers heartbeat --worker-id gpu-01
   wdc workers heartbeat --worker-id gpu-01 --every 5s`,
-		Args: cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if err := workerArg(&workerID, args); err != nil {
+				return err
+			}
 			if err := fleet.ValidateID("--worker-id", workerID); err != nil {
 				return usageError{err}
 			}
@@ -195,11 +198,14 @@ worker, is ignored by the registry (register again instead).`,
 func (a *app) newWorkersDrainCommand() *cobra.Command {
 	var workerID, reason string
 	c := &cobra.Command{
-		Use:     "drain",
+		Use:     "drain [WORKER_ID]",
 		Short:   "Stop new reservations on a worker; running attempts finish",
 		Example: `  wdc workers drain --worker-id gpu-01 --reason "kernel upgrade"`,
-		Args:    cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
+		Args:    cobra.MaximumNArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if err := workerArg(&workerID, args); err != nil {
+				return err
+			}
 			if err := fleet.ValidateID("--worker-id", workerID); err != nil {
 				return usageError{err}
 			}
@@ -220,11 +226,14 @@ func (a *app) newWorkersDrainCommand() *cobra.Command {
 func (a *app) newWorkersUndrainCommand() *cobra.Command {
 	var workerID string
 	c := &cobra.Command{
-		Use:     "undrain",
+		Use:     "undrain [WORKER_ID]",
 		Short:   "Let a drained worker take new reservations again",
 		Example: `  wdc workers undrain --worker-id gpu-01`,
-		Args:    cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
+		Args:    cobra.MaximumNArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if err := workerArg(&workerID, args); err != nil {
+				return err
+			}
 			if err := fleet.ValidateID("--worker-id", workerID); err != nil {
 				return usageError{err}
 			}
@@ -247,7 +256,7 @@ func (a *app) newWorkersDeregisterCommand() *cobra.Command {
 		force            bool
 	)
 	c := &cobra.Command{
-		Use:   "deregister",
+		Use:   "deregister [WORKER_ID]",
 		Short: "Remove a worker from the registry (its WdcWorker workflow completes)",
 		Long: `Remove a worker from the registry. A worker holding leases is refused unless
 --force, which tells those tasks the worker is lost (they retry elsewhere).
@@ -256,8 +265,11 @@ incarnations continue above the old one's. Stop the worker's agent first, or it
 registers again.`,
 		Example: `  wdc workers deregister --worker-id old-box
   wdc workers deregister --worker-id broken-box --force --reason "disk failed"`,
-		Args: cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if err := workerArg(&workerID, args); err != nil {
+				return err
+			}
 			if err := fleet.ValidateID("--worker-id", workerID); err != nil {
 				return usageError{err}
 			}
@@ -484,3 +496,18 @@ func shellQuote(args []string) string {
 }
 
 var _ = context.Background
+
+// workerArg takes the worker ID from a positional argument or --worker-id
+// (not both) and validates it.
+func workerArg(id *string, args []string) error {
+	if len(args) == 1 {
+		if *id != "" && *id != args[0] {
+			return usagef("give the worker ID once: as an argument or with --worker-id")
+		}
+		*id = args[0]
+	}
+	if err := fleet.ValidateID("--worker-id", *id); err != nil {
+		return usageError{err}
+	}
+	return nil
+}

@@ -181,7 +181,7 @@ func TestOutputSymlinkIsRejectedWithAClearReason(t *testing.T) {
 	assert.False(t, suite.blobs.Has(d))
 
 	code, stdout, _ := cli(t, "tasks", "result", env.TaskID)
-	assert.Equal(t, 0, code)
+	assert.Equal(t, 4, code, "the result is shown; the exit code says the outputs were rejected")
 	assert.Contains(t, stdout, "outputs rejected: outputs/passwd: is a symlink")
 }
 

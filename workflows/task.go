@@ -543,7 +543,7 @@ func (t *taskWorkflow) ingest(ctx workflow.Context) {
 	t.result = &api.TaskResult{
 		TaskID: sub.TaskID, RunID: t.env.RunID, WorkerID: sub.WorkerID,
 		Attempt: sub.Attempt, Fence: sub.Fence, EnvelopeDigest: sub.EnvelopeDigest,
-		ExitCode: sub.ExitCode, OutputError: sub.OutputError, Artifacts: ingested.Artifacts, Logs: ingested.Logs,
+		ExitCode: sub.ExitCode, TimedOut: sub.TimedOut, OutputError: sub.OutputError, Artifacts: ingested.Artifacts, Logs: ingested.Logs,
 		StartedAt: sub.StartedAt, FinishedAt: sub.FinishedAt,
 	}
 	t.ingestDone = true

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/envelope"
@@ -78,8 +80,12 @@ type Report struct {
 	Message string `json:"message,omitempty"`
 	// ExitCode is the command's exit code; -1 when killed by a signal.
 	ExitCode int `json:"exit_code"`
-	// Signal names the signal that killed the command, if any.
+	// Signal names the signal that killed the command, if any (e.g.
+	// "SIGKILL").
 	Signal string `json:"signal,omitempty"`
+	// TimedOut is set when the command ran past timeouts.execution_seconds
+	// and was killed (ExitCode is then 124).
+	TimedOut bool `json:"timed_out,omitempty"`
 	// Artifacts are the staged outputs that were submitted.
 	Artifacts   []api.Artifact `json:"artifacts,omitempty"`
 	OutputError string         `json:"output_error,omitempty"`
@@ -402,7 +408,7 @@ func (e *Execution) supervise() {
 	rep := Report{Claim: e.claim, StartedAt: e.started, FinishedAt: finished}
 	rep.ExitCode, rep.Signal = exitStatus(e.cmd.ProcessState, waitErr)
 	if timedOut {
-		rep.ExitCode, rep.Signal = ExitTimedOut, ""
+		rep.ExitCode, rep.Signal, rep.TimedOut = ExitTimedOut, "", true
 	}
 	e.finish(&rep)
 	e.report = rep
@@ -481,7 +487,7 @@ func (e *Execution) finish(rep *Report) {
 		logs = nil
 	}
 	in := api.SubmitResultInput{
-		Claim: e.claim, ExitCode: rep.ExitCode, Artifacts: arts, Logs: logs, OutputError: rep.OutputError,
+		Claim: e.claim, ExitCode: rep.ExitCode, TimedOut: rep.TimedOut, Artifacts: arts, Logs: logs, OutputError: rep.OutputError,
 		StartedAt: rep.StartedAt, FinishedAt: rep.FinishedAt,
 	}
 	// Once accepted for ingest the lease cannot expire: heartbeats stop.
@@ -632,7 +638,7 @@ func exitStatus(ps *os.ProcessState, waitErr error) (code int, signal string) {
 		return -1, ""
 	}
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return -1, ws.Signal().String()
+		return -1, unix.SignalName(ws.Signal())
 	}
 	return ps.ExitCode(), ""
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strings"
 )
 
 // List is an amount of each resource. The zero value is "nothing".
@@ -101,8 +102,8 @@ func (l List) combine(o List, sign int64) List {
 }
 
 // Shortfall returns "" when request fits in l (every amount of request ≤
-// the same amount of l), else a description of the first resource that does
-// not fit, e.g. "cpu_millis: need 2000, free 1500".
+// the same amount of l), else a description of every resource that does
+// not fit, e.g. "cpu_millis: need 2000, free 1500; gpus: need 1, free 0".
 func (l List) Shortfall(request List) string {
 	type amount struct {
 		name       string
@@ -116,12 +117,13 @@ func (l List) Shortfall(request List) string {
 	for _, name := range request.customNames() {
 		amounts = append(amounts, amount{"custom." + name, request.Custom[name], l.Custom[name]})
 	}
+	var short []string
 	for _, a := range amounts {
 		if a.need > a.have {
-			return fmt.Sprintf("%s: need %d, free %d", a.name, a.need, a.have)
+			short = append(short, fmt.Sprintf("%s: need %d, free %d", a.name, a.need, a.have))
 		}
 	}
-	return ""
+	return strings.Join(short, "; ")
 }
 
 // Fits reports whether request fits in l.
