@@ -1,8 +1,6 @@
 package activities
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -17,11 +15,6 @@ import (
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 )
 
-func digestOf(b []byte) string {
-	s := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(s[:])
-}
-
 func ingestEnv(t *testing.T) (*testsuite.TestActivityEnvironment, *blobstore.Store) {
 	var ts testsuite.WorkflowTestSuite
 	env := ts.NewTestActivityEnvironment()
@@ -34,7 +27,7 @@ func ingestEnv(t *testing.T) (*testsuite.TestActivityEnvironment, *blobstore.Sto
 func stage(t *testing.T, dir, name string, content []byte) api.Artifact {
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, filepath.Dir(name)), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, name), content, 0o644))
-	return api.Artifact{Name: name, Digest: digestOf(content), SizeBytes: int64(len(content))}
+	return api.Artifact{Name: name, Digest: blobstore.DigestBytes(content), SizeBytes: int64(len(content))}
 }
 
 var claim = api.Claim{TaskID: "t1", WorkerID: "w", Attempt: 2, Fence: 3, EnvelopeDigest: "sha256:x"}
@@ -70,7 +63,7 @@ func TestIngestRefusesATamperedArtifact(t *testing.T) {
 func TestIngestRefusesPathEscapes(t *testing.T) {
 	env, store := ingestEnv(t)
 	require.NoError(t, os.MkdirAll(store.StagingDir("t1", 2, 3), 0o755))
-	_, err := env.ExecuteActivity("Ingest", api.IngestInput{Claim: claim, Artifacts: []api.Artifact{{Name: "../../../etc/passwd", Digest: digestOf(nil)}}})
+	_, err := env.ExecuteActivity("Ingest", api.IngestInput{Claim: claim, Artifacts: []api.Artifact{{Name: "../../../etc/passwd", Digest: blobstore.DigestBytes(nil)}}})
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(err, &appErr), "got %v", err)
 	assert.Equal(t, api.ErrTypeArtifactMismatch, appErr.Type())
@@ -82,7 +75,7 @@ func TestIngestRefusesPathEscapes(t *testing.T) {
 // that says what is wrong.
 func TestIngestWithoutStagingIsRetryable(t *testing.T) {
 	env, _ := ingestEnv(t)
-	_, err := env.ExecuteActivity("Ingest", api.IngestInput{Claim: claim, Artifacts: []api.Artifact{{Name: "x", Digest: digestOf(nil)}}})
+	_, err := env.ExecuteActivity("Ingest", api.IngestInput{Claim: claim, Artifacts: []api.Artifact{{Name: "x", Digest: blobstore.DigestBytes(nil)}}})
 	require.Error(t, err)
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) {

@@ -1,8 +1,6 @@
 package cmd
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -22,7 +20,7 @@ func readEnvelopeFile(path string) (envelope.Envelope, error) {
 	if err != nil {
 		return env, err
 	}
-	sealed, err := sealEnvelope(env, base, hashFile)
+	sealed, err := sealEnvelope(env, base, blobstore.HashFile)
 	if err != nil {
 		return sealed, fmt.Errorf("%s: %w", path, err)
 	}
@@ -91,23 +89,4 @@ func sealEnvelope(env envelope.Envelope, base string, put func(string) (string, 
 		return env, usageError{err}
 	}
 	return env, nil
-}
-
-func hashFile(path string) (string, int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", 0, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, err
-	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), n, nil
-}
-
-// storeInputs returns a put function that copies inputs into the blob store.
-func storeInputs(store *blobstore.Store) func(string) (string, int64, error) {
-	return store.PutFile
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -178,7 +179,7 @@ func formatResources(l wdcres.List) string {
 	for k := range l.Custom {
 		names = append(names, k)
 	}
-	sortStrings(names)
+	sort.Strings(names)
 	for _, k := range names {
 		parts = append(parts, fmt.Sprintf("%s %d", k, l.Custom[k]))
 	}

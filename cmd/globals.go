@@ -11,15 +11,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 
+	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/wdcclient"
 )
@@ -259,20 +258,8 @@ const dataDirHelp = "data directory shared by the control plane and agents: blob
 // error (exit 2).
 func appError(err error) error {
 	var we *wdcclient.Error
-	if errors.As(err, &we) && (we.Type == "invalid_argument") {
+	if errors.As(err, &we) && (we.Type == api.ErrTypeInvalidArgument) {
 		return usageError{err}
 	}
 	return err
 }
-
-func joinNonEmpty(sep string, parts ...string) string {
-	var out []string
-	for _, p := range parts {
-		if p != "" {
-			out = append(out, p)
-		}
-	}
-	return strings.Join(out, sep)
-}
-
-func sortStrings(s []string) { sort.Strings(s) }

@@ -92,7 +92,7 @@ func (a *app) newRunsStartCommand() *cobra.Command {
 				var store *blobstore.Store
 				for _, f := range files {
 					env := f.env
-					put := hashFile
+					put := blobstore.HashFile
 					if hasInputPaths(env) {
 						if store == nil {
 							if dataDir == "" {
@@ -102,7 +102,7 @@ func (a *app) newRunsStartCommand() *cobra.Command {
 								return err
 							}
 						}
-						put = storeInputs(store)
+						put = store.PutFile
 					}
 					sealed, err := sealEnvelope(env, f.base, put)
 					if err != nil {

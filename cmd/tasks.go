@@ -133,13 +133,13 @@ final task view to stdout.`,
 			}
 			ctx := c.Context()
 			return a.withClient(ctx, func(wc *wdcclient.Client) error {
-				put := hashFile
+				put := blobstore.HashFile
 				if len(env.Inputs) > 0 {
 					store, err := blobstore.Open(dataDir)
 					if err != nil {
 						return err
 					}
-					put = storeInputs(store)
+					put = store.PutFile
 					for i, in := range env.Inputs {
 						if in.Digest != "" && !store.Has(in.Digest) {
 							return usagef("%s: inputs[%d].digest: %s is not in the blob store at %s (give a path instead, or use the data dir that holds it)", args[0], i, in.Digest, store.Root())

@@ -3,9 +3,6 @@ package testsuite
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,13 +14,6 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 )
-
-func ioCopy(w io.Writer, r io.Reader) (int64, error) { return io.Copy(w, r) }
-
-func hashBytes(b []byte) (string, int64, error) {
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:]), int64(len(b)), nil
-}
 
 func countEvents(t *testing.T, wfID string, eventType enumspb.EventType) int {
 	t.Helper()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/demo"
 	"github.com/wdc-runtime/wdc/internal/envelope"
 	"github.com/wdc-runtime/wdc/internal/fleet"
@@ -101,7 +103,7 @@ func readArtifact(t *testing.T, res *api.TaskResult, name string) string {
 			require.NoError(t, err)
 			defer f.Close()
 			b := new(strings.Builder)
-			_, err = ioCopy(b, f)
+			_, err = io.Copy(b, f)
 			require.NoError(t, err)
 			return b.String()
 		}
@@ -177,7 +179,7 @@ func TestOutputSymlinkIsRejectedWithAClearReason(t *testing.T) {
 	assert.Empty(t, view.Result.Artifacts)
 	passwd, err := os.ReadFile("/etc/passwd")
 	require.NoError(t, err)
-	d, _, _ := hashBytes(passwd)
+	d := blobstore.DigestBytes(passwd)
 	assert.False(t, suite.blobs.Has(d))
 
 	code, stdout, _ := cli(t, "tasks", "result", env.TaskID)
@@ -269,7 +271,7 @@ func TestResultValidationAndDeduplication(t *testing.T) {
 	require.NoError(t, os.MkdirAll(staging, 0o755))
 	content := []byte("result bytes\n")
 	require.NoError(t, os.WriteFile(filepath.Join(staging, "r.txt"), content, 0o644))
-	d, n, _ := hashBytes(content)
+	d, n := blobstore.DigestBytes(content), int64(len(content))
 	in := api.SubmitResultInput{Claim: claim, ExitCode: 0, Artifacts: []api.Artifact{{Name: "r.txt", Digest: d, SizeBytes: n}}}
 	first, err := send(in, api.SubmitResultUpdateID(claim))
 	require.NoError(t, err)

@@ -26,6 +26,27 @@ var ErrDigestMismatch = errors.New("digest mismatch")
 // ErrNotFound: no blob or staged file with that name.
 var ErrNotFound = errors.New("not found")
 
+// DigestBytes is the content digest of b: "sha256:" + hex SHA-256.
+func DigestBytes(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// HashFile returns the content digest and size of the file at path without
+// storing it.
+func HashFile(path string) (digest string, size int64, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if size, err = io.Copy(h, f); err != nil {
+		return "", 0, err
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), size, nil
+}
+
 // Open returns the store at dataDir, creating its directories.
 func Open(dataDir string) (*Store, error) {
 	if dataDir == "" {

@@ -121,3 +121,15 @@ func assertNoTempFiles(t *testing.T, s *Store) {
 	require.NoError(t, err)
 	assert.Empty(t, entries)
 }
+
+func TestDigestBytesAndHashFileAgreeWithPut(t *testing.T) {
+	assert.Equal(t, helloDigest, DigestBytes([]byte("hello\n")))
+	p := filepath.Join(t.TempDir(), "f")
+	require.NoError(t, os.WriteFile(p, []byte("hello\n"), 0o644))
+	d, n, err := HashFile(p)
+	require.NoError(t, err)
+	assert.Equal(t, helloDigest, d)
+	assert.Equal(t, int64(6), n)
+	_, _, err = HashFile(filepath.Join(t.TempDir(), "missing"))
+	assert.Error(t, err)
+}

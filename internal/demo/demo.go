@@ -2,8 +2,6 @@ package demo
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -157,7 +155,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	faults := executor.Faults{Freeze: func(c lease.Claim) {
 		if c.TaskID == ids.task && c.Attempt == 1 {
 			summary := filepath.Join(executor.TaskDir(filepath.Join(opts.DataDir, "work", c.WorkerID), c), "outputs", "summary.json")
-			if d, err := hashFile(summary); err == nil {
+			if d, _, err := blobstore.HashFile(summary); err == nil {
 				staleDigest, stalePreexisting = d, store.Has(d)
 			}
 			say("attempt 1 on %s finished its command; its executor is frozen before submitting (no heartbeats)", c.WorkerID)
@@ -345,13 +343,4 @@ func (r Result) Lines() []string {
 		fmt.Sprintf("parent_time = %d -> %d", r.ParentTimeBefore, r.ParentTimeAfter),
 		fmt.Sprintf("accepted_artifact = %s %s", r.AcceptedArtifact, r.AcceptedDigest),
 	}
-}
-
-func hashFile(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
 }

@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -328,7 +329,7 @@ func assertGroupDead(t *testing.T, f *fixture, ex *Execution) {
 	b, err := os.ReadFile(filepath.Join(ex.Dir(), "child.pid"))
 	require.NoError(t, err)
 	var pid int
-	_, _ = fmtSscan(strings.TrimSpace(string(b)), &pid)
+	_, _ = fmt.Sscan(strings.TrimSpace(string(b)), &pid)
 	require.NotZero(t, pid)
 	deadline := time.Now().Add(2 * time.Second)
 	for syscall.Kill(pid, 0) == nil {

@@ -1,13 +1,9 @@
 package wdcclient
 
 import (
-	"strings"
-
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/sdk/converter"
 )
-
-func trimPrefix(s, prefix string) string { return strings.TrimPrefix(s, prefix) }
 
 func keyword(sa *commonpb.SearchAttributes, name string) string {
 	p, ok := sa.GetIndexedFields()[name]

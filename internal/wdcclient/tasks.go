@@ -121,7 +121,7 @@ func (c *Client) ListTasks(ctx context.Context, state, runID string) ([]TaskSumm
 		for _, ex := range resp.GetExecutions() {
 			sa := ex.GetSearchAttributes()
 			s := TaskSummary{
-				TaskID:  trimPrefix(ex.GetExecution().GetWorkflowId(), api.TaskWorkflowID("")),
+				TaskID:  strings.TrimPrefix(ex.GetExecution().GetWorkflowId(), api.TaskWorkflowID("")),
 				Started: ex.GetStartTime().AsTime(),
 			}
 			s.RunID = keyword(sa, api.SARunID.GetName())
