@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -132,9 +131,6 @@ type Execution struct {
 
 	// seq numbers heartbeats across both phases (running, submitting).
 	seq int64
-	// submitting is set once the command has exited and its result is
-	// being handed over.
-	submitting atomic.Bool
 
 	mu        sync.Mutex
 	exited    bool    // the command has exited; Cancel is then a no-op
@@ -452,12 +448,13 @@ func (e *Execution) finish(rep *Report) {
 	lost := ""
 	hbCtx, hbCancel := context.WithCancel(ctx)
 	hbDone := make(chan struct{})
-	e.submitting.Store(true)
 	go func() {
 		defer close(hbDone)
 		e.heartbeatLoop(hbCtx, func(why string, fenced bool) {
 			if fenced {
-				// The submission gets the authoritative answer; let it.
+				// Our result may be pending ingest already (no longer an
+				// ACTIVE lease to renew), or it will be refused: either way
+				// the submission gets the authoritative answer.
 				return
 			}
 			lostMu.Lock()
@@ -620,14 +617,7 @@ func (e *Execution) beat(ctx context.Context, seq int64, timeout time.Duration) 
 	if err != nil {
 		return true, fmt.Errorf("lease query (is the control plane running?): %w", err)
 	}
-	current := view.Lease
-	if current != nil && e.submitting.Load() && current.Fence == e.claim.Fence {
-		// Our own result may be pending ingest: that is still our lease.
-		own := *current
-		own.ResultPending = false
-		current = &own
-	}
-	if rej := lease.Check(current, e.claim); rej != nil {
+	if rej := lease.Check(view.Lease, e.claim); rej != nil {
 		return true, fmt.Errorf("%w: lease lost: %v", errFenced, rej)
 	}
 	return true, nil
