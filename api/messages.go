@@ -320,10 +320,9 @@ type TaskView struct {
 	// Leases is every lease granted, oldest first.
 	Leases []lease.Lease `json:"leases"`
 	// Directives are the retry directives issued, oldest first.
-	Directives  []lease.RetryDirective `json:"directives"`
-	MaxAttempts int64                  `json:"max_attempts"`
-	Options     TaskOptions            `json:"options"`
-	Stats       TaskStats              `json:"stats"`
+	Directives []lease.RetryDirective `json:"directives"`
+	Options    TaskOptions            `json:"options"`
+	Stats      TaskStats              `json:"stats"`
 	// Result is set once COMPLETED.
 	Result *TaskResult `json:"result,omitempty"`
 	// CancelReason is the reason given with a cancel.

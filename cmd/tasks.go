@@ -352,11 +352,7 @@ func (p *progress) diff(old, cur api.TaskView) {
 		if n := int(d.NextAttempt) - 2; n >= 0 && n < len(cur.Leases) {
 			at = cur.Leases[n].EndedAt
 		}
-		if cur.MaxAttempts > 0 && d.NextAttempt > cur.MaxAttempts {
-			p.line(at, "attempt %d ended (%s: %s); no attempts left (max %d)", d.NextAttempt-1, d.Reason, d.Detail, cur.MaxAttempts)
-			continue
-		}
-		p.line(at, "retry: %s -> attempt %d, fence %d, same envelope (%s)", d.Reason, d.NextAttempt, d.NextFence, d.Detail)
+		p.line(at, "%s", describeDirective(d, cur.Options.MaxAttempts))
 	}
 	if cur.Waiting != "" && cur.Waiting != old.Waiting {
 		p.line(time.Time{}, "waiting: %s", cur.Waiting)
@@ -425,7 +421,7 @@ func (a *app) newTasksStatusCommand() *cobra.Command {
 					return err
 				}
 				return a.emit(v, func(w io.Writer) error {
-					fmt.Fprintf(w, "task      %s\nrun       %s\nstate     %s\nenvelope  %s\nattempts  %d of %d\n", v.TaskID, v.RunID, v.State, v.EnvelopeDigest, len(v.Leases), v.MaxAttempts)
+					fmt.Fprintf(w, "task      %s\nrun       %s\nstate     %s\nenvelope  %s\nattempts  %d of %d\n", v.TaskID, v.RunID, v.State, v.EnvelopeDigest, len(v.Leases), v.Options.MaxAttempts)
 					if v.Waiting != "" {
 						fmt.Fprintf(w, "waiting   %s\n", v.Waiting)
 					}
@@ -468,13 +464,18 @@ func printLeases(w io.Writer, v api.TaskView) error {
 		return err
 	}
 	for _, d := range v.Directives {
-		if v.MaxAttempts > 0 && d.NextAttempt > v.MaxAttempts {
-			fmt.Fprintf(w, "attempt %d on %s ended: %s (%s); no attempts left (max %d)\n", d.NextAttempt-1, d.PreviousWorker, d.Reason, d.Detail, v.MaxAttempts)
-			continue
-		}
-		fmt.Fprintf(w, "retry directive: %s from %s -> attempt %d, fence %d (%s)\n", d.Reason, d.PreviousWorker, d.NextAttempt, d.NextFence, d.Detail)
+		fmt.Fprintln(w, describeDirective(d, v.Options.MaxAttempts))
 	}
 	return nil
+}
+
+// describeDirective renders a retry directive, or, when the attempts are
+// used up, the end of the last attempt (no retry follows).
+func describeDirective(d lease.RetryDirective, maxAttempts int64) string {
+	if maxAttempts > 0 && d.NextAttempt > maxAttempts {
+		return fmt.Sprintf("attempt %d on %s ended: %s (%s); no attempts left (max %d)", d.NextAttempt-1, d.PreviousWorker, d.Reason, d.Detail, maxAttempts)
+	}
+	return fmt.Sprintf("retry: %s from %s -> attempt %d, fence %d, same envelope (%s)", d.Reason, d.PreviousWorker, d.NextAttempt, d.NextFence, d.Detail)
 }
 
 func (a *app) newTasksListCommand() *cobra.Command {

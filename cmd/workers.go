@@ -144,9 +144,6 @@ worker, is ignored by the registry (register again instead).`,
 			if err := workerArg(&workerID, args); err != nil {
 				return err
 			}
-			if err := fleet.ValidateID("--worker-id", workerID); err != nil {
-				return usageError{err}
-			}
 			if every < 0 {
 				return usagef("--every: must not be negative")
 			}
@@ -195,94 +192,75 @@ worker, is ignored by the registry (register again instead).`,
 	return c
 }
 
-func (a *app) newWorkersDrainCommand() *cobra.Command {
-	var workerID, reason string
-	c := &cobra.Command{
-		Use:     "drain [WORKER_ID]",
-		Short:   "Stop new reservations on a worker; running attempts finish",
-		Example: `  wdc workers drain --worker-id gpu-01 --reason "kernel upgrade"`,
-		Args:    cobra.MaximumNArgs(1),
-		RunE: func(c *cobra.Command, args []string) error {
-			if err := workerArg(&workerID, args); err != nil {
+// workerUpdateCommand builds a command that applies one update to one
+// worker (named by argument or --worker-id) and prints the worker after it.
+func (a *app) workerUpdateCommand(c *cobra.Command, apply func(ctx context.Context, wc *wdcclient.Client, workerID string) (api.WorkerView, error), line func(api.WorkerView) string) *cobra.Command {
+	var workerID string
+	c.Use += " [WORKER_ID]"
+	c.Args = cobra.MaximumNArgs(1)
+	c.RunE = func(c *cobra.Command, args []string) error {
+		if err := workerArg(&workerID, args); err != nil {
+			return err
+		}
+		return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+			v, err := apply(c.Context(), wc, workerID)
+			if err != nil {
 				return err
 			}
-			if err := fleet.ValidateID("--worker-id", workerID); err != nil {
-				return usageError{err}
-			}
-			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
-				v, err := wc.DrainWorker(c.Context(), workerID, reason)
-				if err != nil {
-					return err
-				}
-				return a.emitf(v, "worker %s is %s; %d lease(s) still running", v.WorkerID, v.State, len(v.Reservations))
-			})
-		},
+			return a.emitf(v, "%s", line(v))
+		})
 	}
-	c.Flags().StringVar(&workerID, "worker-id", "", "the worker (required)")
+	c.Flags().StringVar(&workerID, "worker-id", "", "the worker (required, or give it as the argument)")
+	return c
+}
+
+func (a *app) newWorkersDrainCommand() *cobra.Command {
+	var reason string
+	c := a.workerUpdateCommand(&cobra.Command{
+		Use:     "drain",
+		Short:   "Stop new reservations on a worker; running attempts finish",
+		Example: `  wdc workers drain gpu-01 --reason "kernel upgrade"`,
+	}, func(ctx context.Context, wc *wdcclient.Client, id string) (api.WorkerView, error) {
+		return wc.DrainWorker(ctx, id, reason)
+	}, func(v api.WorkerView) string {
+		return fmt.Sprintf("worker %s is %s; %d lease(s) still running", v.WorkerID, v.State, len(v.Reservations))
+	})
 	c.Flags().StringVar(&reason, "reason", "", "why, for operators")
 	return c
 }
 
 func (a *app) newWorkersUndrainCommand() *cobra.Command {
-	var workerID string
-	c := &cobra.Command{
-		Use:     "undrain [WORKER_ID]",
+	return a.workerUpdateCommand(&cobra.Command{
+		Use:     "undrain",
 		Short:   "Let a drained worker take new reservations again",
-		Example: `  wdc workers undrain --worker-id gpu-01`,
-		Args:    cobra.MaximumNArgs(1),
-		RunE: func(c *cobra.Command, args []string) error {
-			if err := workerArg(&workerID, args); err != nil {
-				return err
-			}
-			if err := fleet.ValidateID("--worker-id", workerID); err != nil {
-				return usageError{err}
-			}
-			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
-				v, err := wc.UndrainWorker(c.Context(), workerID)
-				if err != nil {
-					return err
-				}
-				return a.emitf(v, "worker %s is %s", v.WorkerID, v.State)
-			})
-		},
-	}
-	c.Flags().StringVar(&workerID, "worker-id", "", "the worker (required)")
-	return c
+		Example: `  wdc workers undrain gpu-01`,
+	}, func(ctx context.Context, wc *wdcclient.Client, id string) (api.WorkerView, error) {
+		return wc.UndrainWorker(ctx, id)
+	}, func(v api.WorkerView) string {
+		return fmt.Sprintf("worker %s is %s", v.WorkerID, v.State)
+	})
 }
 
 func (a *app) newWorkersDeregisterCommand() *cobra.Command {
 	var (
-		workerID, reason string
-		force            bool
+		reason string
+		force  bool
 	)
-	c := &cobra.Command{
-		Use:   "deregister [WORKER_ID]",
+	c := a.workerUpdateCommand(&cobra.Command{
+		Use:   "deregister",
 		Short: "Remove a worker from the registry (its WdcWorker workflow completes)",
 		Long: `Remove a worker from the registry. A worker holding leases is refused unless
 --force, which tells those tasks the worker is lost (they retry elsewhere).
 Registering the same worker ID later starts a new registry entry whose
 incarnations continue above the old one's. Stop the worker's agent first, or it
 registers again.`,
-		Example: `  wdc workers deregister --worker-id old-box
-  wdc workers deregister --worker-id broken-box --force --reason "disk failed"`,
-		Args: cobra.MaximumNArgs(1),
-		RunE: func(c *cobra.Command, args []string) error {
-			if err := workerArg(&workerID, args); err != nil {
-				return err
-			}
-			if err := fleet.ValidateID("--worker-id", workerID); err != nil {
-				return usageError{err}
-			}
-			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
-				v, err := wc.DeregisterWorker(c.Context(), workerID, force, reason)
-				if err != nil {
-					return err
-				}
-				return a.emitf(v, "worker %s deregistered (last incarnation %d)", v.WorkerID, v.Incarnation)
-			})
-		},
-	}
-	c.Flags().StringVar(&workerID, "worker-id", "", "the worker (required)")
+		Example: `  wdc workers deregister old-box
+  wdc workers deregister broken-box --force --reason "disk failed"`,
+	}, func(ctx context.Context, wc *wdcclient.Client, id string) (api.WorkerView, error) {
+		return wc.DeregisterWorker(ctx, id, force, reason)
+	}, func(v api.WorkerView) string {
+		return fmt.Sprintf("worker %s deregistered (last incarnation %d)", v.WorkerID, v.Incarnation)
+	})
 	c.Flags().BoolVar(&force, "force", false, "deregister even while it holds leases (their tasks retry elsewhere)")
 	c.Flags().StringVar(&reason, "reason", "", "why, for operators")
 	return c
@@ -494,8 +472,6 @@ func shellQuote(args []string) string {
 	}
 	return strings.Join(out, " ")
 }
-
-var _ = context.Background
 
 // workerArg takes the worker ID from a positional argument or --worker-id
 // (not both) and validates it.

@@ -633,7 +633,7 @@ func (t *taskWorkflow) view() api.TaskView {
 	v := api.TaskView{
 		TaskID: t.env.TaskID, RunID: t.env.RunID, State: t.state, EnvelopeDigest: t.digest,
 		Leases: append([]lease.Lease{}, t.ledger.Leases...), Directives: append([]lease.RetryDirective{}, t.carry.Directives...),
-		MaxAttempts: t.opts.MaxAttempts, Options: t.opts, Stats: t.carry.Stats, Result: t.result, Waiting: t.waiting, AttemptDir: t.attemptDir, CancelReason: t.carry.CancelReason,
+		Options: t.opts, Stats: t.carry.Stats, Result: t.result, Waiting: t.waiting, AttemptDir: t.attemptDir, CancelReason: t.carry.CancelReason,
 	}
 	if cur := t.ledger.Current(); cur != nil {
 		c := *cur
