@@ -201,3 +201,35 @@ func TestSecondAgentWithTheSameIDTakesOver(t *testing.T) {
 	assert.Equal(t, fleet.Active, v.State)
 	assert.Nil(t, second.LostErr())
 }
+
+// With the control plane down, listing workers neither hangs nor hides
+// them: states come from visibility, marked as unanswered, and only one
+// query is waited for.
+func TestListWorkersWithoutAControlPlane(t *testing.T) {
+	srv, err := devserver.Start(context.Background(), devserver.Options{SearchAttributes: api.SearchAttributes()})
+	require.NoError(t, err)
+	defer srv.Stop()
+	c, err := client.Dial(client.Options{HostPort: srv.FrontendHostPort(), Logger: quietLogger{}})
+	require.NoError(t, err)
+	defer c.Close()
+	blobs, err := blobstore.Open(t.TempDir())
+	require.NoError(t, err)
+	cp := worker.NewControlPlane(c, blobs)
+	require.NoError(t, cp.Start())
+	wc := &wdcclient.Client{C: c}
+	for _, id := range []string{"down-a", "down-b", "down-c"} {
+		_, err := wc.RegisterWorker(context.Background(), fleet.Registration{WorkerID: id, Capacity: resource.List{CPUMillis: 1000}})
+		require.NoError(t, err)
+	}
+	cp.Stop()
+
+	began := time.Now()
+	views, err := wc.ListWorkers(context.Background(), "")
+	require.NoError(t, err)
+	assert.Less(t, time.Since(began), 8*time.Second, "one 3 s query timeout, not one per worker")
+	require.Len(t, views, 3)
+	for _, v := range views {
+		assert.NotEmpty(t, v.QueryError, v.WorkerID)
+		assert.Equal(t, fleet.Active, v.State, "state from visibility")
+	}
+}

@@ -155,21 +155,30 @@ func WorkersQuery(state string) string {
 // ListWorkers lists workers through visibility (optionally one state) and
 // asks each for its record, sorted by worker ID. A worker whose query is not
 // answered within 3 s (the control plane is down) is listed with its
-// visibility state and QueryError set, rather than hanging or vanishing.
+// visibility state and QueryError set, rather than hanging or vanishing;
+// after one such timeout the remaining workers are not asked.
 func (c *Client) ListWorkers(ctx context.Context, state string) ([]api.WorkerView, error) {
 	states, err := c.workerStates(ctx, WorkersQuery(state))
 	if err != nil {
 		return nil, err
 	}
 	views := make([]api.WorkerView, 0, len(states))
+	unanswered := "" // after one query times out, do not wait on the rest
 	for _, ws := range states {
-		qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		v, err := c.Worker(qctx, ws.WorkerID)
-		cancel()
-		if err != nil {
+		var v api.WorkerView
+		err := errors.New(unanswered)
+		if unanswered == "" {
+			qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			v, err = c.Worker(qctx, ws.WorkerID)
+			cancel()
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				unanswered = err.Error()
+			}
+		}
+		if err != nil {
 			v = api.WorkerView{QueryError: err.Error()}
 			v.WorkerID, v.State = ws.WorkerID, ws.State
 		}
