@@ -394,10 +394,17 @@ func (t *taskWorkflow) onHeartbeat(ctx workflow.Context, hb api.LeaseHeartbeatSi
 }
 
 // onWorkerLost revokes the lease when the lost reservation is the current
-// lease's (same worker and fence); older fences are history.
+// lease's (same task, worker and fence, lease ACTIVE with no result being
+// ingested), judged by the shared fence check; older fences are history.
+// The registry's reservation names no attempt or digest, so those are the
+// current lease's.
 func (t *taskWorkflow) onWorkerLost(ctx workflow.Context, lost api.WorkerLostSignal) {
 	cur := t.ledger.Current()
-	if cur == nil || cur.State != lease.Active || cur.ResultPending || cur.Fence != lost.Fence || cur.WorkerID != lost.WorkerID {
+	if cur == nil {
+		return
+	}
+	claim := lease.Claim{TaskID: lost.TaskID, WorkerID: lost.WorkerID, Fence: lost.Fence, Attempt: cur.Attempt, EnvelopeDigest: cur.EnvelopeDigest}
+	if rej := lease.Check(cur, claim); rej != nil {
 		return
 	}
 	t.revoke(ctx, lease.ReasonWorkerLost, fmt.Sprintf("worker %s is %s", lost.WorkerID, lost.State))

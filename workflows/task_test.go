@@ -444,3 +444,24 @@ func (s *taskSuite) TestContinueAsNewWithActiveLeaseKeepsLease() {
 	s.Equal(int64(1), cur.Fence)
 	s.Equal(int64(2), next.Carry.Stats.HeartbeatsAccepted)
 }
+
+// A worker-lost report that does not name the current lease (another
+// worker, another fence, or a task ID it does not hold) changes nothing.
+func (s *taskSuite) TestWorkerLostForAnotherLeaseIsIgnored() {
+	for i, lost := range []api.WorkerLostSignal{
+		{WorkerID: "worker-b", TaskID: "t1", Fence: 1, State: "STALE"},
+		{WorkerID: "worker-a", TaskID: "t1", Fence: 7, State: "STALE"},
+		{WorkerID: "worker-a", TaskID: "t9", Fence: 1, State: "STALE"},
+	} {
+		lost := lost
+		s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(api.SignalWorkerLost, lost) }, time.Duration(i+1)*time.Second)
+	}
+	var v api.TaskView
+	s.env.RegisterDelayedCallback(func() { v = s.lastView() }, 5*time.Second)
+	s.submit(6*time.Second, "t1/1/1", s.claim("worker-a", 1))
+	res := s.execute(api.TaskOptions{LeaseTTL: time.Hour})
+	s.Equal(api.TaskCompleted, res.State)
+	s.Equal(int64(1), res.Attempts)
+	s.Empty(v.Directives)
+	s.Equal(lease.Active, v.Lease.State)
+}
