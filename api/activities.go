@@ -15,7 +15,12 @@ type SelectWorkerInput struct {
 	Fence        int64              `json:"fence"`
 	Requirements fleet.Requirements `json:"requirements"`
 	// AvoidWorker is the last holder; it is chosen only if no other fits.
+	// Kept for histories written before AvoidWorkers existed.
 	AvoidWorker string `json:"avoid_worker,omitempty"`
+	// AvoidWorkers are the workers that lost a lease of this task (expired,
+	// worker_lost, launch_failed, infra_killed), oldest first. None of them
+	// is chosen while another eligible worker exists.
+	AvoidWorkers []string `json:"avoid_workers,omitempty"`
 }
 
 // SelectWorkerResult is the reserved worker, or (WorkerID empty) why no
