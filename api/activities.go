@@ -79,3 +79,55 @@ type IngestResult struct {
 type CleanupInput struct {
 	TaskID string `json:"task_id"`
 }
+
+// ReconcileTasksInput names tasks of a run that have not reported an
+// outcome and whose child workflow the run cannot watch (it was started
+// before the run continued as new).
+type ReconcileTasksInput struct {
+	RunID   string   `json:"run_id"`
+	TaskIDs []string `json:"task_ids"`
+}
+
+// ReconciledTask is a task whose workflow was found closed.
+type ReconciledTask struct {
+	TaskID string `json:"task_id"`
+	// Status is the Temporal execution status, e.g. "TERMINATED",
+	// "COMPLETED", or "NOT_FOUND".
+	Status string `json:"status"`
+	// Outcome is the task's own outcome when its workflow COMPLETED (the
+	// task-ended signal may have been lost); nil otherwise.
+	Outcome *TaskOutcome `json:"outcome,omitempty"`
+}
+
+// ReconcileTasksResult lists the named tasks whose workflow is closed;
+// running ones are left out.
+type ReconcileTasksResult struct {
+	Closed []ReconciledTask `json:"closed,omitempty"`
+}
+
+// ReservationRef names one reservation a worker holds.
+type ReservationRef struct {
+	TaskID string `json:"task_id"`
+	Fence  int64  `json:"fence"`
+}
+
+// CheckReservationsInput asks the control plane which of a worker's
+// reservations no longer match their task's current lease.
+type CheckReservationsInput struct {
+	WorkerID     string           `json:"worker_id"`
+	Reservations []ReservationRef `json:"reservations"`
+}
+
+// StaleReservation is a reservation to release and why.
+type StaleReservation struct {
+	ReservationRef
+	// Why is a human-readable cause, e.g. "task's current lease is fence 3
+	// on worker-b".
+	Why string `json:"why"`
+}
+
+// CheckReservationsResult lists the reservations to release; the others
+// still belong to their task's selection or current lease.
+type CheckReservationsResult struct {
+	Stale []StaleReservation `json:"stale,omitempty"`
+}

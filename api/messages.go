@@ -112,11 +112,15 @@ const (
 	TaskRetriesExhausted TaskState = "RETRIES_EXHAUSTED"
 	// TaskCancelled: cancelled by a user.
 	TaskCancelled TaskState = "CANCELLED"
+	// TaskAborted: the task's workflow ended without reporting an outcome
+	// (terminated, failed or timed out in Temporal). Only a run records
+	// it, for a child it found closed; the task has no result.
+	TaskAborted TaskState = "ABORTED"
 )
 
 // Terminal reports whether the task has ended.
 func (s TaskState) Terminal() bool {
-	return s == TaskCompleted || s == TaskRetriesExhausted || s == TaskCancelled
+	return s == TaskCompleted || s == TaskRetriesExhausted || s == TaskCancelled || s == TaskAborted
 }
 
 // TaskOptions is the retry and liveness policy of a task. Zero fields take
@@ -126,9 +130,10 @@ type TaskOptions struct {
 	// expires. Default 30 s.
 	LeaseTTL time.Duration `json:"lease_ttl,omitempty"`
 	// HeartbeatInterval is how often the executor heartbeats. Default
-	// LeaseTTL/3.
+	// LeaseTTL/3, at least MinHeartbeatInterval (100 ms).
 	HeartbeatInterval time.Duration `json:"heartbeat_interval,omitempty"`
-	// MaxAttempts bounds attempts; then RETRIES_EXHAUSTED. Default 5.
+	// MaxAttempts bounds attempts; then RETRIES_EXHAUSTED. Default 5, at
+	// most MaxAttemptsLimit (100).
 	MaxAttempts int64 `json:"max_attempts,omitempty"`
 	// Backoff between attempts (lease.DefaultBackoff for zero fields).
 	Backoff lease.Backoff `json:"backoff,omitzero"`
@@ -141,11 +146,21 @@ type TaskOptions struct {
 	SelectInterval time.Duration `json:"select_interval,omitempty"`
 }
 
-// Defaults for TaskOptions (issue #3).
+// Defaults for TaskOptions.
 const (
 	DefaultLeaseTTL       = 30 * time.Second
 	DefaultMaxAttempts    = 5
 	DefaultSelectInterval = 2 * time.Second
+)
+
+// Bounds on TaskOptions that keep a task's state and history bounded:
+// every attempt adds a lease and a directive to the carried ledger, and
+// every heartbeat is a signal in the history.
+const (
+	// MaxAttemptsLimit is the largest max_attempts a task may ask for.
+	MaxAttemptsLimit = 100
+	// MinHeartbeatInterval is the shortest heartbeat_interval.
+	MinHeartbeatInterval = 100 * time.Millisecond
 )
 
 // WithDefaults fills zero fields.
@@ -176,8 +191,10 @@ func (o TaskOptions) Validate() error {
 		return fieldErr("lease_ttl", "must be at least 1s (got %s)", o.LeaseTTL)
 	case o.HeartbeatInterval <= 0 || o.HeartbeatInterval >= o.LeaseTTL:
 		return fieldErr("heartbeat_interval", "must be positive and below lease_ttl %s (got %s)", o.LeaseTTL, o.HeartbeatInterval)
-	case o.MaxAttempts < 1:
-		return fieldErr("max_attempts", "must be at least 1 (got %d)", o.MaxAttempts)
+	case o.HeartbeatInterval < MinHeartbeatInterval:
+		return fieldErr("heartbeat_interval", "must be at least %s (got %s)", MinHeartbeatInterval, o.HeartbeatInterval)
+	case o.MaxAttempts < 1 || o.MaxAttempts > MaxAttemptsLimit:
+		return fieldErr("max_attempts", "must be between 1 and %d (got %d)", MaxAttemptsLimit, o.MaxAttempts)
 	case o.LaunchTimeout < time.Second:
 		return fieldErr("launch_timeout", "must be at least 1s (got %s)", o.LaunchTimeout)
 	case o.SelectInterval < 100*time.Millisecond:
@@ -332,6 +349,9 @@ type TaskView struct {
 	// Waiting says what the task waits for, e.g. "no eligible worker:
 	// worker-a: insufficient_capacity: ...".
 	Waiting string `json:"waiting,omitempty"`
+	// Phase is where the lease loop is: Selecting, Launching, Running,
+	// Ingesting, Backoff, ContinuingAsNew or Ended.
+	Phase string `json:"phase,omitempty"`
 }
 
 // TaskOutcome is what WdcTask returns and reports to its run.
@@ -341,8 +361,12 @@ type TaskOutcome struct {
 	State  TaskState `json:"state"`
 	// Attempts is the number of attempts made.
 	Attempts int64 `json:"attempts"`
-	// Result is set for COMPLETED.
+	// Result is set for COMPLETED in the workflow's own result.
 	Result *TaskResult `json:"result,omitempty"`
+	// Ref is the compact reference to the accepted result that the
+	// task-ended signal carries instead of Result, so a run of many tasks
+	// receives small signals (older tasks sent Result; the run takes both).
+	Ref *ResultRef `json:"result_ref,omitempty"`
 }
 
 // ---- WdcRun ----
@@ -395,6 +419,9 @@ type RunTask struct {
 	EnvelopeDigest string    `json:"envelope_digest"`
 	State          TaskState `json:"state"`
 	Attempts       int64     `json:"attempts"`
+	// EndDetail says how a task that ended without reporting ended (e.g.
+	// "workflow TERMINATED"); empty otherwise.
+	EndDetail string `json:"end_detail,omitempty"`
 }
 
 // Event is an entry of the run's event log.

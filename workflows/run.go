@@ -3,6 +3,7 @@ package workflows
 import (
 	"fmt"
 	"sort"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
@@ -40,7 +41,23 @@ type runWorkflow struct {
 	endedCh  workflow.ReceiveChannel
 	starting int
 	saDone   bool
+
+	// childDone receives the outcome of each child started by this run
+	// (not by a run it continued from), from the child's own completion:
+	// a task that ends without reporting (terminated, failed, timed out)
+	// is still recorded.
+	childDone workflow.Channel
+	// watched are the tasks whose child this run watches.
+	watched map[string]bool
+	// reconcile is the armed timer after which tasks the run cannot watch
+	// are looked up (nil when none is armed).
+	reconcile workflow.Future
 }
+
+// reconcileInterval is how often a run looks up tasks it started before
+// it continued as new and that have not reported (their children cannot
+// be watched across continue-as-new).
+const reconcileInterval = time.Minute
 
 // InitialTCD is a run's TCD digest before any commit.
 func InitialTCD(runID, worldID string) (string, error) {
@@ -103,6 +120,8 @@ func newRunWorkflow(in api.RunInput) (*runWorkflow, error) {
 func (r *runWorkflow) setup(ctx workflow.Context) error {
 	r.wake = workflow.NewBufferedChannel(ctx, 1)
 	r.endedCh = workflow.GetSignalChannel(ctx, api.SignalTaskEnded)
+	r.childDone = workflow.NewBufferedChannel(ctx, api.MaxTasksPerRun)
+	r.watched = map[string]bool{}
 	if err := workflow.SetQueryHandler(ctx, api.QueryRun, func() (api.RunView, error) { return r.st, nil }); err != nil {
 		return err
 	}
@@ -133,18 +152,93 @@ func (r *runWorkflow) run(ctx workflow.Context) (api.RunState, error) {
 		if workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
 			return r.st, r.continueAsNew(ctx)
 		}
+		r.armReconcile(ctx)
 		sel := workflow.NewSelector(ctx)
 		sel.AddReceive(r.endedCh, func(c workflow.ReceiveChannel, _ bool) {
 			var out api.TaskEndedSignal
 			c.Receive(ctx, &out)
 			r.onTaskEnded(ctx, out)
 		})
+		sel.AddReceive(r.childDone, func(c workflow.ReceiveChannel, _ bool) {
+			var out api.TaskEndedSignal
+			c.Receive(ctx, &out)
+			r.onTaskEnded(ctx, out)
+		})
 		sel.AddReceive(r.wake, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) })
+		if r.reconcile != nil {
+			sel.AddFuture(r.reconcile, func(workflow.Future) {
+				r.reconcile = nil
+				r.reconcileUnwatched(ctx)
+			})
+		}
 		sel.Select(ctx)
 		if ctx.Err() != nil {
 			return r.st, temporal.NewCanceledError("run cancelled")
 		}
 	}
+}
+
+// unwatched lists the tasks that have not ended and whose child this run
+// does not watch (started before a continue-as-new).
+func (r *runWorkflow) unwatched() []string {
+	var ids []string
+	for _, t := range r.st.Tasks {
+		if !t.State.Terminal() && !r.watched[t.TaskID] {
+			ids = append(ids, t.TaskID)
+		}
+	}
+	return ids
+}
+
+// armReconcile arms the reconcile timer while some task is unwatched.
+func (r *runWorkflow) armReconcile(ctx workflow.Context) {
+	if r.reconcile != nil || r.starting > 0 || len(r.unwatched()) == 0 {
+		return
+	}
+	r.reconcile = workflow.NewTimer(ctx, reconcileInterval)
+}
+
+// reconcileUnwatched looks up the unwatched tasks and records those whose
+// workflow has closed: with their outcome if they completed, else as
+// ABORTED (ended without a result).
+func (r *runWorkflow) reconcileUnwatched(ctx workflow.Context) {
+	ids := r.unwatched()
+	if len(ids) == 0 {
+		return
+	}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:           api.ControlTaskQueue,
+		StartToCloseTimeout: 2 * time.Minute,
+		HeartbeatTimeout:    30 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
+	})
+	var res api.ReconcileTasksResult
+	if err := workflow.ExecuteActivity(actx, controlActs.ReconcileTasks, api.ReconcileTasksInput{RunID: r.st.RunID, TaskIDs: ids}).Get(ctx, &res); err != nil {
+		workflow.GetLogger(ctx).Warn("reconcile tasks", "run", r.st.RunID, "error", err)
+		return
+	}
+	for _, c := range res.Closed {
+		out := api.TaskEndedSignal{TaskID: c.TaskID, RunID: r.st.RunID, State: api.TaskAborted}
+		if c.Outcome != nil && c.Outcome.State.Terminal() {
+			out = *c.Outcome
+		}
+		r.onTaskEndedDetail(ctx, out, "workflow "+c.Status)
+	}
+}
+
+// watchChild records the child's own outcome when it closes, whatever the
+// way: its result if it completed, ABORTED if it was terminated, failed or
+// timed out. The task-ended signal normally arrives first; the later of
+// the two is ignored.
+func (r *runWorkflow) watchChild(ctx workflow.Context, taskID string, child workflow.ChildWorkflowFuture) {
+	r.watched[taskID] = true
+	workflow.Go(ctx, func(gctx workflow.Context) {
+		var out api.TaskOutcome
+		if err := child.Get(gctx, &out); err != nil || !out.State.Terminal() {
+			out = api.TaskOutcome{TaskID: taskID, RunID: r.st.RunID, State: api.TaskAborted}
+		}
+		r.childDone.Send(gctx, out)
+	})
 }
 
 func (r *runWorkflow) validateAddTask(ctx workflow.Context, in api.AddTaskInput) error {
@@ -209,36 +303,58 @@ func (r *runWorkflow) addTask(ctx workflow.Context, in api.AddTaskInput) (api.Ad
 			api.SATaskState.ValueSet(string(api.TaskPending)),
 		),
 	})
+	// The task gets its options with every default filled in, so a later
+	// change of a default does not change a task that already started.
 	child := workflow.ExecuteChildWorkflow(cctx, WdcTask, api.TaskInput{
-		Envelope: in.Envelope, EnvelopeDigest: in.EnvelopeDigest, Options: in.Options,
+		Envelope: in.Envelope, EnvelopeDigest: in.EnvelopeDigest, Options: in.Options.WithDefaults(),
 	})
 	if err := child.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
 		r.removeTask(in.Envelope.TaskID)
 		return api.AddTaskResult{}, temporal.NewApplicationError(
 			fmt.Sprintf("start task %s: %v (task IDs cannot be reused)", in.Envelope.TaskID, err), api.ErrTypeConflict)
 	}
+	r.watchChild(ctx, in.Envelope.TaskID, child)
 	r.refreshStatus()
 	r.publish(ctx)
 	return res, nil
 }
 
 // onTaskEnded is parent ingest's last step: the task's outcome is recorded
-// and an accepted result becomes one worker_result event. Reports for
-// unknown tasks and repeated reports are ignored.
+// and an accepted result becomes one worker_result event (from the
+// signal's compact reference, or from a full result sent by older tasks).
+// Reports for unknown tasks and repeated reports are ignored.
 func (r *runWorkflow) onTaskEnded(ctx workflow.Context, out api.TaskEndedSignal) {
+	r.onTaskEndedDetail(ctx, out, "")
+}
+
+// onTaskEndedDetail is onTaskEnded with a note on how the task ended, kept
+// for tasks that ended without reporting.
+func (r *runWorkflow) onTaskEndedDetail(ctx workflow.Context, out api.TaskEndedSignal, detail string) {
 	t := r.task(out.TaskID)
 	if t == nil || t.State.Terminal() || !out.State.Terminal() {
 		return
 	}
 	t.State = out.State
 	t.Attempts = out.Attempts
-	if out.State == api.TaskCompleted && out.Result != nil {
-		ref, err := ResultRefOf(*out.Result)
-		if err != nil {
-			workflow.GetLogger(ctx).Error("result reference", "task", out.TaskID, "error", err)
-		} else {
+	if out.State == api.TaskAborted {
+		t.EndDetail = detail
+		if t.EndDetail == "" {
+			t.EndDetail = "workflow closed without reporting"
+		}
+	}
+	if out.State == api.TaskCompleted {
+		ref := out.Ref
+		if ref == nil && out.Result != nil {
+			r, err := ResultRefOf(*out.Result)
+			if err != nil {
+				workflow.GetLogger(ctx).Error("result reference", "task", out.TaskID, "error", err)
+			} else {
+				ref = &r
+			}
+		}
+		if ref != nil {
 			r.st.Events = append(r.st.Events, api.Event{
-				Seq: int64(len(r.st.Events)) + 1, Type: api.EventWorkerResult, Time: workflow.Now(ctx), Result: &ref,
+				Seq: int64(len(r.st.Events)) + 1, Type: api.EventWorkerResult, Time: workflow.Now(ctx), Result: ref,
 			})
 			r.st.WorkerResultEvents++
 		}
@@ -353,17 +469,25 @@ func (r *runWorkflow) publish(ctx workflow.Context) {
 	}
 }
 
-// continueAsNew applies buffered task-ended signals and carries the state.
+// continueAsNew waits for update handlers, applies every buffered
+// task-ended report (signals and watched children), and carries the state.
+// Nothing blocks between the drain and the continue-as-new; tasks whose
+// child can no longer be watched are reconciled by the next run.
 func (r *runWorkflow) continueAsNew(ctx workflow.Context) error {
 	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 		return err
 	}
 	for {
 		var out api.TaskEndedSignal
-		if !r.endedCh.ReceiveAsync(&out) {
-			break
+		if r.endedCh.ReceiveAsync(&out) {
+			r.onTaskEnded(ctx, out)
+			continue
 		}
-		r.onTaskEnded(ctx, out)
+		if r.childDone.ReceiveAsync(&out) {
+			r.onTaskEnded(ctx, out)
+			continue
+		}
+		break
 	}
 	r.st.ContinuedAsNew++
 	st := r.st

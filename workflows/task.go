@@ -15,28 +15,32 @@ import (
 	"github.com/wdc-runtime/wdc/internal/lease"
 )
 
-// Typed nils through which workflows name activities (STYLE 3).
+// Typed nils through which workflows name activities.
 var (
 	controlActs *activities.Control
 	agentActs   *activities.Agent
 )
 
 // WdcTask is one logical task (workflow ID api.TaskWorkflowID): the lease
-// loop of DESIGN §4. Each attempt reserves a worker, is granted a lease
-// (attempt+1, fence+1, same envelope digest), is launched, and is watched
-// with one timer per TTL window. A result accepted through the
-// submit-result update (validator: lease.Check) is ingested and the lease
-// completes; expiry, worker loss, launch failure or an infrastructure kill
-// end the lease with a retry directive and, after backoff, a new attempt.
+// loop (docs/architecture.md, "The lease loop"). Each attempt reserves a
+// worker, is granted a lease (attempt+1, fence+1, same envelope digest), is
+// launched, and is watched with one timer per TTL window. A result accepted
+// through the submit-result update (validator: lease.Check) is ingested and
+// the lease completes; expiry, worker loss, launch failure or an
+// infrastructure kill end the lease with a retry directive and, after
+// backoff, a new attempt.
+//
+// The loop is a phase machine: decide is the one place that picks the next
+// phase from the task's state; handlers and signal callbacks only record
+// what happened and wake the loop.
 //
 // It returns COMPLETED, RETRIES_EXHAUSTED or CANCELLED — never a failure for
 // an attempt's fate (invariant 1) — and tells its run through the
-// task-ended signal.
+// task-ended signal. Its input is validated by whoever starts it (the run's
+// add-task validator), never again here, so a stricter rule in a later
+// version cannot change what a replayed history did.
 func WdcTask(ctx workflow.Context, in api.TaskInput) (api.TaskOutcome, error) {
-	t, err := newTaskWorkflow(in)
-	if err != nil {
-		return api.TaskOutcome{}, temporal.NewNonRetryableApplicationError(err.Error(), api.ErrTypeInvalidArgument, nil)
-	}
+	t := newTaskWorkflow(in)
 	if err := t.setup(ctx); err != nil {
 		return api.TaskOutcome{}, err
 	}
@@ -52,34 +56,70 @@ func WdcTask(ctx workflow.Context, in api.TaskInput) (api.TaskOutcome, error) {
 	return t.run(dctx)
 }
 
+// taskPhase is where the lease loop is. Phases are not persisted: decide
+// derives the phase from the ledger and the carried state, so a continued
+// run resumes in the right one.
+type taskPhase string
+
+const (
+	// phaseSelecting: no lease; asking the control plane for a worker.
+	phaseSelecting taskPhase = "Selecting"
+	// phaseLaunching: a lease is ACTIVE and its launch activity runs.
+	phaseLaunching taskPhase = "Launching"
+	// phaseRunning: the attempt was launched; the lease is watched.
+	phaseRunning taskPhase = "Running"
+	// phaseIngesting: a result passed the fence check; parent ingest
+	// decides it before anything can end the lease.
+	phaseIngesting taskPhase = "Ingesting"
+	// phaseBackoff: a lease ended with a retry directive; waiting before
+	// the next attempt.
+	phaseBackoff taskPhase = "Backoff"
+	// phaseContinuing: at a quiet point with continue-as-new suggested.
+	phaseContinuing taskPhase = "ContinuingAsNew"
+	// phaseEnded: the task has an outcome.
+	phaseEnded taskPhase = "Ended"
+)
+
 type taskWorkflow struct {
 	env    envelope.Envelope
 	digest string
 	opts   api.TaskOptions
 	carry  api.TaskCarry
 	state  api.TaskState
+	phase  taskPhase
 
 	// ledger aliases carry.Ledger for brevity.
 	ledger *lease.Ledger
 
 	// waiting explains a PENDING task that found no worker.
 	waiting string
+	// selectInterval is the wait before the next look for a worker; it
+	// grows while none fits and resets on a grant.
+	selectInterval time.Duration
 	// attemptDir is the launched attempt's task directory.
 	attemptDir string
 	// result is set once a result was ingested.
 	result *api.TaskResult
 
-	// Lease watch: the launch activity (nil once done), the one timer of
-	// the current TTL window, and what ended the lease.
-	launch      workflow.Future
-	timer       workflow.Future
-	timerCancel workflow.CancelFunc
-	directive   *lease.RetryDirective
+	// Lease watch: the launch activity (nil once done) and its cancel, the
+	// one timer of the current TTL window, and what ended the lease.
+	launch       workflow.Future
+	launchCancel workflow.CancelFunc
+	timer        workflow.Future
+	timerCancel  workflow.CancelFunc
+	directive    *lease.RetryDirective
 
-	// Submission handling between the update handler and the main loop.
-	submission *api.SubmitResultInput
-	ingestDone bool
-	ingestErr  error
+	// sub is the submission whose result is pending (at most one: the
+	// lease refuses a second while one is pending).
+	sub *submission
+	// inflight are commands not awaited where they were issued (cancel of
+	// an ended attempt, reservation releases); the task does not continue
+	// as new before they are done, so none is dropped. releases are the
+	// release signals among them, which the task also awaits before it
+	// ends (a best-effort cancel is not awaited then: the attempt's own
+	// lease check stops it once the task has ended).
+	inflight []workflow.Future
+	releases []workflow.Future
 
 	wake        workflow.Channel
 	heartbeatCh workflow.ReceiveChannel
@@ -89,35 +129,31 @@ type taskWorkflow struct {
 	published taskSA
 }
 
+// submission is one accepted submit-result update waiting for its answer:
+// its own claim's outcome, whatever happens to the lease meanwhile.
+type submission struct {
+	in     api.SubmitResultInput
+	done   bool
+	result *api.TaskResult
+	err    error
+}
+
 type taskSA struct {
 	state          api.TaskState
 	worker         string
 	attempt, fence int64
 }
 
-func newTaskWorkflow(in api.TaskInput) (*taskWorkflow, error) {
-	if err := in.Envelope.Validate(true); err != nil {
-		return nil, err
-	}
-	digest, err := in.Envelope.Digest()
-	if err != nil {
-		return nil, err
-	}
-	if digest != in.EnvelopeDigest {
-		return nil, fmt.Errorf("envelope_digest: %s does not match the envelope (%s)", in.EnvelopeDigest, digest)
-	}
-	opts := in.Options.WithDefaults()
-	if err := opts.Validate(); err != nil {
-		return nil, err
-	}
-	t := &taskWorkflow{env: in.Envelope, digest: digest, opts: opts, state: api.TaskPending}
+func newTaskWorkflow(in api.TaskInput) *taskWorkflow {
+	t := &taskWorkflow{env: in.Envelope, digest: in.EnvelopeDigest, opts: in.Options.WithDefaults(), state: api.TaskPending}
 	if in.Carry != nil {
 		t.carry = *in.Carry
 	} else {
-		t.carry.Ledger = lease.NewLedger(in.Envelope.TaskID, digest)
+		t.carry.Ledger = lease.NewLedger(in.Envelope.TaskID, in.EnvelopeDigest)
 	}
 	t.ledger = &t.carry.Ledger
-	return t, nil
+	t.selectInterval = t.opts.SelectInterval
+	return t
 }
 
 func (t *taskWorkflow) setup(ctx workflow.Context) error {
@@ -143,97 +179,154 @@ func (t *taskWorkflow) setup(ctx workflow.Context) error {
 	})
 }
 
+// run drives the phase machine until the task ends or continues as new.
 func (t *taskWorkflow) run(ctx workflow.Context) (api.TaskOutcome, error) {
 	if cur := t.ledger.Current(); cur != nil && cur.State == lease.Active {
 		// Continued as new while an attempt held its lease: keep watching it.
-		t.state = api.TaskLeased
-		t.publish(ctx)
-		if err := t.watch(ctx); err != nil {
-			return api.TaskOutcome{}, err
-		}
-		if t.result != nil {
-			return t.finish(ctx, api.TaskCompleted)
-		}
+		t.setState(ctx, api.TaskLeased)
 	}
 	for {
-		if t.carry.Cancelled {
-			return t.finish(ctx, api.TaskCancelled)
-		}
-		if t.ledger.Attempt >= t.opts.MaxAttempts {
-			return t.finish(ctx, api.TaskRetriesExhausted)
-		}
-		if d := t.carry.Pending; d != nil {
-			t.setState(ctx, api.TaskBackoff)
-			delay, _ := t.opts.Backoff.Delay(t.ledger.Attempt, t.env.TaskID)
-			t.sleep(ctx, delay)
-			t.carry.Pending = nil
-			continue
-		}
-		if t.canContinueAsNew(ctx) {
-			return api.TaskOutcome{}, t.continueAsNew(ctx)
-		}
-		t.setState(ctx, api.TaskPending)
-		sel, ok := t.selectWorker(ctx)
-		if !ok {
-			continue // cancelled, or time to continue as new
-		}
-		if err := t.grant(ctx, sel); err != nil {
-			return api.TaskOutcome{}, err
-		}
-		if err := t.watch(ctx); err != nil {
-			return api.TaskOutcome{}, err
-		}
-		if t.result != nil {
-			return t.finish(ctx, api.TaskCompleted)
+		t.phase = t.decide(ctx)
+		switch t.phase {
+		case phaseEnded:
+			return t.finish(ctx, t.outcomeState())
+		case phaseContinuing:
+			if t.settleForContinueAsNew(ctx) {
+				return api.TaskOutcome{}, t.continueAsNew(ctx)
+			}
+		case phaseIngesting:
+			t.ingest(ctx)
+		case phaseBackoff:
+			t.backoff(ctx)
+		case phaseSelecting:
+			if err := t.selectAndGrant(ctx); err != nil {
+				return api.TaskOutcome{}, err
+			}
+		case phaseLaunching, phaseRunning:
+			t.watch(ctx)
 		}
 	}
 }
 
-// selectWorker asks the control plane for a worker until one is reserved.
-// The wait between tries grows from SelectInterval by half each time, to at
-// most 5 s (or SelectInterval if longer). It returns
-// false when the task was cancelled or should continue as new first.
-func (t *taskWorkflow) selectWorker(ctx workflow.Context) (api.SelectWorkerResult, bool) {
-	avoid := ""
-	if cur := t.ledger.Current(); cur != nil {
-		avoid = cur.WorkerID
+// decide is the one place that chooses the loop's next phase, from the
+// ledger and what the handlers recorded. The order is the contract:
+//
+//  1. an ingested result ends the task COMPLETED;
+//  2. a pending result is decided before anything else — neither a cancel,
+//     an expiry nor a revocation can end a lease whose result is pending;
+//  3. a lease that ended with a retry directive, or an ACTIVE lease of a
+//     cancelled task, goes to the watch, which releases what it held; an
+//     ACTIVE lease is watched (or, at a quiet point, carried into a
+//     continue-as-new);
+//  4. a cancelled task, or one whose attempts are used up, ends;
+//  5. a retry directive waits its backoff;
+//  6. at a quiet point with continue-as-new suggested, the run continues
+//     as new; otherwise the next worker is selected.
+func (t *taskWorkflow) decide(ctx workflow.Context) taskPhase {
+	cur := t.ledger.Current()
+	active := cur != nil && cur.State == lease.Active
+	watching := phaseRunning
+	if t.launch != nil {
+		watching = phaseLaunching
 	}
+	switch {
+	case t.result != nil:
+		return phaseEnded
+	case t.sub != nil:
+		return phaseIngesting
+	case t.directive != nil, active && t.carry.Cancelled:
+		return watching // the watch ends the lease
+	case active && t.quiet(ctx):
+		return phaseContinuing
+	case active:
+		return watching
+	case t.carry.Cancelled, t.ledger.Attempt >= t.opts.MaxAttempts:
+		return phaseEnded
+	case t.carry.Pending != nil:
+		return phaseBackoff
+	case t.quiet(ctx):
+		return phaseContinuing
+	}
+	return phaseSelecting
+}
+
+// quiet reports whether continue-as-new is suggested and nothing is in
+// flight: no update handler running, no launch, submission, lease end or
+// cancel pending, no unawaited command.
+func (t *taskWorkflow) quiet(ctx workflow.Context) bool {
+	return workflow.GetInfo(ctx).GetContinueAsNewSuggested() && workflow.AllHandlersFinished(ctx) &&
+		t.sub == nil && t.launch == nil && t.directive == nil && !t.carry.Cancelled && t.inflightDone()
+}
+
+// outcomeState is the ended task's state.
+func (t *taskWorkflow) outcomeState() api.TaskState {
+	switch {
+	case t.result != nil:
+		return api.TaskCompleted
+	case t.carry.Cancelled:
+		return api.TaskCancelled
+	}
+	return api.TaskRetriesExhausted
+}
+
+// selectAndGrant is the Selecting phase: one request for a worker; on a
+// reservation, the lease is granted and launched; otherwise the task waits
+// (handling signals) before decide runs again. The wait grows from
+// SelectInterval by half each time, to at most 5 s (or SelectInterval if
+// longer).
+func (t *taskWorkflow) selectAndGrant(ctx workflow.Context) error {
+	t.setState(ctx, api.TaskPending)
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:           api.ControlTaskQueue,
 		StartToCloseTimeout: 30 * time.Second,
 		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 10 * time.Second, MaximumAttempts: 5},
 	})
-	interval := t.opts.SelectInterval
+	in := api.SelectWorkerInput{
+		TaskID:       t.env.TaskID,
+		Fence:        t.ledger.Fence + 1,
+		Requirements: t.env.Requirements(),
+		AvoidWorkers: t.lostWorkers(),
+	}
+	if cur := t.ledger.Current(); cur != nil {
+		in.AvoidWorker = cur.WorkerID
+	}
+	var res api.SelectWorkerResult
+	err := workflow.ExecuteActivity(actx, controlActs.SelectWorker, in).Get(ctx, &res)
+	if err == nil && res.WorkerID != "" {
+		t.waiting = ""
+		t.selectInterval = t.opts.SelectInterval
+		return t.grant(ctx, res)
+	}
+	if err != nil {
+		t.waiting = "cannot select a worker: " + errorMessage(err)
+	} else {
+		t.waiting = "no eligible worker: " + res.Waiting
+	}
+	workflow.GetLogger(ctx).Info("no worker yet", "task", t.env.TaskID, "reason", t.waiting)
+	t.sleep(ctx, t.selectInterval)
 	maxInterval := 5 * time.Second
 	if maxInterval < t.opts.SelectInterval {
 		maxInterval = t.opts.SelectInterval
 	}
-	for {
-		var res api.SelectWorkerResult
-		err := workflow.ExecuteActivity(actx, controlActs.SelectWorker, api.SelectWorkerInput{
-			TaskID:       t.env.TaskID,
-			Fence:        t.ledger.Fence + 1,
-			Requirements: t.env.Requirements(),
-			AvoidWorker:  avoid,
-		}).Get(ctx, &res)
-		if err == nil && res.WorkerID != "" {
-			t.waiting = ""
-			return res, true
-		}
-		if err != nil {
-			t.waiting = "cannot select a worker: " + errorMessage(err)
-		} else {
-			t.waiting = "no eligible worker: " + res.Waiting
-		}
-		workflow.GetLogger(ctx).Info("no worker yet", "task", t.env.TaskID, "reason", t.waiting)
-		t.sleep(ctx, interval)
-		if t.carry.Cancelled || t.canContinueAsNew(ctx) {
-			return api.SelectWorkerResult{}, false
-		}
-		if interval = interval * 3 / 2; interval > maxInterval {
-			interval = maxInterval
+	if t.selectInterval = t.selectInterval * 3 / 2; t.selectInterval > maxInterval {
+		t.selectInterval = maxInterval
+	}
+	return nil
+}
+
+// lostWorkers lists the workers that lost a lease of this task (expired or
+// revoked for a retry reason), oldest first, each once. Selection passes
+// them over while another eligible worker exists.
+func (t *taskWorkflow) lostWorkers() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, l := range t.ledger.Leases {
+		if (l.State == lease.Expired || l.State == lease.Revoked) && lease.RetryReason(l.EndReason).Valid() && !seen[l.WorkerID] {
+			seen[l.WorkerID] = true
+			out = append(out, l.WorkerID)
 		}
 	}
+	return out
 }
 
 // grant issues the lease to the reserved worker and launches the attempt.
@@ -245,10 +338,12 @@ func (t *taskWorkflow) grant(ctx workflow.Context, sel api.SelectWorkerResult) e
 	workflow.GetLogger(ctx).Info("lease granted", "task", l.TaskID, "worker", l.WorkerID, "attempt", l.Attempt, "fence", l.Fence)
 	t.attemptDir = ""
 	t.setState(ctx, api.TaskLeased)
-	actx := workflow.WithActivityOptions(ctx, t.launchOptions(l.WorkerID))
+	lctx, cancel := workflow.WithCancel(ctx)
+	actx := workflow.WithActivityOptions(lctx, t.launchOptions(l.WorkerID))
 	t.launch = workflow.ExecuteActivity(actx, agentActs.LaunchAttempt, api.LaunchInput{
 		Envelope: t.env, Lease: l, HeartbeatInterval: t.opts.HeartbeatInterval,
 	})
+	t.launchCancel = cancel
 	return nil
 }
 
@@ -263,56 +358,45 @@ func (t *taskWorkflow) launchOptions(worker string) workflow.ActivityOptions {
 	}
 }
 
-// watch waits on the ACTIVE lease until it completes (t.result set), ends
-// with a retry directive (carry.Pending set) or the task is cancelled.
-func (t *taskWorkflow) watch(ctx workflow.Context) error {
-	for {
-		cur := t.ledger.Current()
-		if t.carry.Cancelled {
-			t.endLease(ctx, nil)
-			return nil
-		}
-		if t.directive != nil {
-			t.endLease(ctx, t.directive)
-			return nil
-		}
-		if cur.ResultPending && t.submission != nil && !t.ingestDone {
-			t.ingest(ctx)
-			if t.result != nil {
-				return nil
-			}
-			continue
-		}
-		if t.launch == nil && t.canContinueAsNew(ctx) {
-			return t.continueAsNew(ctx)
-		}
-		t.armTimer(ctx)
-		sel := workflow.NewSelector(ctx)
-		t.addSignals(ctx, sel)
-		if t.launch != nil {
-			sel.AddFuture(t.launch, func(f workflow.Future) {
-				t.launch = nil
-				var res api.LaunchResult
-				if err := f.Get(ctx, &res); err != nil {
-					t.revoke(ctx, lease.ReasonLaunchFailed, errorMessage(err))
-					return
-				}
-				t.attemptDir = res.TaskDir
-			})
-		}
-		if t.timer != nil {
-			sel.AddFuture(t.timer, func(workflow.Future) {
-				t.timer = nil
-				t.onTimer(ctx)
-			})
-		}
-		sel.Select(ctx)
+// watch is the Launching and Running phases: it ends the lease when a
+// cancel or a retry directive was recorded, and otherwise waits for one
+// event (a signal, the launch, the lease timer, an update's wake-up).
+func (t *taskWorkflow) watch(ctx workflow.Context) {
+	if t.carry.Cancelled {
+		t.endLease(ctx, nil)
+		return
 	}
+	if t.directive != nil {
+		t.endLease(ctx, t.directive)
+		return
+	}
+	t.armTimer(ctx)
+	sel := workflow.NewSelector(ctx)
+	t.addSignals(ctx, sel)
+	if t.launch != nil {
+		sel.AddFuture(t.launch, func(f workflow.Future) {
+			t.launch, t.launchCancel = nil, nil
+			var res api.LaunchResult
+			if err := f.Get(ctx, &res); err != nil {
+				// Refused while a result is pending: the attempt ran.
+				t.revoke(ctx, lease.ReasonLaunchFailed, errorMessage(err))
+				return
+			}
+			t.attemptDir = res.TaskDir
+		})
+	}
+	if t.timer != nil {
+		sel.AddFuture(t.timer, func(workflow.Future) {
+			t.timer = nil
+			t.onTimer(ctx)
+		})
+	}
+	sel.Select(ctx)
 }
 
-// armTimer keeps one timer for the current TTL window (DESIGN §4 step 3):
-// it is armed for the lease's expiry and, when it fires while heartbeats
-// moved the expiry, re-armed for the remainder — never once per heartbeat.
+// armTimer keeps one timer for the current TTL window: it is armed for the
+// lease's expiry and, when it fires while heartbeats moved the expiry,
+// re-armed for the remainder — never once per heartbeat.
 func (t *taskWorkflow) armTimer(ctx workflow.Context) {
 	cur := t.ledger.Current()
 	if t.timer != nil || cur == nil || cur.State != lease.Active || cur.ResultPending {
@@ -336,21 +420,18 @@ func (t *taskWorkflow) stopTimer() {
 }
 
 func (t *taskWorkflow) onTimer(ctx workflow.Context) {
-	cur := t.ledger.Current()
-	if cur == nil || cur.State != lease.Active || cur.ResultPending {
-		return
-	}
 	d, err := t.ledger.Expire(workflow.Now(ctx))
-	if errors.Is(err, lease.ErrNotExpired) {
-		return // renewed meanwhile; armTimer re-arms for the remainder
-	}
 	if err != nil {
+		// Renewed meanwhile (armTimer re-arms for the remainder), ended,
+		// or a result is pending (the ingest decides).
 		return
 	}
 	workflow.GetLogger(ctx).Info("lease expired", "task", t.env.TaskID, "attempt", d.NextAttempt-1, "fence", d.NextFence-1)
 	t.directive = &d
 }
 
+// revoke ends the ACTIVE lease for reason; the ledger refuses while a
+// result is pending, and then nothing happens.
 func (t *taskWorkflow) revoke(ctx workflow.Context, reason lease.RetryReason, detail string) {
 	d, err := t.ledger.Revoke(reason, detail, workflow.Now(ctx))
 	if err != nil {
@@ -380,6 +461,33 @@ func (t *taskWorkflow) addSignals(ctx workflow.Context, sel workflow.Selector) {
 		t.onAttemptFailed(ctx, f)
 	})
 	sel.AddReceive(t.wake, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) })
+}
+
+// drainSignals applies every buffered signal without blocking.
+func (t *taskWorkflow) drainSignals(ctx workflow.Context) {
+	for {
+		var hb api.LeaseHeartbeatSignal
+		if !t.heartbeatCh.ReceiveAsync(&hb) {
+			break
+		}
+		t.onHeartbeat(ctx, hb)
+	}
+	for {
+		var lost api.WorkerLostSignal
+		if !t.lostCh.ReceiveAsync(&lost) {
+			break
+		}
+		t.onWorkerLost(ctx, lost)
+	}
+	for {
+		var f api.AttemptFailedSignal
+		if !t.failedCh.ReceiveAsync(&f) {
+			break
+		}
+		t.onAttemptFailed(ctx, f)
+	}
+	for t.wake.ReceiveAsync(nil) {
+	}
 }
 
 func (t *taskWorkflow) onHeartbeat(ctx workflow.Context, hb api.LeaseHeartbeatSignal) {
@@ -423,9 +531,10 @@ func (t *taskWorkflow) onAttemptFailed(ctx workflow.Context, f api.AttemptFailed
 	t.revoke(ctx, reason, f.Detail)
 }
 
-// endLease releases what the ended lease held: its timer, the worker's
-// reservation and (best effort) the running attempt. A directive is queued
-// for the backoff that precedes the next attempt.
+// endLease releases what the ended lease held: its timer, its launch (if
+// still running), the worker's reservation and (best effort) the running
+// attempt. A directive is queued for the backoff that precedes the next
+// attempt; nil means the task was cancelled.
 func (t *taskWorkflow) endLease(ctx workflow.Context, d *lease.RetryDirective) {
 	t.stopTimer()
 	cur := t.ledger.Current()
@@ -440,27 +549,78 @@ func (t *taskWorkflow) endLease(ctx workflow.Context, d *lease.RetryDirective) {
 		t.carry.Pending = d
 		t.directive = nil
 	}
-	// Best effort, not awaited: the old agent may be gone.
+	// Best effort, not awaited here: the old agent may be gone. The task
+	// awaits it before it ends or continues as new.
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:              api.AgentTaskQueue(cur.WorkerID),
 		ScheduleToCloseTimeout: 30 * time.Second,
 		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
 	})
-	workflow.ExecuteActivity(actx, agentActs.CancelAttempt, api.CancelAttemptInput{Claim: claim, Reason: reason})
+	t.inflight = append(t.inflight, workflow.ExecuteActivity(actx, agentActs.CancelAttempt, api.CancelAttemptInput{Claim: claim, Reason: reason}))
 	t.release(ctx, *cur)
-	t.launch = nil
+	if t.launch != nil {
+		// A launch still running for an ended lease is cancelled, so a
+		// slow agent does not start it (the agent also checks the lease
+		// before it starts a command). Histories from before this change
+		// never cancelled it.
+		if workflow.GetVersion(ctx, versionCancelLaunch, workflow.DefaultVersion, 1) == 1 {
+			t.launchCancel()
+		}
+	}
+	t.launch, t.launchCancel = nil, nil
 }
 
 func (t *taskWorkflow) release(ctx workflow.Context, l lease.Lease) {
-	workflow.SignalExternalWorkflow(ctx, api.WorkerWorkflowID(l.WorkerID), "", api.SignalRelease,
+	f := workflow.SignalExternalWorkflow(ctx, api.WorkerWorkflowID(l.WorkerID), "", api.SignalRelease,
 		api.ReleaseSignal{TaskID: l.TaskID, Fence: l.Fence})
+	t.inflight = append(t.inflight, f)
+	t.releases = append(t.releases, f)
 }
+
+// inflightDone reports whether every unawaited command has completed,
+// forgetting those that have.
+func (t *taskWorkflow) inflightDone() bool {
+	t.inflight = pending(t.inflight)
+	return len(t.inflight) == 0
+}
+
+// releasesDone reports whether every release signal was delivered (or
+// failed: the worker's entry is gone).
+func (t *taskWorkflow) releasesDone() bool {
+	t.releases = pending(t.releases)
+	return len(t.releases) == 0
+}
+
+// pending keeps the futures that are not ready yet.
+func pending(fs []workflow.Future) []workflow.Future {
+	n := 0
+	for _, f := range fs {
+		if !f.IsReady() {
+			fs[n] = f
+			n++
+		}
+	}
+	return fs[:n]
+}
+
+// Change IDs for workflow.GetVersion: each names a behaviour that differs
+// from histories recorded before it (docs/architecture.md, "Versioning").
+const (
+	// versionCancelLaunch: ending a lease cancels its running launch.
+	versionCancelLaunch = "cancel-launch-on-lease-end"
+	// versionAwaitReleases: an ending task waits until its reservation
+	// releases are delivered.
+	versionAwaitReleases = "await-releases-at-end"
+)
 
 // validateSubmitResult is the submit-result validator: the shared fence
 // check, then the result's shape. A rejection writes no history.
 func (t *taskWorkflow) validateSubmitResult(ctx workflow.Context, in api.SubmitResultInput) error {
 	if rej := lease.Check(t.ledger.Current(), in.Claim); rej != nil {
 		return temporal.NewApplicationError(rej.Message, string(rej.Reason), rej)
+	}
+	if t.carry.Cancelled {
+		return temporal.NewApplicationError(fmt.Sprintf("task %s is being cancelled", t.env.TaskID), string(lease.RejectLeaseNotActive))
 	}
 	if len(in.Artifacts) > api.MaxArtifacts {
 		return temporal.NewApplicationError(fmt.Sprintf("artifacts: at most %d (got %d)", api.MaxArtifacts, len(in.Artifacts)), api.ErrTypeInvalidArgument)
@@ -496,68 +656,71 @@ func (t *taskWorkflow) validateSubmitResult(ctx workflow.Context, in api.SubmitR
 	return nil
 }
 
-// submitResult accepts the result for ingest and waits for the main loop to
-// ingest it; it answers with the result as the parent received it, or the
-// ingest error (the lease then stays ACTIVE and will expire).
+// submitResult takes a result that passed the validator (the fence check)
+// for ingest and waits for the ingest to decide it. It answers with this
+// submission's own outcome: the result as the parent received it, or the
+// ingest error (the lease then stays ACTIVE and will expire unless the
+// attempt heartbeats). It does not re-run the fence check: that is the
+// validator's, and replay must not depend on it.
 func (t *taskWorkflow) submitResult(ctx workflow.Context, in api.SubmitResultInput) (api.SubmitResultResult, error) {
-	if rej := t.ledger.Accept(in.Claim); rej != nil {
-		return api.SubmitResultResult{}, temporal.NewApplicationError(rej.Message, string(rej.Reason), rej)
+	if err := t.ledger.MarkResultPending(in.Fence); err != nil {
+		return api.SubmitResultResult{}, temporal.NewApplicationError(err.Error(), string(lease.RejectLeaseNotActive))
 	}
-	t.stopTimer()
-	t.submission = &in
-	t.ingestDone, t.ingestErr = false, nil
+	sub := &submission{in: in}
+	t.sub = sub
 	t.wake.SendAsync(true)
-	if err := workflow.Await(ctx, func() bool { return t.ingestDone }); err != nil {
+	if err := workflow.Await(ctx, func() bool { return sub.done }); err != nil {
 		return api.SubmitResultResult{}, err
 	}
-	if t.ingestErr != nil {
-		return api.SubmitResultResult{}, t.ingestErr
+	if sub.err != nil {
+		return api.SubmitResultResult{}, sub.err
 	}
-	return api.SubmitResultResult{Accepted: true, Result: *t.result}, nil
+	return api.SubmitResultResult{Accepted: true, Result: *sub.result}, nil
 }
 
-// ingest runs parent ingest for the pending submission and completes the
-// lease on success.
+// ingest is the Ingesting phase: parent ingest of the pending submission.
+// On success the lease completes; on failure the result is abandoned and
+// the lease stays ACTIVE. Either way the submission gets its answer.
 func (t *taskWorkflow) ingest(ctx workflow.Context) {
-	sub := t.submission
+	sub := t.sub
+	t.stopTimer()
 	t.setState(ctx, api.TaskIngesting)
 	var ingested api.IngestResult
 	var err error
-	if len(sub.Artifacts) > 0 || len(sub.Logs) > 0 {
+	if len(sub.in.Artifacts) > 0 || len(sub.in.Logs) > 0 {
 		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 			TaskQueue:           api.ControlTaskQueue,
 			StartToCloseTimeout: 10 * time.Minute,
 			HeartbeatTimeout:    time.Minute,
 			RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5},
 		})
-		err = workflow.ExecuteActivity(actx, controlActs.Ingest, api.IngestInput{Claim: sub.Claim, Artifacts: sub.Artifacts, Logs: sub.Logs}).Get(ctx, &ingested)
+		err = workflow.ExecuteActivity(actx, controlActs.Ingest, api.IngestInput{Claim: sub.in.Claim, Artifacts: sub.in.Artifacts, Logs: sub.in.Logs}).Get(ctx, &ingested)
 	}
 	now := workflow.Now(ctx)
+	t.sub = nil
+	sub.done = true
+	if err == nil {
+		err = t.ledger.Complete(now)
+	}
 	if err != nil {
-		workflow.GetLogger(ctx).Warn("ingest failed", "task", t.env.TaskID, "fence", sub.Fence, "error", err)
+		workflow.GetLogger(ctx).Warn("ingest failed", "task", t.env.TaskID, "fence", sub.in.Fence, "error", err)
 		t.ledger.AbandonResult(now)
-		t.ingestErr = temporal.NewApplicationError("ingest failed: "+errorMessage(err), api.ErrTypeArtifactMismatch)
-		t.ingestDone = true
-		t.submission = nil
+		sub.err = temporal.NewApplicationError("ingest failed: "+errorMessage(err), api.ErrTypeArtifactMismatch)
 		t.setState(ctx, api.TaskLeased)
 		return
 	}
-	if err := t.ledger.Complete(now); err != nil {
-		t.ingestErr = temporal.NewApplicationError(err.Error(), string(lease.RejectLeaseNotActive))
-		t.ingestDone = true
-		return
-	}
+	in := sub.in
 	t.result = &api.TaskResult{
-		TaskID: sub.TaskID, RunID: t.env.RunID, WorkerID: sub.WorkerID,
-		Attempt: sub.Attempt, Fence: sub.Fence, EnvelopeDigest: sub.EnvelopeDigest,
-		ExitCode: sub.ExitCode, TimedOut: sub.TimedOut, OutputError: sub.OutputError, Artifacts: ingested.Artifacts, Logs: ingested.Logs,
-		StartedAt: sub.StartedAt, FinishedAt: sub.FinishedAt,
+		TaskID: in.TaskID, RunID: t.env.RunID, WorkerID: in.WorkerID,
+		Attempt: in.Attempt, Fence: in.Fence, EnvelopeDigest: in.EnvelopeDigest,
+		ExitCode: in.ExitCode, TimedOut: in.TimedOut, OutputError: in.OutputError, Artifacts: ingested.Artifacts, Logs: ingested.Logs,
+		StartedAt: in.StartedAt, FinishedAt: in.FinishedAt,
 	}
-	t.ingestDone = true
+	sub.result = t.result
 	if cur := t.ledger.Current(); cur != nil {
 		t.release(ctx, *cur)
 	}
-	workflow.GetLogger(ctx).Info("result accepted", "task", t.env.TaskID, "attempt", sub.Attempt, "fence", sub.Fence, "exit_code", sub.ExitCode)
+	workflow.GetLogger(ctx).Info("result accepted", "task", t.env.TaskID, "attempt", in.Attempt, "fence", in.Fence, "exit_code", in.ExitCode)
 }
 
 func (t *taskWorkflow) cancel(ctx workflow.Context, in api.CancelTaskInput) (api.TaskView, error) {
@@ -567,7 +730,16 @@ func (t *taskWorkflow) cancel(ctx workflow.Context, in api.CancelTaskInput) (api
 	return t.view(), nil
 }
 
-// sleep waits for d or until an update wakes the task, handling signals.
+// backoff is the Backoff phase: wait the directive's backoff (deterministic
+// jitter), handling signals, then select again.
+func (t *taskWorkflow) backoff(ctx workflow.Context) {
+	t.setState(ctx, api.TaskBackoff)
+	delay, _ := t.opts.Backoff.Delay(t.ledger.Attempt, t.env.TaskID)
+	t.sleep(ctx, delay)
+	t.carry.Pending = nil
+}
+
+// sleep waits for d or until the task is cancelled, handling signals.
 func (t *taskWorkflow) sleep(ctx workflow.Context, d time.Duration) {
 	tctx, cancel := workflow.WithCancel(ctx)
 	defer cancel()
@@ -583,8 +755,9 @@ func (t *taskWorkflow) sleep(ctx workflow.Context, d time.Duration) {
 	}
 }
 
-// finish ends the task: cleans the staging area, reports to the run, waits
-// for update handlers, and returns the outcome.
+// finish is the Ended phase: cleans the staging area, reports to the run
+// (a compact result reference, not the full result), waits for every
+// unawaited command and update handler, and returns the outcome.
 func (t *taskWorkflow) finish(ctx workflow.Context, state api.TaskState) (api.TaskOutcome, error) {
 	t.stopTimer()
 	t.waiting = ""
@@ -596,11 +769,20 @@ func (t *taskWorkflow) finish(ctx workflow.Context, state api.TaskState) (api.Ta
 	})
 	_ = workflow.ExecuteActivity(actx, controlActs.CleanupStaging, api.CleanupInput{TaskID: t.env.TaskID}).Get(ctx, nil)
 	out := api.TaskOutcome{TaskID: t.env.TaskID, RunID: t.env.RunID, State: state, Attempts: t.ledger.Attempt, Result: t.result}
-	err := workflow.SignalExternalWorkflow(ctx, api.RunWorkflowID(t.env.RunID), "", api.SignalTaskEnded, out).Get(ctx, nil)
+	report := out
+	if t.result != nil {
+		if ref, err := ResultRefOf(*t.result); err == nil {
+			report.Result, report.Ref = nil, &ref
+		}
+	}
+	err := workflow.SignalExternalWorkflow(ctx, api.RunWorkflowID(t.env.RunID), "", api.SignalTaskEnded, report).Get(ctx, nil)
 	if err != nil {
 		workflow.GetLogger(ctx).Warn("could not report to run", "run", t.env.RunID, "error", err)
 	}
-	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+	awaitReleases := workflow.GetVersion(ctx, versionAwaitReleases, workflow.DefaultVersion, 1) == 1
+	if err := workflow.Await(ctx, func() bool {
+		return (!awaitReleases || t.releasesDone()) && workflow.AllHandlersFinished(ctx)
+	}); err != nil {
 		return out, err
 	}
 	return out, nil
@@ -640,7 +822,7 @@ func (t *taskWorkflow) view() api.TaskView {
 	v := api.TaskView{
 		TaskID: t.env.TaskID, RunID: t.env.RunID, State: t.state, EnvelopeDigest: t.digest,
 		Leases: append([]lease.Lease{}, t.ledger.Leases...), Directives: append([]lease.RetryDirective{}, t.carry.Directives...),
-		Options: t.opts, Stats: t.carry.Stats, Result: t.result, Waiting: t.waiting, AttemptDir: t.attemptDir, CancelReason: t.carry.CancelReason,
+		Options: t.opts, Stats: t.carry.Stats, Result: t.result, Waiting: t.waiting, AttemptDir: t.attemptDir, CancelReason: t.carry.CancelReason, Phase: string(t.phase),
 	}
 	if cur := t.ledger.Current(); cur != nil {
 		c := *cur
@@ -649,42 +831,25 @@ func (t *taskWorkflow) view() api.TaskView {
 	return v
 }
 
-func (t *taskWorkflow) canContinueAsNew(ctx workflow.Context) bool {
-	return workflow.GetInfo(ctx).GetContinueAsNewSuggested() && workflow.AllHandlersFinished(ctx) && t.submission == nil
+// settleForContinueAsNew is the ContinuingAsNew phase's guard: it waits
+// for update handlers and unawaited commands, then applies every buffered
+// signal. It reports true when the task is still at a quiet point after
+// that (nothing blocks between this answer and the continue-as-new); false
+// sends the loop back to decide (a drained signal ended the lease, a
+// cancel arrived, ...).
+func (t *taskWorkflow) settleForContinueAsNew(ctx workflow.Context) bool {
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) && t.inflightDone() }); err != nil {
+		return false
+	}
+	t.drainSignals(ctx)
+	return t.decide(ctx) == phaseContinuing
 }
 
 // continueAsNew carries the ledger (attempt, fence, every lease), the
-// directives and counters into a new run, after applying every buffered
-// signal so none is lost.
+// directives, a pending retry and the counters into a new run. It issues
+// no command but the continue-as-new itself (the timer of an ACTIVE lease
+// is re-armed by the new run from the carried expiry).
 func (t *taskWorkflow) continueAsNew(ctx workflow.Context) error {
-	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
-		return err
-	}
-	for {
-		var hb api.LeaseHeartbeatSignal
-		if !t.heartbeatCh.ReceiveAsync(&hb) {
-			break
-		}
-		t.onHeartbeat(ctx, hb)
-	}
-	for {
-		var lost api.WorkerLostSignal
-		if !t.lostCh.ReceiveAsync(&lost) {
-			break
-		}
-		t.onWorkerLost(ctx, lost)
-	}
-	for {
-		var f api.AttemptFailedSignal
-		if !t.failedCh.ReceiveAsync(&f) {
-			break
-		}
-		t.onAttemptFailed(ctx, f)
-	}
-	if t.directive != nil {
-		t.endLease(ctx, t.directive)
-	}
-	t.stopTimer()
 	t.carry.Stats.ContinuedAsNew++
 	carry := t.carry
 	return workflow.NewContinueAsNewError(ctx, WdcTask, api.TaskInput{

@@ -200,8 +200,10 @@ func (s *taskSuite) TestExpiryRetriesAndStaleResultIsRejected() {
 	s.Equal(int64(1), s.cancels[0].Fence)
 	s.Require().Len(s.ended, 1)
 	s.Equal(api.TaskCompleted, s.ended[0].State)
-	s.Require().NotNil(s.ended[0].Result)
-	s.Equal(int64(2), s.ended[0].Result.Fence)
+	s.Nil(s.ended[0].Result, "the run gets a compact reference, not the full result")
+	s.Require().NotNil(s.ended[0].Ref)
+	s.Equal(int64(2), s.ended[0].Ref.Fence)
+	s.Equal(1, s.ended[0].Ref.Artifacts)
 	s.Contains(s.releases, api.ReleaseSignal{TaskID: "t1", Fence: 1})
 	s.Contains(s.releases, api.ReleaseSignal{TaskID: "t1", Fence: 2})
 }

@@ -122,6 +122,11 @@ var (
 	ErrNoActiveLease = errors.New("task has no ACTIVE lease")
 	// ErrNotExpired: Expire before the lease's ExpiresAt.
 	ErrNotExpired = errors.New("lease has not expired")
+	// ErrResultPending: Expire or Revoke while a result accepted for the
+	// lease is being ingested. The ingest decides first: on success the
+	// lease completes, on failure the result is abandoned and the lease can
+	// end as usual.
+	ErrResultPending = errors.New("a result for the lease is being ingested")
 )
 
 // NewLedger starts a ledger for a task whose envelope has the given digest.
@@ -192,12 +197,16 @@ func (l *Ledger) Renew(hb Claim, seq int64, now time.Time) *Rejection {
 // Expire ends the ACTIVE lease as EXPIRED when now ≥ ExpiresAt and returns
 // the retry directive (reason lease_expired).
 //
-// Errors: ErrNoActiveLease, or ErrNotExpired when the lease is still live
-// (re-arm the timer for ExpiresAt−now instead).
+// Errors: ErrNoActiveLease; ErrResultPending while a result is being
+// ingested; ErrNotExpired when the lease is still live (re-arm the timer
+// for ExpiresAt−now instead).
 func (l *Ledger) Expire(now time.Time) (RetryDirective, error) {
 	cur := l.Current()
 	if cur == nil || cur.State != Active {
 		return RetryDirective{}, ErrNoActiveLease
+	}
+	if cur.ResultPending {
+		return RetryDirective{}, ErrResultPending
 	}
 	if now.Before(cur.ExpiresAt) {
 		return RetryDirective{}, fmt.Errorf("%w: expires in %s", ErrNotExpired, cur.ExpiresAt.Sub(now))
@@ -207,12 +216,17 @@ func (l *Ledger) Expire(now time.Time) (RetryDirective, error) {
 }
 
 // Revoke ends the ACTIVE lease as REVOKED for reason and returns the retry
-// directive. Errors: ErrNoActiveLease; an error for a reason that is not a
-// RetryReason.
+// directive. Errors: ErrNoActiveLease; ErrResultPending while a result
+// accepted for the lease is being ingested (a lease whose result is pending
+// is neither revoked nor expired until the ingest is decided); an error for
+// a reason that is not a RetryReason.
 func (l *Ledger) Revoke(reason RetryReason, detail string, now time.Time) (RetryDirective, error) {
 	cur := l.Current()
 	if cur == nil || cur.State != Active {
 		return RetryDirective{}, ErrNoActiveLease
+	}
+	if cur.ResultPending {
+		return RetryDirective{}, ErrResultPending
 	}
 	if !reason.Valid() {
 		return RetryDirective{}, fmt.Errorf("revoke: %q is not a retry reason", reason)
@@ -241,6 +255,21 @@ func (l *Ledger) Accept(c Claim) *Rejection {
 	cur := l.Current()
 	if rej := Check(cur, c); rej != nil {
 		return rej
+	}
+	cur.ResultPending = true
+	return nil
+}
+
+// MarkResultPending is Accept's transition without the fence check, for
+// code that runs after a validator already judged the claim with Check
+// (the submit-result update handler). It only re-confirms the transition's
+// precondition — the current lease has this fence, is ACTIVE and holds no
+// pending result — so a later, stricter Check does not change what replayed
+// histories did. Errors: ErrNoActiveLease when the precondition fails.
+func (l *Ledger) MarkResultPending(fence int64) error {
+	cur := l.Current()
+	if cur == nil || cur.State != Active || cur.Fence != fence || cur.ResultPending {
+		return fmt.Errorf("%w for fence %d", ErrNoActiveLease, fence)
 	}
 	cur.ResultPending = true
 	return nil

@@ -96,7 +96,7 @@ func TestAcceptThenComplete(t *testing.T) {
 	require.NotNil(t, rej, "a second result for the same lease is refused")
 	assert.Equal(t, RejectLeaseNotActive, rej.Reason)
 	_, err := l.Expire(t0.Add(time.Hour))
-	require.NoError(t, err, "pending results do not block the pure expiry rule; the workflow does not arm a timer while pending")
+	require.ErrorIs(t, err, ErrResultPending, "a pending result is decided before the lease can expire")
 
 	l2 := NewLedger("t2", digest)
 	ls2, _ := l2.Grant("w-a", 30*time.Second, t0)
@@ -220,4 +220,35 @@ func TestBackoffValidate(t *testing.T) {
 		assert.ErrorContains(t, b.Validate(), field)
 	}
 	assert.NoError(t, DefaultBackoff.Validate())
+}
+
+// A lease whose result is being ingested is neither revoked nor expired
+// until the ingest is decided (fault: a launch timeout in the same
+// workflow task as the result revoked the lease under the pending result).
+func TestPendingResultBlocksRevokeAndExpire(t *testing.T) {
+	l := NewLedger("t", digest)
+	g, err := l.Grant("w-a", 30*time.Second, t0)
+	require.NoError(t, err)
+	require.Nil(t, l.Accept(ClaimOf(g)))
+
+	_, err = l.Revoke(ReasonLaunchFailed, "launch timed out", t0.Add(time.Second))
+	require.ErrorIs(t, err, ErrResultPending)
+	_, err = l.Expire(t0.Add(time.Hour))
+	require.ErrorIs(t, err, ErrResultPending)
+	assert.Equal(t, Active, l.Current().State)
+
+	l.AbandonResult(t0.Add(2 * time.Second))
+	d, err := l.Revoke(ReasonLaunchFailed, "launch timed out", t0.Add(3*time.Second))
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), d.NextFence)
+}
+
+func TestMarkResultPendingChecksOnlyTheTransition(t *testing.T) {
+	l := NewLedger("t", digest)
+	_, err := l.Grant("w-a", 30*time.Second, t0)
+	require.NoError(t, err)
+	require.ErrorIs(t, l.MarkResultPending(2), ErrNoActiveLease, "another fence")
+	require.NoError(t, l.MarkResultPending(1))
+	require.ErrorIs(t, l.MarkResultPending(1), ErrNoActiveLease, "already pending")
+	assert.True(t, l.Current().ResultPending)
 }

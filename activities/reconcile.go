@@ -1,0 +1,111 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/activity"
+
+	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/lease"
+	"github.com/wdc-runtime/wdc/internal/wdcclient"
+)
+
+// ReconcileTasks describes each named task's workflow and returns those
+// that are closed: a COMPLETED one with its outcome (its report to the run
+// may have been lost), any other (terminated, failed, timed out, or not
+// found) with its status, so the run records it as ended without a result.
+// Errors are transport failures (retried).
+func (c *Control) ReconcileTasks(ctx context.Context, in api.ReconcileTasksInput) (api.ReconcileTasksResult, error) {
+	var res api.ReconcileTasksResult
+	for i, id := range in.TaskIDs {
+		activity.RecordHeartbeat(ctx, i)
+		wfID := api.TaskWorkflowID(id)
+		desc, err := c.Client.DescribeWorkflowExecution(ctx, wfID, "")
+		var nf *serviceerror.NotFound
+		switch {
+		case errors.As(err, &nf):
+			res.Closed = append(res.Closed, api.ReconciledTask{TaskID: id, Status: "NOT_FOUND"})
+			continue
+		case err != nil:
+			return res, fmt.Errorf("describe %s: %w", wfID, err)
+		}
+		status := desc.GetWorkflowExecutionInfo().GetStatus()
+		if status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			continue
+		}
+		rt := api.ReconciledTask{TaskID: id, Status: statusName(status)}
+		if status == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
+			var out api.TaskOutcome
+			if err := c.Client.GetWorkflow(ctx, wfID, "").Get(ctx, &out); err == nil {
+				rt.Outcome = &out
+			}
+		}
+		res.Closed = append(res.Closed, rt)
+	}
+	return res, nil
+}
+
+// CheckReservations judges each of a worker's reservations against its
+// task's lease (query "lease"): it is stale when the task has ended or
+// does not exist, when the task's current lease under that fence is held
+// by another worker or has ended, or when the task has moved past that
+// fence. A reservation for the fence the task is selecting (its last fence
+// + 1) is kept: its grant may still come. Errors are transport failures
+// (retried); a task that does not answer its query is kept, never guessed.
+func (c *Control) CheckReservations(ctx context.Context, in api.CheckReservationsInput) (api.CheckReservationsResult, error) {
+	wc := &wdcclient.Client{C: c.Client}
+	var res api.CheckReservationsResult
+	for i, r := range in.Reservations {
+		activity.RecordHeartbeat(ctx, i)
+		v, err := wc.Task(ctx, r.TaskID)
+		if errors.Is(err, wdcclient.ErrNotFound) {
+			res.Stale = append(res.Stale, api.StaleReservation{ReservationRef: r, Why: "no such task"})
+			continue
+		}
+		if err != nil {
+			activity.GetLogger(ctx).Warn("reservation check: task did not answer", "task", r.TaskID, "error", err)
+			continue
+		}
+		if why := staleReservation(v, in.WorkerID, r.Fence); why != "" {
+			res.Stale = append(res.Stale, api.StaleReservation{ReservationRef: r, Why: why})
+		}
+	}
+	return res, nil
+}
+
+// staleReservation says why worker's reservation under fence no longer
+// belongs to task view v, or "" when it still does.
+func staleReservation(v api.TaskView, worker string, fence int64) string {
+	if v.State.Terminal() {
+		return fmt.Sprintf("task ended %s", v.State)
+	}
+	cur := v.Lease
+	switch {
+	case cur == nil && fence == 1:
+		return "" // the first selection is under way
+	case cur == nil:
+		return fmt.Sprintf("task has no lease, fence %d was never granted", fence)
+	case cur.Fence+1 == fence && cur.State != lease.Active:
+		return "" // the next selection is under way
+	case cur.Fence != fence:
+		return fmt.Sprintf("task's current lease is fence %d on %s", cur.Fence, cur.WorkerID)
+	case cur.WorkerID != worker:
+		return fmt.Sprintf("fence %d was granted to %s", fence, cur.WorkerID)
+	case cur.State != lease.Active:
+		return fmt.Sprintf("lease for fence %d is %s", fence, cur.State)
+	}
+	return ""
+}
+
+func statusName(s enumspb.WorkflowExecutionStatus) string {
+	name := s.String()
+	const prefix = "WORKFLOW_EXECUTION_STATUS_"
+	if len(name) > len(prefix) && name[:len(prefix)] == prefix {
+		return name[len(prefix):]
+	}
+	return name
+}
