@@ -24,6 +24,12 @@ type WorkerInput struct {
 	// IncarnationFloor is the last incarnation of a previous, deregistered
 	// entry of the same worker; the next registration is one above it.
 	IncarnationFloor int64 `json:"incarnation_floor,omitempty"`
+	// Lost are worker-lost notifications decided but not yet sent when
+	// the previous run continued as new; the new run sends them first.
+	Lost []WorkerLostSignal `json:"lost,omitempty"`
+	// ReconciledAt is when the previous run last checked its reservations
+	// against their tasks (zero: never).
+	ReconciledAt time.Time `json:"reconciled_at,omitzero"`
 }
 
 // RegisterInput is the register update: the worker's declaration.

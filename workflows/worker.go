@@ -24,7 +24,7 @@ import (
 // It ends only when deregistered, returning the final record (whose
 // incarnation a later entry of the same worker continues from).
 func WdcWorker(ctx workflow.Context, in api.WorkerInput) (api.WorkerView, error) {
-	w := &workerWorkflow{id: in.WorkerID}
+	w := &workerWorkflow{id: in.WorkerID, lost: in.Lost, reconciledAt: in.ReconciledAt}
 	w.rec.Incarnation = in.IncarnationFloor
 	if in.State != nil {
 		w.rec = *in.State
@@ -51,8 +51,17 @@ type workerWorkflow struct {
 
 	// wake is signalled by update handlers so the main loop re-evaluates.
 	wake workflow.Channel
-	// lost are worker-lost notifications not yet sent.
+	// lost are worker-lost notifications not yet sent; continue-as-new
+	// carries them.
 	lost []api.WorkerLostSignal
+
+	// reconcile enables the periodic check of reservations against their
+	// tasks (histories recorded before it have none); reconcileTimer is
+	// armed while a reservation is older than ReservationCheckAfter, and
+	// reconciledAt is when the last check ran.
+	reconcile      bool
+	reconcileTimer workflow.Future
+	reconciledAt   time.Time
 	// saState is the state last written to the search attributes.
 	saState fleet.State
 
@@ -124,9 +133,12 @@ func (w *workerWorkflow) setup(ctx workflow.Context) error {
 }
 
 func (w *workerWorkflow) run(ctx workflow.Context) error {
+	w.reconcile = workflow.GetVersion(ctx, versionReservationCheck, workflow.DefaultVersion, 1) == 1
 	w.publish(ctx)
+	w.sendLost(ctx) // carried from the previous run
 	for {
 		w.armTimer(ctx)
+		w.armReconcile(ctx)
 		sel := workflow.NewSelector(ctx)
 		sel.AddReceive(w.heartbeatCh, func(c workflow.ReceiveChannel, _ bool) {
 			var hb api.WorkerHeartbeatSignal
@@ -147,6 +159,12 @@ func (w *workerWorkflow) run(ctx workflow.Context) error {
 		if w.timer != nil {
 			sel.AddFuture(w.timer, func(workflow.Future) { w.timer = nil })
 		}
+		if w.reconcileTimer != nil {
+			sel.AddFuture(w.reconcileTimer, func(workflow.Future) {
+				w.reconcileTimer = nil
+				w.checkReservations(ctx)
+			})
+		}
 		sel.Select(ctx)
 		if ctx.Err() != nil {
 			// Cancelled by an operator: the registry entry ends.
@@ -165,6 +183,76 @@ func (w *workerWorkflow) run(ctx workflow.Context) error {
 		}
 	}
 }
+
+// ReservationCheckAfter is how old a reservation must be before the
+// registry checks it against its task, and how often it checks again: a
+// reservation whose task moved to another fence or worker, ended, or never
+// confirmed it with a grant (an ambiguous reserve whose answer was lost)
+// is released, and the check's activity result in the history says which
+// and why.
+const ReservationCheckAfter = 2 * time.Minute
+
+// armReconcile arms the reservation check for when the oldest reservation
+// not yet covered by a check is ReservationCheckAfter old.
+func (w *workerWorkflow) armReconcile(ctx workflow.Context) {
+	if !w.reconcile || w.reconcileTimer != nil || len(w.rec.Reservations) == 0 {
+		return
+	}
+	oldest := w.rec.Reservations[0].ReservedAt
+	for _, r := range w.rec.Reservations[1:] {
+		if r.ReservedAt.Before(oldest) {
+			oldest = r.ReservedAt
+		}
+	}
+	at := oldest.Add(ReservationCheckAfter)
+	if next := w.reconciledAt.Add(ReservationCheckAfter); at.Before(next) {
+		at = next
+	}
+	d := at.Sub(workflow.Now(ctx))
+	if d < time.Second {
+		d = time.Second
+	}
+	w.reconcileTimer = workflow.NewTimer(ctx, d)
+}
+
+// checkReservations asks the control plane which reservations older than
+// ReservationCheckAfter no longer belong to their task, and releases them.
+func (w *workerWorkflow) checkReservations(ctx workflow.Context) {
+	now := workflow.Now(ctx)
+	w.reconciledAt = now
+	var refs []api.ReservationRef
+	for _, r := range w.rec.Reservations {
+		if now.Sub(r.ReservedAt) >= ReservationCheckAfter {
+			refs = append(refs, api.ReservationRef{TaskID: r.TaskID, Fence: r.Fence})
+		}
+	}
+	if len(refs) == 0 {
+		return
+	}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:           api.ControlTaskQueue,
+		StartToCloseTimeout: time.Minute,
+		HeartbeatTimeout:    30 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
+	})
+	var res api.CheckReservationsResult
+	if err := workflow.ExecuteActivity(actx, controlActs.CheckReservations, api.CheckReservationsInput{WorkerID: w.id, Reservations: refs}).Get(ctx, &res); err != nil {
+		workflow.GetLogger(ctx).Warn("reservation check failed", "worker", w.id, "error", err)
+		return
+	}
+	for _, st := range res.Stale {
+		if w.rec.Release(st.TaskID, st.Fence) {
+			workflow.GetLogger(ctx).Info("stale reservation released", "worker", w.id, "task", st.TaskID, "fence", st.Fence, "why", st.Why)
+		}
+	}
+}
+
+// Change IDs for workflow.GetVersion in WdcWorker.
+const (
+	// versionReservationCheck: the registry checks old reservations
+	// against their tasks.
+	versionReservationCheck = "reservation-check"
+)
 
 // evaluate applies the liveness windows at the current workflow time.
 func (w *workerWorkflow) evaluate(ctx workflow.Context) {
@@ -275,7 +363,7 @@ func (w *workerWorkflow) validateReserve(ctx workflow.Context, in api.ReserveInp
 	// Try on a copy: the validator must not mutate state.
 	trial := w.rec
 	trial.Reservations = append([]fleet.Reservation(nil), w.rec.Reservations...)
-	if err := trial.Reserve(in.TaskID, in.Fence, in.Requirements); err != nil {
+	if err := trial.Reserve(in.TaskID, in.Fence, in.Requirements, workflow.Now(ctx)); err != nil {
 		var inel *fleet.Ineligible
 		if errors.As(err, &inel) {
 			return temporal.NewApplicationError(err.Error(), api.ErrTypeIneligible, inel)
@@ -286,7 +374,7 @@ func (w *workerWorkflow) validateReserve(ctx workflow.Context, in api.ReserveInp
 }
 
 func (w *workerWorkflow) reserve(ctx workflow.Context, in api.ReserveInput) (api.ReserveResult, error) {
-	if err := w.rec.Reserve(in.TaskID, in.Fence, in.Requirements); err != nil {
+	if err := w.rec.Reserve(in.TaskID, in.Fence, in.Requirements, workflow.Now(ctx)); err != nil {
 		return api.ReserveResult{}, temporal.NewApplicationError(err.Error(), api.ErrTypeIneligible)
 	}
 	return api.ReserveResult{WorkerID: w.id, Incarnation: w.rec.Incarnation}, nil
@@ -329,8 +417,11 @@ func (w *workerWorkflow) publish(ctx workflow.Context) {
 	}
 }
 
-// continueAsNew waits for update handlers, applies every signal still
-// buffered (none is lost, sdk-go#533), then continues with the record.
+// continueAsNew waits for update handlers, then applies every signal
+// still buffered (none is lost) and carries the record, the worker-lost
+// notifications not yet sent and the time of the last reservation check.
+// Nothing blocks between the drain and the continue-as-new: notifications
+// are sent by the new run, not here.
 func (w *workerWorkflow) continueAsNew(ctx workflow.Context) error {
 	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 		return err
@@ -351,9 +442,10 @@ func (w *workerWorkflow) continueAsNew(ctx workflow.Context) error {
 	}
 	for w.sweepCh.ReceiveAsync(nil) {
 	}
+	for w.wake.ReceiveAsync(nil) {
+	}
 	w.evaluate(ctx)
-	w.sendLost(ctx)
-	in := api.WorkerInput{WorkerID: w.id, IncarnationFloor: w.rec.Incarnation}
+	in := api.WorkerInput{WorkerID: w.id, IncarnationFloor: w.rec.Incarnation, Lost: w.lost, ReconciledAt: w.reconciledAt}
 	if w.registered {
 		rec := w.rec
 		in.State = &rec

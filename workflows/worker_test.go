@@ -251,7 +251,7 @@ func TestWorkerContinueAsNewKeepsPendingHeartbeats(t *testing.T) {
 	start := time.Unix(1000, 0).UTC()
 	rec := fleet.Worker{}
 	rec.Register(testRegistration("w1"), start)
-	require.NoError(t, rec.Reserve("t1", 1, fleet.Requirements{}))
+	require.NoError(t, rec.Reserve("t1", 1, fleet.Requirements{}, start))
 	env.SetStartTime(start)
 	env.SetContinueAsNewSuggested(true)
 	// The worker goes STALE at 15 s; telling t1 takes 5 s, during which the

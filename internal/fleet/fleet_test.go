@@ -72,7 +72,7 @@ func TestLivenessTransitions(t *testing.T) {
 
 	changed, _ := w.Evaluate(t0.Add(14 * time.Second))
 	assert.False(t, changed)
-	require.NoError(t, w.Reserve("t1", 1, Requirements{Resources: resource.List{CPUMillis: 1000}}))
+	require.NoError(t, w.Reserve("t1", 1, Requirements{Resources: resource.List{CPUMillis: 1000}}, time.Time{}))
 	changed, lost = w.Evaluate(t0.Add(15 * time.Second))
 	assert.True(t, changed)
 	assert.Equal(t, Stale, w.State)
@@ -102,7 +102,7 @@ func TestLivenessTransitions(t *testing.T) {
 func TestReRegistrationLosesReservations(t *testing.T) {
 	var w Worker
 	w.Register(reg("w-1"), t0)
-	require.NoError(t, w.Reserve("t1", 4, Requirements{}))
+	require.NoError(t, w.Reserve("t1", 4, Requirements{}, time.Time{}))
 	lost := w.Register(reg("w-1"), t0.Add(time.Second))
 	assert.Equal(t, []Reservation{{TaskID: "t1", Fence: 4}}, lost)
 	assert.Empty(t, w.Reservations)
@@ -111,11 +111,11 @@ func TestReRegistrationLosesReservations(t *testing.T) {
 func TestDrain(t *testing.T) {
 	var w Worker
 	w.Register(reg("w-1"), t0)
-	require.NoError(t, w.Reserve("t1", 1, Requirements{}))
+	require.NoError(t, w.Reserve("t1", 1, Requirements{}, time.Time{}))
 	w.Drain("maintenance", t0.Add(time.Second))
 	assert.Equal(t, Draining, w.State)
 	assert.Len(t, w.Reservations, 1, "running leases are kept")
-	err := w.Reserve("t2", 1, Requirements{})
+	err := w.Reserve("t2", 1, Requirements{}, time.Time{})
 	var inel *Ineligible
 	require.True(t, errors.As(err, &inel))
 	assert.Equal(t, IneligibleState, inel.Reason)
@@ -131,11 +131,11 @@ func TestReserveAndRelease(t *testing.T) {
 	var w Worker
 	w.Register(reg("w-1"), t0)
 	req := Requirements{Resources: resource.List{CPUMillis: 3000, GPUs: 1}}
-	require.NoError(t, w.Reserve("t1", 1, req))
-	require.NoError(t, w.Reserve("t1", 1, req), "idempotent for the same task and fence")
+	require.NoError(t, w.Reserve("t1", 1, req, time.Time{}))
+	require.NoError(t, w.Reserve("t1", 1, req, time.Time{}), "idempotent for the same task and fence")
 	assert.Len(t, w.Reservations, 1)
 	assert.Equal(t, int64(1000), w.Free().CPUMillis)
-	require.NoError(t, w.Reserve("t1", 2, req), "a newer fence of the same task replaces the old reservation")
+	require.NoError(t, w.Reserve("t1", 2, req, time.Time{}), "a newer fence of the same task replaces the old reservation")
 	assert.Len(t, w.Reservations, 1)
 	assert.Equal(t, int64(2), w.Reservations[0].Fence)
 	assert.False(t, w.Release("t1", 1), "a late release of an older fence is ignored")
@@ -167,7 +167,7 @@ func TestEligible(t *testing.T) {
 		{"unknown custom", base, Requirements{Resources: resource.List{Custom: map[string]int64{"tpu": 1}}}, IneligibleCapacity},
 		{"reserved capacity counts", func() *Worker {
 			w := base()
-			_ = w.Reserve("other", 1, Requirements{Resources: resource.List{CPUMillis: 3500}})
+			_ = w.Reserve("other", 1, Requirements{Resources: resource.List{CPUMillis: 3500}}, time.Time{})
 			return w
 		}, Requirements{Resources: resource.List{CPUMillis: 1000}}, IneligibleCapacity},
 		{"capability", base, Requirements{Capabilities: []string{"docker", "fpga"}}, IneligibleCapability},

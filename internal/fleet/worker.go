@@ -58,6 +58,9 @@ type Reservation struct {
 	TaskID    string        `json:"task_id"`
 	Fence     int64         `json:"fence"`
 	Resources resource.List `json:"resources"`
+	// ReservedAt is when the reservation was made (workflow time); zero
+	// for reservations recorded before it existed.
+	ReservedAt time.Time `json:"reserved_at,omitzero"`
 }
 
 // Registration is what a worker declares when it (re-)registers.
@@ -293,7 +296,7 @@ func (w *Worker) Free() resource.List {
 // worker. Reserving again for the same task and fence is a no-op (the
 // reservation is idempotent); a reservation for an older fence of the same
 // task is replaced. Errors: the *Ineligible from Eligible.
-func (w *Worker) Reserve(taskID string, fence int64, req Requirements) error {
+func (w *Worker) Reserve(taskID string, fence int64, req Requirements, now time.Time) error {
 	for i, r := range w.Reservations {
 		if r.TaskID == taskID && r.Fence == fence {
 			return nil
@@ -307,7 +310,7 @@ func (w *Worker) Reserve(taskID string, fence int64, req Requirements) error {
 	if err := Eligible(w, req); err != nil {
 		return err
 	}
-	w.Reservations = append(w.Reservations, Reservation{TaskID: taskID, Fence: fence, Resources: req.Resources.Clone()})
+	w.Reservations = append(w.Reservations, Reservation{TaskID: taskID, Fence: fence, Resources: req.Resources.Clone(), ReservedAt: now})
 	return nil
 }
 
