@@ -456,7 +456,8 @@ type ResultRef struct {
 	Fence          int64  `json:"fence"`
 	EnvelopeDigest string `json:"envelope_digest"`
 	ExitCode       int    `json:"exit_code"`
-	// OutputError is the result's output error, cut to 512 bytes.
+	// OutputError is the result's output error, cut to
+	// MaxRefOutputErrorBytes (the full text is in the task's result).
 	OutputError string `json:"output_error,omitempty"`
 	// Artifacts and Bytes count the result's artifacts and their size.
 	Artifacts int   `json:"artifacts"`
@@ -473,6 +474,8 @@ const (
 	MaxTasksPerRun = 2000
 	// MaxNoteBytes caps a commit note.
 	MaxNoteBytes = 1024
+	// MaxRefOutputErrorBytes caps the output error a run keeps per result.
+	MaxRefOutputErrorBytes = 128
 )
 
 // Event types.

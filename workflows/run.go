@@ -88,8 +88,8 @@ func ResultRefOf(r api.TaskResult) (api.ResultRef, error) {
 		EnvelopeDigest: r.EnvelopeDigest, ExitCode: r.ExitCode, OutputError: r.OutputError,
 		Artifacts: len(r.Artifacts), ResultDigest: digest,
 	}
-	if len(ref.OutputError) > 512 {
-		ref.OutputError = ref.OutputError[:512]
+	if len(ref.OutputError) > api.MaxRefOutputErrorBytes {
+		ref.OutputError = ref.OutputError[:api.MaxRefOutputErrorBytes]
 	}
 	for _, a := range r.Artifacts {
 		ref.Bytes += a.SizeBytes

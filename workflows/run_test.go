@@ -21,6 +21,9 @@ import (
 func fakeTask(ctx workflow.Context, in api.TaskInput) (api.TaskOutcome, error) {
 	var out api.TaskOutcome
 	workflow.GetSignalChannel(ctx, "finish").Receive(ctx, &out)
+	if out.State == "fail" {
+		return api.TaskOutcome{}, temporal.NewNonRetryableApplicationError("task workflow failed", "boom", nil)
+	}
 	return out, nil
 }
 

@@ -48,12 +48,17 @@ type taskSuite struct {
 	// workers are handed out in turn by the SelectWorker mock, honouring
 	// AvoidWorker.
 	workers []string
+	// ingestAfter delays the Ingest mock (set before SetupTestWith).
+	ingestAfter time.Duration
+	// ingestErr, when set, decides the Ingest mock's error per input.
+	ingestErr func(api.IngestInput) error
 }
 
 func TestTaskWorkflow(t *testing.T) { suite.Run(t, new(taskSuite)) }
 
 func (s *taskSuite) SetupTest() {
 	s.env = s.NewTestWorkflowEnvironment()
+	s.ingestAfter, s.ingestErr = 0, nil
 	s.SetupTestWith(nil)
 	s.env.SetTestTimeout(20 * time.Second)
 }
@@ -98,11 +103,16 @@ func (s *taskSuite) SetupTestWith(launch func(env *testsuite.TestWorkflowEnviron
 			s.cancels = append(s.cancels, in)
 			return nil
 		})
-	s.env.OnActivity(controlActs.Ingest, mock.Anything, mock.Anything).Return(
+	s.env.OnActivity(controlActs.Ingest, mock.Anything, mock.Anything).After(s.ingestAfter).Return(
 		func(_ context.Context, in api.IngestInput) (api.IngestResult, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			s.ingests = append(s.ingests, in)
+			if s.ingestErr != nil {
+				if err := s.ingestErr(in); err != nil {
+					return api.IngestResult{}, err
+				}
+			}
 			return api.IngestResult{Artifacts: in.Artifacts}, nil
 		})
 	s.env.OnActivity(controlActs.CleanupStaging, mock.Anything, mock.Anything).Return(nil)
@@ -135,6 +145,9 @@ func (s *taskSuite) submit(delay time.Duration, id string, c api.Claim) *updateO
 			OnComplete: func(v any, err error) {
 				out.completed = true
 				out.err = err
+				if r, ok := v.(api.SubmitResultResult); ok {
+					out.submitted = &r
+				}
 			},
 		}, api.SubmitResultInput{Claim: c, ExitCode: 0, Artifacts: []api.Artifact{{Name: "summary.json", Digest: testArtifactDigest, SizeBytes: 10}}})
 	}, delay)

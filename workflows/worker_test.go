@@ -54,6 +54,8 @@ type updateOutcome struct {
 	accepted, rejected, completed bool
 	err                           error
 	result                        converter.EncodedValue
+	// submitted is a submit-result update's answer.
+	submitted *api.SubmitResultResult
 }
 
 func (s *workerSuite) update(delay time.Duration, name string, arg any) *updateOutcome {

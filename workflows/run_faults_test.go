@@ -1,0 +1,112 @@
+package workflows
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wdc-runtime/wdc/activities"
+	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/lease"
+)
+
+// Fault 8: a task whose workflow fails (or is terminated, or times out)
+// never sends task-ended. The run watches its children and records such a
+// task as ABORTED, so a run that closes when done still finishes. Before:
+// the run waited forever.
+func TestFault8RunRecordsAChildThatEndedWithoutReporting(t *testing.T) {
+	h := newRunHarness(t)
+	e1, d1 := runEnvelope(t, "t1")
+	e2, d2 := runEnvelope(t, "t2")
+	var add1, add2 updateOutcome
+	h.update(time.Second, api.UpdateAddTask, api.AddTaskInput{Envelope: e1, EnvelopeDigest: d1}, &add1, nil)
+	h.update(time.Second, api.UpdateAddTask, api.AddTaskInput{Envelope: e2, EnvelopeDigest: d2}, &add2, nil)
+	// t1 fails without reporting; t2 ends normally.
+	h.env.RegisterDelayedCallback(func() {
+		require.NoError(t, h.env.SignalWorkflowByID(api.TaskWorkflowID("t1"), "finish", api.TaskOutcome{State: "fail"}))
+	}, 2*time.Second)
+	h.finishTask(3*time.Second, "t2", api.TaskOutcome{State: api.TaskCompleted, Attempts: 1, Ref: &api.ResultRef{TaskID: "t2", Fence: 1}})
+	h.env.ExecuteWorkflow(api.RunWorkflowType, api.RunInput{RunID: "r1", WorldID: "w1", CloseWhenDone: true})
+	require.True(t, h.env.IsWorkflowCompleted(), "the run finished")
+	require.NoError(t, h.env.GetWorkflowError())
+	var final api.RunState
+	require.NoError(t, h.env.GetWorkflowResult(&final))
+	require.Equal(t, api.RunIncomplete, final.Status)
+	require.Equal(t, api.TaskAborted, final.Tasks[0].State)
+	require.Contains(t, final.Tasks[0].EndDetail, "without reporting")
+	require.Equal(t, api.TaskCompleted, final.Tasks[1].State)
+	require.Equal(t, int64(1), final.WorkerResultEvents, "t2's compact reference became a worker_result")
+	require.Equal(t, int64(1), final.Events[0].Result.Fence)
+}
+
+// Fault 8 across continue-as-new: a task started by an earlier run of the
+// workflow cannot be watched; the run looks it up (ReconcileTasks) and
+// records how it ended.
+func TestFault8RunReconcilesTasksFromBeforeContinueAsNew(t *testing.T) {
+	h := newRunHarness(t)
+	h.env.RegisterActivity(&activities.Control{})
+	var asked []string
+	h.env.OnActivity(controlActs.ReconcileTasks, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in api.ReconcileTasksInput) (api.ReconcileTasksResult, error) {
+			asked = append(asked, in.TaskIDs...)
+			return api.ReconcileTasksResult{Closed: []api.ReconciledTask{
+				{TaskID: "t1", Status: "TERMINATED"},
+				{TaskID: "t2", Status: "COMPLETED", Outcome: &api.TaskOutcome{TaskID: "t2", State: api.TaskCompleted, Attempts: 2, Result: &api.TaskResult{TaskID: "t2", Fence: 2}}},
+			}}, nil
+		})
+	tcd, _ := InitialTCD("r1", "w1")
+	carry := api.RunState{RunID: "r1", WorldID: "w1", Status: api.RunRunning, CloseWhenDone: true, TCDDigest: tcd,
+		Tasks:  []api.RunTask{{TaskID: "t1", State: api.TaskLeased}, {TaskID: "t2", State: api.TaskPending}},
+		Events: []api.Event{}}
+	h.env.ExecuteWorkflow(api.RunWorkflowType, api.RunInput{RunID: "r1", WorldID: "w1", CloseWhenDone: true, Carry: &carry})
+	require.NoError(t, h.env.GetWorkflowError())
+	var final api.RunState
+	require.NoError(t, h.env.GetWorkflowResult(&final))
+	require.Equal(t, []string{"t1", "t2"}, asked)
+	require.Equal(t, api.TaskAborted, final.Tasks[0].State)
+	require.Equal(t, "workflow TERMINATED", final.Tasks[0].EndDetail)
+	require.Equal(t, api.TaskCompleted, final.Tasks[1].State)
+	require.Equal(t, int64(1), final.WorkerResultEvents)
+}
+
+// Bounded state: a run at its task cap, every task with an accepted
+// result, keeps its state (query answer and continue-as-new input) under
+// Temporal's 2 MB payload limit; so does a task at the attempt cap.
+func TestStateStaysUnderPayloadLimit(t *testing.T) {
+	const limit = 2 << 20
+	long := strings.Repeat("x", 63)
+	st := api.RunState{RunID: long, WorldID: long, Status: api.RunRunning, TCDDigest: "sha256:" + strings.Repeat("a", 64)}
+	for i := 0; i < api.MaxTasksPerRun; i++ {
+		id := fmt.Sprintf("%s-%d", long[:50], i)
+		st.Tasks = append(st.Tasks, api.RunTask{TaskID: id, EnvelopeDigest: "sha256:" + strings.Repeat("b", 64), State: api.TaskCompleted, Attempts: api.MaxAttemptsLimit})
+		ref, err := ResultRefOf(api.TaskResult{TaskID: id, WorkerID: long, Attempt: 100, Fence: 100, EnvelopeDigest: "sha256:" + strings.Repeat("b", 64),
+			OutputError: strings.Repeat("e", 4096), Artifacts: make([]api.Artifact, 10)})
+		require.NoError(t, err)
+		st.Events = append(st.Events, api.Event{Seq: int64(i + 1), Type: api.EventWorkerResult, Time: time.Now(), Result: &ref})
+	}
+	b, err := json.Marshal(api.RunInput{RunID: long, WorldID: long, Carry: &st})
+	require.NoError(t, err)
+	require.Less(t, len(b), limit, "run state of %d tasks is %d bytes", api.MaxTasksPerRun, len(b))
+	t.Logf("run of %d tasks: %d bytes", api.MaxTasksPerRun, len(b))
+
+	ledger := lease.NewLedger(long, "sha256:"+strings.Repeat("c", 64))
+	carry := api.TaskCarry{Ledger: ledger}
+	now := time.Now()
+	for i := 0; i < api.MaxAttemptsLimit; i++ {
+		_, err := carry.Ledger.Grant(long, time.Second, now)
+		require.NoError(t, err)
+		d, err := carry.Ledger.Revoke(lease.ReasonLaunchFailed, strings.Repeat("d", 2048), now)
+		require.NoError(t, err)
+		carry.Directives = append(carry.Directives, d)
+	}
+	b, err = json.Marshal(api.TaskInput{Carry: &carry})
+	require.NoError(t, err)
+	require.Less(t, len(b), limit, "task carry of %d attempts is %d bytes", api.MaxAttemptsLimit, len(b))
+	t.Logf("task of %d attempts: %d bytes", api.MaxAttemptsLimit, len(b))
+}
