@@ -90,7 +90,7 @@ func (s *taskSuite) TestFault5LaunchFailureWhileResultPending() {
 	s.env = s.NewTestWorkflowEnvironment()
 	s.ingestAfter = 10 * time.Second
 	s.SetupTestWith(func(env *testsuite.TestWorkflowEnvironment) {
-		env.OnActivity(agentActs.LaunchAttempt, mock.Anything, mock.Anything).After(6*time.Second).Return(
+		env.OnActivity(agentActs.LaunchAttempt, mock.Anything, mock.Anything).After(6 * time.Second).Return(
 			func(_ context.Context, in api.LaunchInput) (api.LaunchResult, error) {
 				s.mu.Lock()
 				defer s.mu.Unlock()
