@@ -55,7 +55,13 @@ func TestMain(m *testing.M) {
 
 func runSuite(m *testing.M) int {
 	ctx := context.Background()
-	srv, err := devserver.Start(ctx, devserver.Options{SearchAttributes: api.SearchAttributes()})
+	srv, err := devserver.Start(ctx, devserver.Options{
+		SearchAttributes: api.SearchAttributes(),
+		// The soak tests continue workflows as new every few hundred events
+		// in a namespace of their own.
+		Namespaces:                []string{soakNamespace},
+		SuggestContinueAsNewAfter: map[string]int{soakNamespace: soakContinueAsNewAfter},
+	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start server:", err)
 		return 1

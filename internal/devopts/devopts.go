@@ -35,6 +35,11 @@ type Options struct {
 	// LogLevel is the server's log level: debug, info, warn, error or off
 	// (default).
 	LogLevel string
+	// SuggestContinueAsNewAfter maps a namespace to the number of history
+	// events after which Temporal suggests continue-as-new to its
+	// workflows (Temporal's default is 4096). Tests lower it on a
+	// namespace of their own to exercise continue-as-new under load.
+	SuggestContinueAsNewAfter map[string]int
 }
 
 // Server is a running embedded server.

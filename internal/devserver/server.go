@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -118,18 +119,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		temporal.WithStaticHosts(staticHosts(cfg)),
 		temporal.WithLogger(logger),
 		temporal.WithCustomMetricsHandler(metrics.NoopMetricsHandler),
-		temporal.WithDynamicConfigClient(dynamicconfig.StaticClient{
-			dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): true,
-			dynamicconfig.FrontendPersistenceMaxQPS.Key():               10000,
-			dynamicconfig.HistoryPersistenceMaxQPS.Key():                45000,
-			dynamicconfig.MatchingPersistenceMaxQPS.Key():               10000,
-			// The default of 10 visibility calls per second is too few for
-			// worker placement and `wdc workers list` on a busy fleet.
-			dynamicconfig.FrontendMaxNamespaceVisibilityRPSPerInstance.Key(): 1000,
-			// Timers otherwise fire up to 1 s late; leases with short TTLs
-			// (the demo, tests) want them on time.
-			dynamicconfig.TimerProcessorMaxTimeShift.Key(): 100 * time.Millisecond,
-		}),
+		temporal.WithDynamicConfigClient(dynamicConfig(opts)),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("create temporal server: %w", err)
@@ -376,3 +366,39 @@ func (quietSDKLogger) Debug(string, ...interface{}) {}
 func (quietSDKLogger) Info(string, ...interface{})  {}
 func (quietSDKLogger) Warn(string, ...interface{})  {}
 func (quietSDKLogger) Error(string, ...interface{}) {}
+
+// dynamicConfig is the server's fixed dynamic configuration.
+func dynamicConfig(opts Options) dynamicconfig.StaticClient {
+	dc := dynamicconfig.StaticClient{
+		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): true,
+		dynamicconfig.FrontendPersistenceMaxQPS.Key():               10000,
+		dynamicconfig.HistoryPersistenceMaxQPS.Key():                45000,
+		dynamicconfig.MatchingPersistenceMaxQPS.Key():               10000,
+		// The default of 10 visibility calls per second is too few for
+		// worker placement and `wdc workers list` on a busy fleet.
+		dynamicconfig.FrontendMaxNamespaceVisibilityRPSPerInstance.Key(): 1000,
+		// Timers otherwise fire up to 1 s late; leases with short TTLs
+		// (the demo, tests) want them on time.
+		dynamicconfig.TimerProcessorMaxTimeShift.Key(): 100 * time.Millisecond,
+	}
+	if len(opts.SuggestContinueAsNewAfter) > 0 {
+		var cvs []dynamicconfig.ConstrainedValue
+		for _, ns := range sortedKeys(opts.SuggestContinueAsNewAfter) {
+			cvs = append(cvs, dynamicconfig.ConstrainedValue{
+				Constraints: dynamicconfig.Constraints{Namespace: ns},
+				Value:       opts.SuggestContinueAsNewAfter[ns],
+			})
+		}
+		dc[dynamicconfig.HistoryCountSuggestContinueAsNew.Key()] = cvs
+	}
+	return dc
+}
+
+func sortedKeys(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
