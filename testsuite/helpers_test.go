@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -33,7 +34,14 @@ func countEvents(t *testing.T, wfID string, eventType enumspb.EventType) int {
 // testdata/, for the replay tests.
 func writeHistory(t *testing.T, wfID string) {
 	t.Helper()
-	iter := suite.client.GetWorkflowHistory(context.Background(), wfID, "", false, 0)
+	writeHistoryFrom(t, suite.client, wfID, "")
+}
+
+// writeHistoryFrom saves one run (runID, "" for the current one) of a
+// workflow reached through c as JSON in testdata/.
+func writeHistoryFrom(t *testing.T, c client.Client, wfID, runID string) {
+	t.Helper()
+	iter := c.GetWorkflowHistory(context.Background(), wfID, runID, false, 0)
 	var h historypb.History
 	for iter.HasNext() {
 		ev, err := iter.Next()

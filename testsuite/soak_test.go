@@ -149,7 +149,9 @@ func TestSoakTaskContinueAsNewWithActiveLease(t *testing.T) {
 	c, wc := soakEnv(t)
 	ctx := context.Background()
 	const wid = "soak-agent"
-	_, err := wc.RegisterWorker(ctx, fleet.Registration{WorkerID: wid, Capacity: resource.List{CPUMillis: 4000, MemoryBytes: 4 << 30}, StaleAfter: time.Hour, OfflineAfter: 2 * time.Hour})
+	sel := map[string]string{"suite": "soak-task"}
+	_, err := wc.RegisterWorker(ctx, fleet.Registration{WorkerID: wid, Capacity: resource.List{CPUMillis: 4000, MemoryBytes: 4 << 30},
+		Labels: sel, StaleAfter: time.Hour, OfflineAfter: 2 * time.Hour})
 	require.NoError(t, err)
 	l := &soakLauncher{}
 	aw := sdkworker.New(c, api.AgentTaskQueue(wid), sdkworker.Options{})
@@ -157,7 +159,7 @@ func TestSoakTaskContinueAsNewWithActiveLease(t *testing.T) {
 	require.NoError(t, aw.Start())
 	t.Cleanup(aw.Stop)
 
-	env := envelope.Envelope{TaskID: "soak-task", RunID: "soak-run", WorldID: "soak", Command: []string{"true"}}
+	env := envelope.Envelope{TaskID: "soak-task", RunID: "soak-run", WorldID: "soak", Command: []string{"true"}, Selector: sel}
 	_, err = wc.SubmitTask(ctx, env, api.TaskOptions{LeaseTTL: 5 * time.Second})
 	require.NoError(t, err)
 	var view api.TaskView

@@ -1,0 +1,130 @@
+package testsuite
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+
+	"github.com/wdc-runtime/wdc/activities"
+	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/blobstore"
+	"github.com/wdc-runtime/wdc/internal/envelope"
+	"github.com/wdc-runtime/wdc/internal/fleet"
+	"github.com/wdc-runtime/wdc/internal/lease"
+	"github.com/wdc-runtime/wdc/internal/resource"
+	"github.com/wdc-runtime/wdc/internal/wdcclient"
+)
+
+// phaseLabels keep the phase test's tasks on its own workers.
+var phaseLabels = map[string]string{"suite": "phases"}
+
+// phaseWorker registers a fleet worker in the soak namespace whose agent
+// launches nothing (the test plays the attempts).
+func phaseWorker(t *testing.T, c client.Client, wc *wdcclient.Client, id string) {
+	t.Helper()
+	_, err := wc.RegisterWorker(context.Background(), fleet.Registration{WorkerID: id, Capacity: resource.List{CPUMillis: 4000, MemoryBytes: 4 << 30},
+		Labels: phaseLabels, StaleAfter: time.Hour, OfflineAfter: 2 * time.Hour})
+	require.NoError(t, err)
+	aw := sdkworker.New(c, api.AgentTaskQueue(id), sdkworker.Options{})
+	aw.RegisterActivityWithOptions(&activities.Agent{WorkerID: id, Launcher: &soakLauncher{}}, activity.RegisterOptions{SkipInvalidStructFunctions: true})
+	require.NoError(t, aw.Start())
+	t.Cleanup(aw.Stop)
+}
+
+func waitLaunched(t *testing.T, wc *wdcclient.Client, taskID string, attempt int64) lease.Claim {
+	t.Helper()
+	var v api.TaskView
+	waitFor(t, 30*time.Second, "attempt launched", func() bool {
+		var err error
+		v, err = wc.Task(context.Background(), taskID)
+		return err == nil && v.Lease != nil && v.Lease.Attempt == attempt && v.Lease.State == lease.Active && v.AttemptDir != ""
+	})
+	return lease.ClaimOf(*v.Lease)
+}
+
+func submitAs(t *testing.T, c client.Client, updateID string, in api.SubmitResultInput) (api.SubmitResultResult, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID: api.TaskWorkflowID(in.TaskID), UpdateID: updateID, UpdateName: api.UpdateSubmitResult,
+		Args: []any{in}, WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	var res api.SubmitResultResult
+	if err == nil {
+		err = h.Get(ctx, &res)
+	}
+	return res, err
+}
+
+// The lease loop's paths on the real server: a worker-lost revocation
+// retries on the other worker; an ingest failure answers its own
+// submission and keeps the lease, and a corrected resubmission completes
+// the task; a task cancelled while leased ends CANCELLED and its
+// reservation is released. With -update-histories the histories become
+// replay fixtures.
+func TestLeaseLoopPhasesOnTheRealServer(t *testing.T) {
+	c, wc := soakEnv(t)
+	ctx := context.Background()
+	phaseWorker(t, c, wc, "phase-a")
+	phaseWorker(t, c, wc, "phase-b")
+
+	// Worker lost, then an ingest failure, then an accepted result.
+	env := envelope.Envelope{TaskID: "phase-lost", RunID: "phase-run", WorldID: "phases", Command: []string{"true"}, Selector: phaseLabels}
+	_, err := wc.SubmitTask(ctx, env, api.TaskOptions{LeaseTTL: time.Hour, Backoff: lease.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}})
+	require.NoError(t, err)
+	first := waitLaunched(t, wc, env.TaskID, 1)
+	require.NoError(t, c.SignalWorkflow(ctx, api.TaskWorkflowID(env.TaskID), "", api.SignalWorkerLost,
+		api.WorkerLostSignal{WorkerID: first.WorkerID, TaskID: env.TaskID, Fence: first.Fence, State: "STALE"}))
+	second := waitLaunched(t, wc, env.TaskID, 2)
+	require.NotEqual(t, first.WorkerID, second.WorkerID, "the retry avoids the lost worker")
+
+	// Stage a file whose bytes do not match the declared digest.
+	staging := suite.blobs.StagingDir(env.TaskID, second.Attempt, second.Fence)
+	require.NoError(t, os.MkdirAll(staging, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(staging, "out.txt"), []byte("real bytes\n"), 0o644))
+	good := blobstore.DigestBytes([]byte("real bytes\n"))
+	bad := blobstore.DigestBytes([]byte("other bytes\n"))
+	_, err = submitAs(t, c, "bad-digest", api.SubmitResultInput{Claim: second, Artifacts: []api.Artifact{{Name: "out.txt", Digest: bad, SizeBytes: 11}}})
+	require.Error(t, err, "the ingest failure answers its own submission")
+	require.ErrorContains(t, err, "ingest failed")
+	v, err := wc.Task(ctx, env.TaskID)
+	require.NoError(t, err)
+	require.Equal(t, lease.Active, v.Lease.State, "the lease survives a failed ingest")
+	res, err := submitAs(t, c, api.SubmitResultUpdateID(second), api.SubmitResultInput{Claim: second, Artifacts: []api.Artifact{{Name: "out.txt", Digest: good, SizeBytes: 11}}})
+	require.NoError(t, err)
+	require.Equal(t, second.Fence, res.Result.Fence)
+	out, err := wc.WaitTask(ctx, env.TaskID)
+	require.NoError(t, err)
+	require.Equal(t, api.TaskCompleted, out.State)
+	v, err = wc.Task(ctx, env.TaskID)
+	require.NoError(t, err)
+	require.Equal(t, lease.ReasonWorkerLost, v.Directives[0].Reason)
+
+	// Cancelled while leased.
+	env2 := envelope.Envelope{TaskID: "phase-cancel", RunID: "phase-run", WorldID: "phases", Command: []string{"true"}, Selector: phaseLabels}
+	_, err = wc.SubmitTask(ctx, env2, api.TaskOptions{LeaseTTL: time.Hour})
+	require.NoError(t, err)
+	held := waitLaunched(t, wc, env2.TaskID, 1)
+	_, err = wc.CancelTask(ctx, env2.TaskID, "phase test")
+	require.NoError(t, err)
+	out, err = wc.WaitTask(ctx, env2.TaskID)
+	require.NoError(t, err)
+	require.Equal(t, api.TaskCancelled, out.State)
+	waitFor(t, 10*time.Second, "the cancelled lease's reservation released", func() bool {
+		w, err := wc.Worker(ctx, held.WorkerID)
+		return err == nil && !w.HasReservation(env2.TaskID, held.Fence)
+	})
+
+	if *updateHistories {
+		writeHistoryFrom(t, c, api.TaskWorkflowID(env.TaskID), "")  // worker_lost revoke, ingest failure, acceptance
+		writeHistoryFrom(t, c, api.TaskWorkflowID(env2.TaskID), "") // cancel while leased
+	}
+}
