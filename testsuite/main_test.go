@@ -32,6 +32,15 @@ const envRunCLI = "WDC_TESTSUITE_RUN_CLI"
 
 var updateHistories = flag.Bool("update-histories", false, "rewrite the replay histories in testdata/ from a fresh demo run")
 
+// Namespaces of the suite server where the suite's control plane does not
+// run (it polls "default"): nsNoControlPlane has no poller on wdc-control
+// at all; nsMuteControlPlane has one that takes workflow tasks and never
+// answers (TestAControlPlaneThatNeverAnswersIsBounded).
+const (
+	nsNoControlPlane   = "no-control-plane"
+	nsMuteControlPlane = "mute-control-plane"
+)
+
 // suite is the shared state of the system tests.
 var suite struct {
 	srv     *devserver.Server
@@ -55,7 +64,8 @@ func TestMain(m *testing.M) {
 
 func runSuite(m *testing.M) int {
 	ctx := context.Background()
-	srv, err := devserver.Start(ctx, devserver.Options{SearchAttributes: api.SearchAttributes()})
+	srv, err := devserver.Start(ctx, devserver.Options{SearchAttributes: api.SearchAttributes(),
+		Namespaces: []string{nsNoControlPlane, nsMuteControlPlane}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start server:", err)
 		return 1
