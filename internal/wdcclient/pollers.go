@@ -8,6 +8,10 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/wdc-runtime/wdc/api"
 )
@@ -151,7 +155,12 @@ func (c *Client) hasPoller(ctx context.Context, taskQueue string) (bool, error) 
 
 // within runs f under the call bound (CallTimeout; none when zero) and
 // turns its expiry into an *UnavailableError for the control plane naming
-// op. An expiry of ctx itself is returned unchanged.
+// op. An expiry of ctx itself, or any error when ctx's own deadline comes
+// first, is returned unchanged.
+//
+// The bound's expiry is recognised by the bound's context or by the error
+// kind: the server enforces the same deadline (gRPC sends it along) and
+// may cancel the call a moment before the local timer fires.
 func (c *Client) within(ctx context.Context, op string, f func(context.Context) error) error {
 	if c.CallTimeout <= 0 {
 		return f(ctx)
@@ -159,8 +168,30 @@ func (c *Client) within(ctx context.Context, op string, f func(context.Context) 
 	cctx, cancel := context.WithTimeout(ctx, c.CallTimeout)
 	defer cancel()
 	err := f(cctx)
-	if err != nil && ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
+	// The bound is the effective deadline unless the caller's is earlier.
+	bound, _ := cctx.Deadline()
+	parent, hasParent := ctx.Deadline()
+	ours := !hasParent || parent.After(bound)
+	if err != nil && ours && ctx.Err() == nil && (cctx.Err() != nil || timedOut(err)) {
 		return &UnavailableError{TaskQueue: api.ControlTaskQueue, Address: c.Address, Namespace: c.Namespace, Op: op, Waited: c.CallTimeout}
 	}
 	return err
+}
+
+// timedOut reports whether err says a call timed out or was cancelled,
+// in any of the forms the SDK and gRPC return.
+func timedOut(err error) bool {
+	var updateTimeout *client.WorkflowUpdateServiceTimeoutOrCanceledError
+	var deadline *serviceerror.DeadlineExceeded
+	var canceled *serviceerror.Canceled
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
+		errors.As(err, &updateTimeout), errors.As(err, &deadline), errors.As(err, &canceled):
+		return true
+	}
+	switch status.Code(err) {
+	case codes.DeadlineExceeded, codes.Canceled:
+		return true
+	}
+	return false
 }

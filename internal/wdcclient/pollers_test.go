@@ -9,9 +9,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	taskqueuepb "go.temporal.io/api/taskqueue/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/wdc-runtime/wdc/api"
@@ -105,6 +108,21 @@ func TestWithinTurnsItsOwnDeadlineIntoUnavailable(t *testing.T) {
 		"is it still running? (start `wdc control-plane`) The request was sent and may still take effect when it is back", err.Error())
 }
 
+// The server enforces the same deadline and may cancel the call a moment
+// before the local timer fires: that is the bound too.
+func TestWithinRecognisesTheServerEndingTheCallAtTheDeadline(t *testing.T) {
+	c := &Client{CallTimeout: time.Hour}
+	for _, early := range []error{
+		client.NewWorkflowUpdateServiceTimeoutOrCanceledError(status.Error(codes.Canceled, "stream terminated by RST_STREAM with error code: CANCEL")),
+		status.Error(codes.DeadlineExceeded, "deadline exceeded"),
+		serviceerror.NewDeadlineExceeded("deadline exceeded"),
+	} {
+		err := c.within(context.Background(), "op", func(context.Context) error { return early })
+		var unavailable *UnavailableError
+		assert.ErrorAs(t, err, &unavailable, "%v", early)
+	}
+}
+
 func TestWithinLeavesTheCallersDeadlineAndOtherErrorsAlone(t *testing.T) {
 	c := &Client{CallTimeout: time.Hour}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -114,6 +132,13 @@ func TestWithinLeavesTheCallersDeadlineAndOtherErrorsAlone(t *testing.T) {
 
 	boom := errors.New("boom")
 	assert.Equal(t, boom, c.within(context.Background(), "op", func(context.Context) error { return boom }))
+
+	// The caller's deadline is earlier than the bound: a timeout is the
+	// caller's, even when the server reports it first.
+	short, cancelShort := context.WithTimeout(context.Background(), time.Minute)
+	defer cancelShort()
+	early := status.Error(codes.DeadlineExceeded, "deadline exceeded")
+	assert.Equal(t, early, c.within(short, "op", func(context.Context) error { return early }))
 
 	unbounded := &Client{}
 	called := false
