@@ -61,6 +61,8 @@ type UnavailableError struct {
 	Waited time.Duration
 }
 
+// Error says which process is missing, where, and how to start it; after a
+// timeout, also what was being done and that it may still take effect.
 func (e *UnavailableError) Error() string {
 	where := e.TaskQueue
 	if e.Address != "" {
