@@ -2,12 +2,14 @@ package cmd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/internal/executor"
 	"github.com/wdc-runtime/wdc/internal/wdcclient"
 	"github.com/wdc-runtime/wdc/worker"
@@ -35,6 +37,9 @@ envelope's environment plus WDC_TASK_ID, WDC_ATTEMPT, WDC_FENCE and WDC_TASK_DIR
 The agent must share --data-dir with the control plane (inputs and staged
 outputs pass through it).
 
+A control plane must be polling wdc-control (the agent registers through
+it): without one the agent exits 5 within a few seconds.
+
 Stop with Ctrl-C: the worker is drained, its running attempts are killed and
 reported infra_killed, so their tasks retry elsewhere at once. Starting the
 agent again registers a new incarnation (ACTIVE) and first kills any process
@@ -56,11 +61,19 @@ an earlier agent of this work directory left behind.`,
 				return err
 			}
 			defer tc.Close()
+			// Registering is an update the control plane answers: without
+			// one the agent would hang before it says anything.
+			if err := a.wdcClient(tc).RequirePoller(ctx, api.ControlTaskQueue); err != nil {
+				return err
+			}
 			if workDir == "" {
 				workDir = defaultWorkDir(store.Root(), r.WorkerID)
 			}
 			log := a.logger()
-			agent, err := worker.StartAgent(ctx, tc, worker.AgentOptions{
+			// StartAgent's ctx bounds its registration only.
+			sctx, cancelStart := context.WithTimeout(ctx, a.global.controlPlaneTimeout)
+			defer cancelStart()
+			agent, err := worker.StartAgent(sctx, tc, worker.AgentOptions{
 				Registration: r, WorkDir: workDir, Blobs: store, HeartbeatInterval: heartbeat,
 				Limits: executor.OutputLimits{MaxFileBytes: maxFile, MaxTotalBytes: maxTotal, MaxFiles: maxFiles},
 				Logger: log,
@@ -68,6 +81,10 @@ an earlier agent of this work directory left behind.`,
 					fmt.Fprintf(a.deps.Stdout, "attempt %s ended: %s\n", rep.Claim, describeReport(rep))
 				},
 			})
+			if err != nil && ctx.Err() == nil && errors.Is(sctx.Err(), context.DeadlineExceeded) {
+				return &wdcclient.UnavailableError{TaskQueue: api.ControlTaskQueue, Address: a.global.address, Namespace: a.global.namespace,
+					Op: "register worker " + r.WorkerID, Waited: a.global.controlPlaneTimeout}
+			}
 			if err != nil {
 				return appError(err)
 			}

@@ -2,6 +2,8 @@ package cmd
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +11,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/wdcclient"
 )
 
 // run executes the CLI in-process with no server behind --address: every
@@ -75,6 +80,8 @@ func TestBadInputIsExitTwoWithOneLineNamingTheProblem(t *testing.T) {
 		{"worker ID twice", []string{"workers", "drain", "a", "--worker-id", "b"}, "give the worker ID once"},
 		{"drain without worker", []string{"workers", "drain"}, "--worker-id: required"},
 		{"demo short ttl", []string{"demo", "worker-leases", "--lease-ttl", "1s"}, "--lease-ttl"},
+		{"zero control plane timeout", []string{"workers", "register", "--worker-id", "w1", "--control-plane-timeout", "0s"}, "--control-plane-timeout 0s: must be at least 1s"},
+		{"bad control plane timeout", []string{"tasks", "status", "t1", "--control-plane-timeout", "soon"}, "--control-plane-timeout"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -93,6 +100,24 @@ func TestUnreachableServerIsExitOneWithAHint(t *testing.T) {
 	assert.Equal(t, ExitFailure, code)
 	assert.Contains(t, stderr, "connect to Temporal at 127.0.0.1:1")
 	assert.Contains(t, stderr, "wdc server start-dev")
+}
+
+func TestExitCodes(t *testing.T) {
+	unavailable := &wdcclient.UnavailableError{TaskQueue: api.ControlTaskQueue, Address: "h:1"}
+	for _, tc := range []struct {
+		err  error
+		want int
+	}{
+		{errors.New("boom"), ExitFailure},
+		{usagef("--cpu: bad"), ExitUsage},
+		{errors.New(`required flag(s) "event" not set`), ExitUsage},
+		{exitError{ExitNoResult, errors.New("ended CANCELLED")}, ExitNoResult},
+		{exitError{ExitProgramFailed, errors.New("exit code 1")}, ExitProgramFailed},
+		{unavailable, ExitUnavailable},
+		{fmt.Errorf("run r1: %w", unavailable), ExitUnavailable},
+	} {
+		assert.Equal(t, tc.want, exitCode(tc.err), tc.err.Error())
+	}
 }
 
 func TestRenderLaunchNeedsNoServer(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
@@ -35,7 +36,14 @@ type globalOptions struct {
 	tls           bool
 	apiKey        string
 	logLevel      string
+	// controlPlaneTimeout bounds each call that waits on the control plane.
+	controlPlaneTimeout time.Duration
 }
+
+// defaultControlPlaneTimeout is --control-plane-timeout's default: far
+// above what a live control plane takes to answer an update or query
+// (milliseconds), far below "forever".
+const defaultControlPlaneTimeout = 30 * time.Second
 
 const defaultAddress = "127.0.0.1:7233"
 
@@ -58,6 +66,7 @@ func (g *globalOptions) bind(root *cobra.Command, getenv func(string) string) {
 	f.BoolVar(&g.tls, "tls", tlsDefault, "use TLS (implied by the other --tls-* flags) (env TEMPORAL_TLS)")
 	f.StringVar(&g.apiKey, "api-key", env("TEMPORAL_API_KEY", ""), "API key sent as a bearer token (env TEMPORAL_API_KEY)")
 	f.StringVar(&g.logLevel, "log-level", env("WDC_LOG_LEVEL", "warn"), "wdc's own log level on stderr: debug, info, warn, error (env WDC_LOG_LEVEL)")
+	f.DurationVar(&g.controlPlaneTimeout, "control-plane-timeout", defaultControlPlaneTimeout, "give up (exit 5) when the control plane has not answered one request (update or query) within this long; following a task with --wait is not bounded")
 }
 
 func (g *globalOptions) validate() error {
@@ -71,6 +80,9 @@ func (g *globalOptions) validate() error {
 	}
 	if g.address == "" {
 		return usagef("--address: required (host:port)")
+	}
+	if g.controlPlaneTimeout < time.Second {
+		return usagef("--control-plane-timeout %s: must be at least 1s", g.controlPlaneTimeout)
 	}
 	return nil
 }
@@ -159,13 +171,33 @@ func (g *globalOptions) tlsConfig() (*tls.Config, error) {
 }
 
 // withClient dials, runs f with a wdc client, and closes the connection.
+// For commands that only read visibility or need no workflow to answer.
 func (a *app) withClient(ctx context.Context, f func(*wdcclient.Client) error) error {
 	c, err := a.dial(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	return f(&wdcclient.Client{C: c})
+	return f(a.wdcClient(c))
+}
+
+// withControlPlane is withClient for commands whose updates or queries a
+// control plane must answer: it first checks that one polls wdc-control
+// (RequirePoller, within a few seconds) and fails with an
+// *UnavailableError (exit 5) before f sends anything when none does.
+func (a *app) withControlPlane(ctx context.Context, f func(*wdcclient.Client) error) error {
+	return a.withClient(ctx, func(wc *wdcclient.Client) error {
+		if err := wc.RequirePoller(ctx, api.ControlTaskQueue); err != nil {
+			return err
+		}
+		return f(wc)
+	})
+}
+
+// wdcClient wraps a connection with the global flags: the address and
+// namespace for messages, --control-plane-timeout for each call.
+func (a *app) wdcClient(c client.Client) *wdcclient.Client {
+	return &wdcclient.Client{C: c, Address: a.global.address, Namespace: a.global.namespace, CallTimeout: a.global.controlPlaneTimeout}
 }
 
 // printJSON writes v as indented JSON.

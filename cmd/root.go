@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/wdc-runtime/wdc/internal/devopts"
+	"github.com/wdc-runtime/wdc/internal/wdcclient"
 )
 
 // Deps are what the command tree needs from outside: the standard streams,
@@ -37,6 +38,11 @@ const (
 	// ExitProgramFailed: the task COMPLETED (a result was accepted) but the
 	// program exited non-zero or its outputs were rejected.
 	ExitProgramFailed = 4
+	// ExitUnavailable: the process the command needs is not there — no
+	// control plane (or agent) polls its task queue, so nothing was sent;
+	// or it did not answer within --control-plane-timeout, so the request
+	// was sent and may still take effect (see wdcclient.UnavailableError).
+	ExitUnavailable = 5
 )
 
 // usageError is bad input: exit code 2, nothing was changed.
@@ -65,8 +71,17 @@ type app struct {
 }
 
 // Main runs the wdc CLI with args (without the program name) and returns
-// the exit code.
+// the exit code. SIGINT and SIGTERM cancel the command's context.
 func Main(deps Deps, args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return MainContext(ctx, deps, args)
+}
+
+// MainContext is Main with the command's context given: cancelling ctx
+// stops the command as Ctrl-C would (tests use it to stop a command that
+// waits).
+func MainContext(ctx context.Context, deps Deps, args []string) int {
 	if deps.Stdout == nil {
 		deps.Stdout = os.Stdout
 	}
@@ -76,8 +91,6 @@ func Main(deps Deps, args []string) int {
 	if deps.Getenv == nil {
 		deps.Getenv = os.Getenv
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	root := NewRootCommand(deps)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
@@ -85,13 +98,22 @@ func Main(deps Deps, args []string) int {
 		return ExitOK
 	}
 	fmt.Fprintln(deps.Stderr, "wdc: "+oneLine(err.Error()))
+	return exitCode(err)
+}
+
+// exitCode is the one mapping from a command's error to the exit code
+// (non-nil err; see the Exit constants).
+func exitCode(err error) int {
 	var ue usageError
 	var ee exitError
+	var unavailable *wdcclient.UnavailableError
 	switch {
 	case errors.As(err, &ee):
 		return ee.code
 	case errors.As(err, &ue), strings.HasPrefix(err.Error(), "required flag(s)"):
 		return ExitUsage
+	case errors.As(err, &unavailable):
+		return ExitUnavailable
 	}
 	return ExitFailure
 }

@@ -84,7 +84,7 @@ func (a *app) newRunsStartCommand() *cobra.Command {
 				files = append(files, file{p, base, env})
 			}
 			ctx := c.Context()
-			return a.withClient(ctx, func(wc *wdcclient.Client) error {
+			return a.withControlPlane(ctx, func(wc *wdcclient.Client) error {
 				if err := wc.StartRun(ctx, api.RunInput{RunID: runID, WorldID: worldID, CloseWhenDone: closeWhenDone && len(files) > 0}); err != nil {
 					return err
 				}
@@ -139,7 +139,7 @@ func (a *app) newRunsStatusCommand() *cobra.Command {
 		Example: `  wdc runs status run-7 -o json`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+			return a.withControlPlane(c.Context(), func(wc *wdcclient.Client) error {
 				v, err := wc.Run(c.Context(), args[0])
 				if err != nil {
 					return err
@@ -200,7 +200,7 @@ it stale and this one is refused. Each event can be committed once.`,
 			if len(events) == 0 {
 				return usagef("--event: name at least one worker_result event (see 'wdc runs status %s')", args[0])
 			}
-			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+			return a.withControlPlane(c.Context(), func(wc *wdcclient.Client) error {
 				res, err := wc.Commit(c.Context(), args[0], api.CommitInput{ExpectedParentTime: expected, EventSeqs: events, Note: note})
 				var we *wdcclient.Error
 				if errors.As(err, &we) {
@@ -227,7 +227,7 @@ func (a *app) newRunsCloseCommand() *cobra.Command {
 		Short: "Close a run: no more tasks; it ends once its tasks have ended",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+			return a.withControlPlane(c.Context(), func(wc *wdcclient.Client) error {
 				v, err := wc.CloseRun(c.Context(), args[0])
 				if err != nil {
 					return err

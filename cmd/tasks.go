@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -111,7 +112,12 @@ lease expired / worker lost, retry, result accepted. Exit codes: 0 when the
 task COMPLETED with the program's exit code 0; 4 when it COMPLETED but the
 program failed (non-zero exit code, or outputs rejected); 3 when it ended
 RETRIES_EXHAUSTED or CANCELLED. With -o json, progress goes to stderr and the
-final task view to stdout.`,
+final task view to stdout.
+
+A control plane must be polling wdc-control: without one the command exits 5
+within a few seconds and nothing is submitted. Once submitted, --wait is not
+bounded: if the control plane goes away, a warning goes to stderr and
+following goes on (the task resumes when a control plane is back).`,
 		Example: `  wdc tasks submit examples/checksum.json --wait
   wdc tasks submit task.json --lease-ttl 1m --max-attempts 3 -o json
   cat task.json | wdc tasks submit -`,
@@ -132,7 +138,7 @@ final task view to stdout.`,
 				dataDir = a.defaultDataDir()
 			}
 			ctx := c.Context()
-			return a.withClient(ctx, func(wc *wdcclient.Client) error {
+			return a.withControlPlane(ctx, func(wc *wdcclient.Client) error {
 				put := blobstore.HashFile
 				if len(env.Inputs) > 0 {
 					store, err := blobstore.Open(dataDir)
@@ -179,7 +185,7 @@ final task view to stdout.`,
 				} else if a.global.output == "text" {
 					fmt.Fprintf(a.deps.Stdout, "task %s submitted to run %s (envelope %s)\n", res.TaskID, sealed.RunID, res.EnvelopeDigest)
 				}
-				return a.follow(ctx, wc, res.TaskID)
+				return a.follow(ctx, wc, res.TaskID, false)
 			})
 		},
 	}
@@ -205,6 +211,7 @@ func (a *app) warnIfNoWorkerCanFit(ctx context.Context, wc *wdcclient.Client, en
 	}
 	fit, passed := fleet.Rank(idle, env.Requirements(), "")
 	if len(fit) > 0 {
+		a.warnIfNoAgentPolls(ctx, wc, env.TaskID, fit)
 		return
 	}
 	why := "no worker is registered"
@@ -223,6 +230,40 @@ func (a *app) warnIfNoWorkerCanFit(ctx context.Context, wc *wdcclient.Client, en
 	fmt.Fprintf(a.deps.Stderr, "wdc: warning: task %s will wait: %s\n", env.TaskID, why)
 }
 
+// maxAgentChecks bounds the agent queues warnIfNoAgentPolls describes.
+const maxAgentChecks = 3
+
+// warnIfNoAgentPolls warns on stderr when none of the first few workers
+// that fit the task has an agent polling its queue (a worker registered
+// with `workers register` and no `wdc agent`): a lease granted there waits
+// for the launch until --launch-timeout, then retries as launch_failed.
+// The queues are checked in parallel, so this takes at most one
+// wdcclient.PollerGrace.
+func (a *app) warnIfNoAgentPolls(ctx context.Context, wc *wdcclient.Client, taskID string, fit []fleet.Worker) {
+	if len(fit) > maxAgentChecks {
+		return // the others might be fine; do not guess
+	}
+	errs := make([]error, len(fit))
+	var wg sync.WaitGroup
+	for i, w := range fit {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = wc.RequirePoller(ctx, api.AgentTaskQueue(w.WorkerID))
+		}()
+	}
+	wg.Wait()
+	var missing []string
+	for _, err := range errs {
+		var unavailable *wdcclient.UnavailableError
+		if !errors.As(err, &unavailable) {
+			return // an agent polls (or we cannot tell): no warning
+		}
+		missing = append(missing, unavailable.Error())
+	}
+	fmt.Fprintf(a.deps.Stderr, "wdc: warning: task %s will wait for an agent: %s\n", taskID, strings.Join(missing, "; "))
+}
+
 func hasInputPaths(env envelope.Envelope) bool {
 	for _, in := range env.Inputs {
 		if in.Path != "" {
@@ -232,18 +273,30 @@ func hasInputPaths(env envelope.Envelope) bool {
 	return false
 }
 
+// followQueryTimeout bounds each lease query while following: a live
+// control plane answers in milliseconds; without one the query is retried.
+const followQueryTimeout = 5 * time.Second
+
 // follow prints progress lines as the task's lease view changes, until the
 // task ends; then the outcome. Progress goes to stdout, or to stderr with
 // -o json (stdout then carries only the final JSON view).
-func (a *app) follow(ctx context.Context, wc *wdcclient.Client, taskID string) error {
+//
+// Following is not bounded: when the control plane goes away (or, with
+// missing set, is already away) a warning goes to stderr once and
+// following goes on — the task is durable and resumes when a control plane
+// is back; "contact restored" marks its return. Ctrl-C stops following,
+// not the task.
+func (a *app) follow(ctx context.Context, wc *wdcclient.Client, taskID string, missing bool) error {
 	p := &progress{w: a.deps.Stdout}
 	if a.global.output == "json" {
 		p.w = a.deps.Stderr
 	}
 	var last api.TaskView
-	lostContact := false
+	lostContact := missing
 	for {
-		v, err := wc.Task(ctx, taskID)
+		qctx, cancel := context.WithTimeout(ctx, followQueryTimeout)
+		v, err := wc.Task(qctx, taskID)
+		cancel()
 		switch {
 		case err == nil && lostContact:
 			p.line(time.Time{}, "contact restored")
@@ -251,9 +304,14 @@ func (a *app) follow(ctx context.Context, wc *wdcclient.Client, taskID string) e
 			lostContact = false
 		case err != nil && ctx.Err() == nil && !errors.Is(err, wdcclient.ErrNotFound) && !lostContact:
 			// A server or control-plane restart: the task goes on; keep
-			// following (Ctrl-C stops following, not the task).
-			p.line(time.Time{}, "lost contact (%v); still following", err)
-			p.flush()
+			// following.
+			var unavailable *wdcclient.UnavailableError
+			if perr := wc.RequirePoller(ctx, api.ControlTaskQueue); errors.As(perr, &unavailable) {
+				a.warnFollowing(unavailable, taskID)
+			} else {
+				p.line(time.Time{}, "lost contact (%v); still following", err)
+				p.flush()
+			}
 			lostContact = true
 		}
 		if err == nil {
@@ -277,6 +335,12 @@ func (a *app) follow(ctx context.Context, wc *wdcclient.Client, taskID string) e
 		printResult(a.deps.Stdout, *last.Result)
 	}
 	return outcomeError(last)
+}
+
+// warnFollowing says on stderr that the control plane is away while a
+// task is followed, and that following goes on.
+func (a *app) warnFollowing(unavailable *wdcclient.UnavailableError, taskID string) {
+	fmt.Fprintf(a.deps.Stderr, "wdc: warning: %v; still following task %s: it resumes when a control plane is back (Ctrl-C stops following, not the task)\n", unavailable, taskID)
 }
 
 // outcomeError maps a task's end to the exit code: 0 for a result with
@@ -394,15 +458,28 @@ func (a *app) newTasksWaitCommand() *cobra.Command {
 		Long: `Follow a task with progress lines until it ends; its history so far is
 printed first, stamped with the times things happened. Exit codes as for
 'submit --wait': 0 COMPLETED with exit code 0, 4 COMPLETED but the program
-failed, 3 RETRIES_EXHAUSTED or CANCELLED.`,
+failed, 3 RETRIES_EXHAUSTED or CANCELLED.
+
+Waiting is not bounded: when no control plane polls wdc-control (now or
+later), a warning goes to stderr and waiting goes on, since the task resumes
+when a control plane is back. Ctrl-C stops waiting, not the task.`,
 		Example: `  wdc tasks wait slow-1`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
-				if _, err := wc.Task(c.Context(), args[0]); err != nil {
+			ctx := c.Context()
+			return a.withClient(ctx, func(wc *wdcclient.Client) error {
+				if err := wc.TaskExists(ctx, args[0]); err != nil {
 					return err
 				}
-				return a.follow(c.Context(), wc, args[0])
+				var unavailable *wdcclient.UnavailableError
+				err := wc.RequirePoller(ctx, api.ControlTaskQueue)
+				switch {
+				case errors.As(err, &unavailable):
+					a.warnFollowing(unavailable, args[0])
+				case err != nil:
+					return err
+				}
+				return a.follow(ctx, wc, args[0], unavailable != nil)
 			})
 		},
 	}
@@ -415,7 +492,7 @@ func (a *app) newTasksStatusCommand() *cobra.Command {
 		Example: `  wdc tasks status checksum-1 -o json`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+			return a.withControlPlane(c.Context(), func(wc *wdcclient.Client) error {
 				v, err := wc.Task(c.Context(), args[0])
 				if err != nil {
 					return err
@@ -523,7 +600,7 @@ exit code or rejected outputs), 3 when there is no accepted result.`,
   wdc tasks result checksum-1 --output-dir ./results`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+			return a.withControlPlane(c.Context(), func(wc *wdcclient.Client) error {
 				v, err := wc.Task(c.Context(), args[0])
 				if err != nil {
 					return err
@@ -594,7 +671,7 @@ stdout.log/stderr.log in the attempt's task directory on its worker (shown).`,
 			if stderr {
 				name = api.LogStderr
 			}
-			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+			return a.withControlPlane(c.Context(), func(wc *wdcclient.Client) error {
 				v, err := wc.Task(c.Context(), args[0])
 				if err != nil {
 					return err
@@ -644,12 +721,12 @@ func (a *app) newTasksCancelCommand() *cobra.Command {
 		Short: "Cancel a task: its lease is revoked, its attempt killed, and it ends CANCELLED",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+			return a.withControlPlane(c.Context(), func(wc *wdcclient.Client) error {
 				_, err := wc.CancelTask(c.Context(), args[0], reason)
 				if err != nil {
 					return err
 				}
-				out, err := wc.WaitTask(c.Context(), args[0])
+				out, err := wc.WaitEnded(c.Context(), args[0])
 				if err != nil {
 					return err
 				}

@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -64,7 +65,7 @@ capacity or a malformed label is refused with exit code 2.`,
 			if err != nil {
 				return err
 			}
-			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+			return a.withControlPlane(c.Context(), func(wc *wdcclient.Client) error {
 				res, err := wc.RegisterWorker(c.Context(), reg)
 				if err != nil {
 					return appError(err)
@@ -93,14 +94,9 @@ func (a *app) newWorkersListCommand() *cobra.Command {
 				return usagef("--state %q: want ACTIVE, STALE, DRAINING or OFFLINE", state)
 			}
 			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
-				views, err := wc.ListWorkers(c.Context(), state)
+				views, err := a.listWorkers(c.Context(), wc, state)
 				if err != nil {
 					return err
-				}
-				for _, v := range views {
-					if v.QueryError != "" {
-						fmt.Fprintf(a.deps.Stderr, "wdc: warning: worker %s did not answer its query (is the control plane running?); its state is from visibility and its details are unknown\n", v.WorkerID)
-					}
 				}
 				return emitTable(a, views, "no workers", "WORKER\tSTATE\tINCARNATION\tLAST HEARTBEAT\tCAPACITY\tFREE\tLEASES", func(v api.WorkerView) string {
 					state := string(v.State)
@@ -115,6 +111,43 @@ func (a *app) newWorkersListCommand() *cobra.Command {
 	}
 	c.Flags().StringVar(&state, "state", "", "only workers in this state: ACTIVE, STALE, DRAINING, OFFLINE")
 	return c
+}
+
+// listWorkers lists workers for `workers list`: with a control plane,
+// every worker's record (a worker that does not answer is warned about);
+// without one, only the states visibility records, after one warning, and
+// no query is sent (none could be answered).
+func (a *app) listWorkers(ctx context.Context, wc *wdcclient.Client, state string) ([]api.WorkerView, error) {
+	var unavailable *wdcclient.UnavailableError
+	if err := wc.RequirePoller(ctx, api.ControlTaskQueue); errors.As(err, &unavailable) {
+		states, err := wc.WorkerStates(ctx)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(a.deps.Stderr, "wdc: warning: %v; states below are from visibility, details unknown\n", unavailable)
+		views := []api.WorkerView{}
+		for _, ws := range states {
+			if state != "" && string(ws.State) != state {
+				continue
+			}
+			v := api.WorkerView{QueryError: unavailable.Error()}
+			v.WorkerID, v.State = ws.WorkerID, ws.State
+			views = append(views, v)
+		}
+		return views, nil
+	} else if err != nil {
+		return nil, err
+	}
+	views, err := wc.ListWorkers(ctx, state)
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range views {
+		if v.QueryError != "" {
+			fmt.Fprintf(a.deps.Stderr, "wdc: warning: worker %s did not answer its query (is the control plane running?); its state is from visibility and its details are unknown\n", v.WorkerID)
+		}
+	}
+	return views, nil
 }
 
 func ago(t time.Time) string {
@@ -148,7 +181,7 @@ worker, is ignored by the registry (register again instead).`,
 				return usagef("--every: must not be negative")
 			}
 			ctx := c.Context()
-			return a.withClient(ctx, func(wc *wdcclient.Client) error {
+			return a.withControlPlane(ctx, func(wc *wdcclient.Client) error {
 				if incarnation == 0 {
 					v, err := wc.Worker(ctx, workerID)
 					if err != nil {
@@ -202,7 +235,7 @@ func (a *app) workerUpdateCommand(c *cobra.Command, apply func(ctx context.Conte
 		if err := workerArg(&workerID, args); err != nil {
 			return err
 		}
-		return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+		return a.withControlPlane(c.Context(), func(wc *wdcclient.Client) error {
 			v, err := apply(c.Context(), wc, workerID)
 			if err != nil {
 				return err
@@ -274,7 +307,9 @@ func (a *app) newWorkersSweepCommand() *cobra.Command {
 offline-after windows immediately instead of at its next timer.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+			// Signals are accepted without a control plane, but nothing
+			// would re-evaluate anything: refuse rather than pretend.
+			return a.withControlPlane(c.Context(), func(wc *wdcclient.Client) error {
 				n, err := wc.Sweep(c.Context())
 				if err != nil {
 					return err
@@ -312,7 +347,7 @@ then reserves on the first worker that accepts.`,
 			if err != nil {
 				return err
 			}
-			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+			return a.withControlPlane(c.Context(), func(wc *wdcclient.Client) error {
 				views, err := wc.ListWorkers(c.Context(), "")
 				if err != nil {
 					return err
@@ -356,7 +391,7 @@ func (a *app) newWorkersLeaseCommand() *cobra.Command {
   wdc workers lease checksum-1 -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
+			return a.withControlPlane(c.Context(), func(wc *wdcclient.Client) error {
 				v, err := wc.Task(c.Context(), args[0])
 				if err != nil {
 					return err

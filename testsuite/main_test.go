@@ -32,6 +32,15 @@ const envRunCLI = "WDC_TESTSUITE_RUN_CLI"
 
 var updateHistories = flag.Bool("update-histories", false, "rewrite the replay histories in testdata/ from a fresh demo run")
 
+// Namespaces of the suite server where the suite's control plane does not
+// run (it polls "default"): nsNoControlPlane has no poller on wdc-control
+// at all; nsMuteControlPlane has one that takes workflow tasks and never
+// answers (TestAControlPlaneThatNeverAnswersIsBounded).
+const (
+	nsNoControlPlane   = "no-control-plane"
+	nsMuteControlPlane = "mute-control-plane"
+)
+
 // suite is the shared state of the system tests.
 var suite struct {
 	srv     *devserver.Server
@@ -58,8 +67,9 @@ func runSuite(m *testing.M) int {
 	srv, err := devserver.Start(ctx, devserver.Options{
 		SearchAttributes: api.SearchAttributes(),
 		// The soak tests continue workflows as new every few hundred events
-		// in a namespace of their own.
-		Namespaces:                []string{soakNamespace},
+		// in a namespace of their own; two more namespaces have no working
+		// control plane.
+		Namespaces:                []string{soakNamespace, nsNoControlPlane, nsMuteControlPlane},
 		SuggestContinueAsNewAfter: map[string]int{soakNamespace: soakContinueAsNewAfter},
 	})
 	if err != nil {

@@ -8,5 +8,6 @@
 // Every write is atomic: a temp file, fsync, rename, fsync of the directory,
 // so a crash leaves either the whole blob or nothing. Promote re-hashes a
 // staged file while copying it and keeps it only when the hash matches the
-// declared digest (parent ingest, DESIGN §4).
+// declared digest (parent ingest; see docs/architecture.md, "Blob store and
+// task directories").
 package blobstore

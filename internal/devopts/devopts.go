@@ -1,7 +1,7 @@
 // Package devopts holds the options and handle of an embedded dev server
 // without importing go.temporal.io/server, so the CLI (and its tests) can
 // describe and drive a dev server while only package devserver links the
-// server itself (DESIGN §7).
+// server itself (see docs/architecture.md, "Processes and task queues").
 package devopts
 
 import (

@@ -6,6 +6,7 @@
 //
 // It is what `wdc server start-dev` runs, and what tests and
 // `wdc demo worker-leases` start in-process. It is the only non-test package
-// of wdc that imports go.temporal.io/server (DESIGN §7): linking the server is
-// slow, so keep everything else on the SDK.
+// of wdc that imports go.temporal.io/server (see docs/architecture.md,
+// "Processes and task queues"): linking the server is slow, so keep
+// everything else on the SDK.
 package devserver

@@ -16,7 +16,8 @@ import (
 	"github.com/wdc-runtime/wdc/internal/resource"
 )
 
-// Launcher kinds an envelope may name (DESIGN §6).
+// Launcher kinds an envelope may name (see docs/architecture.md,
+// "Launchers").
 const (
 	LauncherLocal = "local"
 	LauncherRay   = "ray"

@@ -17,9 +17,24 @@ import (
 	"github.com/wdc-runtime/wdc/internal/fleet"
 )
 
-// Client wraps a Temporal client with wdc's calls.
+// Client wraps a Temporal client with wdc's calls. Only C is required; the
+// zero values of the other fields keep calls unbounded and messages without
+// the server's address (as the agent and the control activities use it).
 type Client struct {
+	// C is the connection to Temporal.
 	C client.Client
+	// Address and Namespace name the server in *UnavailableError messages
+	// (e.g. "127.0.0.1:7233", "default"); informational only.
+	Address   string
+	Namespace string
+	// CallTimeout bounds each update and query that waits on the control
+	// plane (register, drain, undrain, deregister, worker, submit, task,
+	// cancel, start run, run, commit, close); past it the call returns an
+	// *UnavailableError. Zero (the default) waits as long as ctx allows.
+	CallTimeout time.Duration
+
+	// pollerGrace replaces PollerGrace when set (tests).
+	pollerGrace time.Duration
 }
 
 // Error is a refusal by a wdc workflow: Type is an api.ErrType* or a
@@ -35,10 +50,15 @@ func (e *Error) Error() string { return e.Type + ": " + e.Message }
 var ErrNotFound = errors.New("not found")
 
 // wrap converts Temporal errors: application errors become *Error,
-// NotFound becomes ErrNotFound (wrapped with what was looked for).
+// NotFound becomes ErrNotFound (wrapped with what was looked for); an
+// *UnavailableError is returned as is (it names what was being done).
 func wrap(what string, err error) error {
 	if err == nil {
 		return nil
+	}
+	var unavailable *UnavailableError
+	if errors.As(err, &unavailable) {
+		return err
 	}
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) {
@@ -65,7 +85,7 @@ func (c *Client) RegisterWorker(ctx context.Context, reg api.RegisterInput) (api
 	if err != nil {
 		return res, err
 	}
-	op := c.C.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+	start := c.C.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
 		ID:                       api.WorkerWorkflowID(reg.WorkerID),
 		TaskQueue:                api.ControlTaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
@@ -73,16 +93,20 @@ func (c *Client) RegisterWorker(ctx context.Context, reg api.RegisterInput) (api
 			api.SAKind.ValueSet(api.KindWorker), api.SAWorkerID.ValueSet(reg.WorkerID),
 		),
 	}, api.WorkerWorkflowType, api.WorkerInput{WorkerID: reg.WorkerID, IncarnationFloor: floor})
-	handle, err := c.C.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
-		StartWorkflowOperation: op,
-		UpdateOptions: client.UpdateWorkflowOptions{
-			UpdateName: api.UpdateRegister, Args: []any{reg}, WaitForStage: client.WorkflowUpdateStageCompleted,
-		},
+	op := "register worker " + reg.WorkerID
+	err = c.within(ctx, op, func(ctx context.Context) error {
+		handle, err := c.C.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+			StartWorkflowOperation: start,
+			UpdateOptions: client.UpdateWorkflowOptions{
+				UpdateName: api.UpdateRegister, Args: []any{reg}, WaitForStage: client.WorkflowUpdateStageCompleted,
+			},
+		})
+		if err == nil {
+			err = handle.Get(ctx, &res)
+		}
+		return err
 	})
-	if err == nil {
-		err = handle.Get(ctx, &res)
-	}
-	return res, wrap("register worker "+reg.WorkerID, err)
+	return res, wrap(op, err)
 }
 
 // previousIncarnation is the last incarnation of a deregistered (closed)
@@ -136,10 +160,13 @@ func (c *Client) DeregisterWorker(ctx context.Context, workerID string, force bo
 // Worker returns one worker's record. Errors: ErrNotFound.
 func (c *Client) Worker(ctx context.Context, workerID string) (api.WorkerView, error) {
 	var v api.WorkerView
-	resp, err := c.C.QueryWorkflow(ctx, api.WorkerWorkflowID(workerID), "", api.QueryWorker)
-	if err == nil {
-		err = resp.Get(&v)
-	}
+	err := c.within(ctx, "query worker "+workerID, func(ctx context.Context) error {
+		resp, err := c.C.QueryWorkflow(ctx, api.WorkerWorkflowID(workerID), "", api.QueryWorker)
+		if err == nil {
+			err = resp.Get(&v)
+		}
+		return err
+	})
 	return v, wrap("worker "+workerID, err)
 }
 
@@ -256,13 +283,17 @@ func (c *Client) listIDs(ctx context.Context, query string) ([]string, error) {
 	}
 }
 
+// update sends update name to workflow wfID and waits for its outcome,
+// within CallTimeout.
 func (c *Client) update(ctx context.Context, wfID, updateID, name string, arg, out any) error {
-	handle, err := c.C.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID: wfID, UpdateID: updateID, UpdateName: name, Args: []any{arg},
-		WaitForStage: client.WorkflowUpdateStageCompleted,
+	return c.within(ctx, name+" "+wfID, func(ctx context.Context) error {
+		handle, err := c.C.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+			WorkflowID: wfID, UpdateID: updateID, UpdateName: name, Args: []any{arg},
+			WaitForStage: client.WorkflowUpdateStageCompleted,
+		})
+		if err != nil {
+			return err
+		}
+		return handle.Get(ctx, out)
 	})
-	if err != nil {
-		return err
-	}
-	return handle.Get(ctx, out)
 }

@@ -40,18 +40,22 @@ func (c *Client) SubmitTask(ctx context.Context, env envelope.Envelope, opts api
 	if err := c.checkSubmittable(ctx, env, digest); err != nil {
 		return res, err
 	}
-	op := c.C.NewWithStartWorkflowOperation(c.runStartOptions(env.RunID), api.RunWorkflowType, api.RunInput{RunID: env.RunID, WorldID: env.WorldID})
-	handle, err := c.C.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
-		StartWorkflowOperation: op,
-		UpdateOptions: client.UpdateWorkflowOptions{
-			UpdateName: api.UpdateAddTask, Args: []any{api.AddTaskInput{Envelope: env, EnvelopeDigest: digest, Options: opts}},
-			WaitForStage: client.WorkflowUpdateStageCompleted,
-		},
+	start := c.C.NewWithStartWorkflowOperation(c.runStartOptions(env.RunID), api.RunWorkflowType, api.RunInput{RunID: env.RunID, WorldID: env.WorldID})
+	op := "submit task " + env.TaskID
+	err = c.within(ctx, op, func(ctx context.Context) error {
+		handle, err := c.C.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+			StartWorkflowOperation: start,
+			UpdateOptions: client.UpdateWorkflowOptions{
+				UpdateName: api.UpdateAddTask, Args: []any{api.AddTaskInput{Envelope: env, EnvelopeDigest: digest, Options: opts}},
+				WaitForStage: client.WorkflowUpdateStageCompleted,
+			},
+		})
+		if err == nil {
+			err = handle.Get(ctx, &res)
+		}
+		return err
 	})
-	if err == nil {
-		err = handle.Get(ctx, &res)
-	}
-	return res, wrap("submit task "+env.TaskID, err)
+	return res, wrap(op, err)
 }
 
 // checkSubmittable refuses, before anything is created, a task ID already
@@ -83,10 +87,13 @@ func (c *Client) runStartOptions(runID string) client.StartWorkflowOptions {
 // Task returns a task's lease view (query lease). Errors: ErrNotFound.
 func (c *Client) Task(ctx context.Context, taskID string) (api.TaskView, error) {
 	var v api.TaskView
-	resp, err := c.C.QueryWorkflow(ctx, api.TaskWorkflowID(taskID), "", api.QueryLease)
-	if err == nil {
-		err = resp.Get(&v)
-	}
+	err := c.within(ctx, "query task "+taskID, func(ctx context.Context) error {
+		resp, err := c.C.QueryWorkflow(ctx, api.TaskWorkflowID(taskID), "", api.QueryLease)
+		if err == nil {
+			err = resp.Get(&v)
+		}
+		return err
+	})
 	return v, wrap("task "+taskID, err)
 }
 
@@ -152,11 +159,32 @@ func (c *Client) CancelTask(ctx context.Context, taskID, reason string) (api.Tas
 	return v, err
 }
 
-// WaitTask blocks until the task workflow ends and returns its outcome.
+// WaitTask blocks until the task workflow ends and returns its outcome. It
+// is not bounded by CallTimeout (a task may run for days); bound ctx, or
+// use WaitEnded after a cancel.
 func (c *Client) WaitTask(ctx context.Context, taskID string) (api.TaskOutcome, error) {
 	var out api.TaskOutcome
 	err := c.C.GetWorkflow(ctx, api.TaskWorkflowID(taskID), "").Get(ctx, &out)
 	return out, wrap("task "+taskID, err)
+}
+
+// WaitEnded waits, within CallTimeout, for a task that was told to end
+// (cancelled) to end, and returns its outcome. Errors: *UnavailableError
+// when the control plane does not finish it in time.
+func (c *Client) WaitEnded(ctx context.Context, taskID string) (api.TaskOutcome, error) {
+	var out api.TaskOutcome
+	err := c.within(ctx, "wait for task "+taskID+" to end", func(ctx context.Context) error {
+		return c.C.GetWorkflow(ctx, api.TaskWorkflowID(taskID), "").Get(ctx, &out)
+	})
+	return out, wrap("task "+taskID, err)
+}
+
+// TaskExists checks, without asking the control plane, that task taskID
+// was submitted (its WdcTask workflow exists, running or closed). Errors:
+// ErrNotFound.
+func (c *Client) TaskExists(ctx context.Context, taskID string) error {
+	_, err := c.C.DescribeWorkflowExecution(ctx, api.TaskWorkflowID(taskID), "")
+	return wrap("task "+taskID, err)
 }
 
 // ---- runs ----
@@ -178,10 +206,13 @@ func (c *Client) StartRun(ctx context.Context, in api.RunInput) error {
 // Run returns a run's state (query run). Errors: ErrNotFound.
 func (c *Client) Run(ctx context.Context, runID string) (api.RunView, error) {
 	var v api.RunView
-	resp, err := c.C.QueryWorkflow(ctx, api.RunWorkflowID(runID), "", api.QueryRun)
-	if err == nil {
-		err = resp.Get(&v)
-	}
+	err := c.within(ctx, "query run "+runID, func(ctx context.Context) error {
+		resp, err := c.C.QueryWorkflow(ctx, api.RunWorkflowID(runID), "", api.QueryRun)
+		if err == nil {
+			err = resp.Get(&v)
+		}
+		return err
+	})
 	return v, wrap("run "+runID, err)
 }
 
