@@ -45,6 +45,7 @@ type Problem struct {
 	Message string
 }
 
+// Error is "<field>: <message>".
 func (p Problem) Error() string { return p.Field + ": " + p.Message }
 
 // Validate returns one Problem per negative amount or bad custom name.
