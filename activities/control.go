@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"time"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
@@ -18,23 +20,75 @@ import (
 
 // Control are the control-plane activities. Client reaches the Temporal
 // namespace; Blobs is the parent blob store (its data dir holds staging).
+// Now reads the wall clock for worker freshness in SelectWorker; nil means
+// time.Now (tests set it).
 type Control struct {
 	Client client.Client
 	Blobs  *blobstore.Store
+	Now    func() time.Time
+}
+
+// releaseTimeout bounds one release signal sent after an ambiguous reserve;
+// it is sent even when the activity's own context has ended.
+const releaseTimeout = 5 * time.Second
+
+// selectProgress is SelectWorker's activity heartbeat details: every worker
+// a reserve for (TaskID, Fence) was sent to, in order. A reserve whose
+// answer was lost (a timeout, a crash, an activity retry) may still have
+// reserved, so a retry of the activity releases the reservation on each of
+// these workers except the one it reserves on.
+type selectProgress struct {
+	TaskID string   `json:"task_id"`
+	Fence  int64    `json:"fence"`
+	Tried  []string `json:"tried"`
 }
 
 // SelectWorker picks a worker for a task's next lease and reserves capacity
 // on it under the given fence. Candidates are the ACTIVE workers in
 // visibility; each is asked for its record (query "worker"), and
-// fleet.Rank keeps the eligible ones in preference order (not the last
-// holder first, then most free capacity). They are tried in that order
-// through the reserve update, whose validator re-checks on the worker
-// itself, so two tasks racing for the last slot cannot both win.
+// fleet.Place keeps the eligible ones in preference order: workers that
+// lost a lease of the task (AvoidWorkers, and the older AvoidWorker) last,
+// workers whose heartbeat is late (judged at the wall clock) after fresh
+// ones, least loaded first, and equally good ones in an order seeded by
+// the task and fence (fleet.SelectionSeed), so concurrent tasks spread over
+// idle workers. They are tried in that order through the reserve update,
+// whose validator re-checks on the worker itself, so two tasks racing for
+// the last slot cannot both win.
+//
+// A reserve is never leaked by a lost answer: when one fails with anything
+// but a clean rejection (an ApplicationError: the validator or handler
+// refused), a release signal for (task, fence) is sent to that worker
+// before the next is tried. Every worker sent a reserve is recorded in the
+// heartbeat details (selectProgress) first; a retry of the activity
+// releases (task, fence) on each worker an earlier attempt tried except
+// the one it reserves on (Worker.Reserve is idempotent per task and fence,
+// so reserving again where an earlier attempt succeeded is harmless).
 //
 // When no worker can take the task it returns a result with an empty
 // WorkerID and Waiting saying why (not an error: waiting is normal). Errors
 // are transport failures, which are retried.
 func (c *Control) SelectWorker(ctx context.Context, in api.SelectWorkerInput) (api.SelectWorkerResult, error) {
+	progress := selectProgress{TaskID: in.TaskID, Fence: in.Fence}
+	if activity.HasHeartbeatDetails(ctx) {
+		var prev selectProgress
+		if err := activity.GetHeartbeatDetails(ctx, &prev); err == nil && prev.TaskID == in.TaskID && prev.Fence == in.Fence {
+			progress.Tried = prev.Tried
+		}
+	}
+	earlier := append([]string(nil), progress.Tried...)
+	res, err := c.selectWorker(ctx, in, &progress)
+	if err != nil {
+		return res, err // the retry releases what this attempt tried
+	}
+	for _, id := range earlier {
+		if id != res.WorkerID {
+			c.release(ctx, id, in)
+		}
+	}
+	return res, nil
+}
+
+func (c *Control) selectWorker(ctx context.Context, in api.SelectWorkerInput, progress *selectProgress) (api.SelectWorkerResult, error) {
 	wc := &wdcclient.Client{C: c.Client}
 	views, err := wc.ListWorkers(ctx, string(fleet.Active))
 	if err != nil {
@@ -50,9 +104,21 @@ func (c *Control) SelectWorker(ctx context.Context, in api.SelectWorkerInput) (a
 			workers = append(workers, v.Worker)
 		}
 	}
-	ranked, rankPassed := fleet.Rank(workers, in.Requirements, in.AvoidWorker)
+	now := time.Now
+	if c.Now != nil {
+		now = c.Now
+	}
+	ranked, rankPassed := fleet.Place(workers, in.Requirements, fleet.Placement{
+		Avoid: avoidList(in),
+		Now:   now(),
+		Seed:  fleet.SelectionSeed(in.TaskID, in.Fence),
+	})
 	passed = append(rankPassed, passed...)
 	for _, w := range ranked {
+		if !slices.Contains(progress.Tried, w.WorkerID) {
+			progress.Tried = append(progress.Tried, w.WorkerID)
+		}
+		activity.RecordHeartbeat(ctx, *progress)
 		var res api.ReserveResult
 		handle, err := c.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 			WorkflowID:   api.WorkerWorkflowID(w.WorkerID),
@@ -71,11 +137,13 @@ func (c *Control) SelectWorker(ctx context.Context, in api.SelectWorkerInput) (a
 			passed = append(passed, fleet.Ineligible{WorkerID: w.WorkerID, Reason: "reserve_rejected", Detail: appErr.Message()})
 			continue
 		}
+		// The reserve may or may not have happened: undo it before moving on.
+		activity.GetLogger(ctx).Warn("reserve failed; releasing", "worker", w.WorkerID, "error", err)
+		c.release(ctx, w.WorkerID, in)
 		if ctx.Err() != nil {
 			return api.SelectWorkerResult{}, ctx.Err()
 		}
 		passed = append(passed, fleet.Ineligible{WorkerID: w.WorkerID, Reason: "unreachable", Detail: err.Error()})
-		activity.GetLogger(ctx).Warn("reserve failed", "worker", w.WorkerID, "error", err)
 	}
 	if len(workers) == 0 {
 		// Say which workers exist in other states (from visibility alone).
@@ -88,6 +156,30 @@ func (c *Control) SelectWorker(ctx context.Context, in api.SelectWorkerInput) (a
 	}
 	fleet.SortByRelevance(passed)
 	return api.SelectWorkerResult{Waiting: WaitingMessage(len(workers), passed), PassedOver: passed}, nil
+}
+
+// release sends the release signal for the task's fence to a worker, best
+// effort: a worker that holds no such reservation ignores it, and a
+// failure is only logged (a retry of the activity releases again).
+func (c *Control) release(ctx context.Context, workerID string, in api.SelectWorkerInput) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	err := c.Client.SignalWorkflow(rctx, api.WorkerWorkflowID(workerID), "", api.SignalRelease, api.ReleaseSignal{TaskID: in.TaskID, Fence: in.Fence})
+	if err != nil {
+		activity.GetLogger(ctx).Warn("release failed", "worker", workerID, "task", in.TaskID, "fence", in.Fence, "error", err)
+	}
+}
+
+// avoidList is the workers a selection ranks last, oldest loss first:
+// in.AvoidWorkers, then in.AvoidWorker (the last holder, from inputs
+// written before AvoidWorkers existed) when it is not already the last
+// entry. fleet.Placement.Avoid counts a repeated worker at its last entry.
+func avoidList(in api.SelectWorkerInput) []string {
+	out := append([]string(nil), in.AvoidWorkers...)
+	if in.AvoidWorker != "" && (len(out) == 0 || out[len(out)-1] != in.AvoidWorker) {
+		out = append(out, in.AvoidWorker)
+	}
+	return out
 }
 
 // WaitingMessage says why no worker could take a task, naming up to three.

@@ -1,9 +1,13 @@
 package fleet
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -31,12 +35,20 @@ func ValidateLabels(field string, labels map[string]string) error {
 // Requirements is what a task needs from a worker: the envelope's resources,
 // capabilities and label selector.
 type Requirements struct {
+	// Resources must fit in the worker's free capacity. Resources.Slots
+	// zero means DefaultSlotRequest (one slot), so a task that requests no
+	// resources at all still takes one of the worker's slots (Request).
 	Resources resource.List `json:"resources"`
 	// Capabilities must all be among the worker's.
 	Capabilities []string `json:"capabilities,omitempty"`
 	// Selector: every key must be a worker label with exactly that value.
 	Selector map[string]string `json:"selector,omitempty"`
 }
+
+// Request is what the task takes from a worker: Resources with a zero
+// Slots read as DefaultSlotRequest. Eligible checks it against free
+// capacity and Reserve holds it.
+func (r Requirements) Request() resource.List { return taskRequest(r.Resources) }
 
 // Ineligible says why a worker cannot take a task. Reason is one of the
 // Ineligible* constants.
@@ -54,14 +66,17 @@ const (
 	IneligibleSelector   = "selector_mismatch"
 )
 
+// Error is "worker <id>: <reason>: <detail>".
 func (e *Ineligible) Error() string {
 	return fmt.Sprintf("worker %s: %s: %s", e.WorkerID, e.Reason, e.Detail)
 }
 
-// Eligible is the one eligibility rule (STYLE 12): w may take a task needing
+// Eligible is the one eligibility rule: w may take a task needing
 // req when w is ACTIVE (not STALE, DRAINING or OFFLINE), each selector key
 // is a label of w with the same value, it has every required capability,
-// and its free capacity (capacity minus reservations) covers req.Resources.
+// and its free capacity (Worker.Free: capacity minus reservations, slots
+// included) covers req.Request() — at least one slot, so a full worker is
+// ineligible even for a task that requests no resources.
 // It returns nil or an *Ineligible naming the first unmet condition, in
 // that order (so a worker the task does not select is never reported as
 // merely too full).
@@ -90,7 +105,7 @@ func Eligible(w *Worker, req Requirements) error {
 			return no(IneligibleCapability, "lacks capability %q", c)
 		}
 	}
-	if short := w.Free().Shortfall(req.Resources); short != "" {
+	if short := w.Free().Shortfall(req.Request()); short != "" {
 		return no(IneligibleCapacity, "%s", short)
 	}
 	return nil
@@ -108,6 +123,7 @@ func joinProblems(errs []error) error {
 // Problems is several validation errors reported together on one line.
 type Problems struct{ Errs []error }
 
+// Error joins the problems' messages with "; " on one line.
 func (p *Problems) Error() string {
 	msgs := make([]string, len(p.Errs))
 	for i, e := range p.Errs {
@@ -121,35 +137,110 @@ func (p *Problems) Unwrap() []error { return p.Errs }
 
 var _ error = (*Problems)(nil)
 
-// Rank filters workers with Eligible and orders the eligible ones for
-// selection: any worker but avoid first (a retry prefers a new worker),
-// then most free CPU, most free memory, then worker ID. It also returns why
-// each other worker was passed over. Worker selection and `wdc workers
-// assign` both use it.
-func Rank(workers []Worker, req Requirements, avoid string) (eligible []Worker, passed []Ineligible) {
+// Placement is what orders eligible workers beyond eligibility itself: the
+// task's history with them, the time liveness is judged at, and a seed
+// that spreads tasks over equally good workers. The zero value ranks by
+// load, then worker ID.
+type Placement struct {
+	// Avoid are workers that lost a lease of the task, oldest loss first;
+	// a worker named more than once counts at its last (most recent) loss.
+	// They are ranked after every other eligible worker.
+	Avoid []string
+	// Now is when freshness (Worker.Fresh) is judged; the caller reads the
+	// clock. Zero judges every worker fresh.
+	Now time.Time
+	// Seed orders workers that tie on everything else: by the SHA-256 of
+	// Seed, a NUL byte and the worker ID (its first 8 bytes), so the order is random-looking but the
+	// same for the same seed and differs between seeds. Worker selection
+	// uses "<task ID>/<fence>" (SelectionSeed). Empty orders ties by
+	// worker ID.
+	Seed string
+}
+
+// SelectionSeed is the Placement.Seed worker selection uses for a task's
+// lease under fence: "<taskID>/<fence>". Each lease gets its own order of
+// equally good workers, and a retried selection gets the same one.
+func SelectionSeed(taskID string, fence int64) string {
+	return taskID + "/" + strconv.FormatInt(fence, 10)
+}
+
+// Place filters workers with Eligible and orders the eligible ones for
+// selection, most preferred first. Each rule only breaks ties of the rules
+// before it:
+//
+//  1. workers not in p.Avoid before avoided ones, and among avoided ones
+//     the one whose last loss is oldest first (a retry goes to a worker
+//     that has not failed the task while there is one);
+//  2. fresh workers (Worker.Fresh at p.Now) before late ones (silent for
+//     more than LateAfterHeartbeats heartbeats: likely dead, not yet
+//     STALE);
+//  3. least loaded first (Worker.Load: the dominant fraction of capacity
+//     reserved, slots included);
+//  4. by the hash of p.Seed and the worker ID (or by worker ID when Seed
+//     is empty), so N tasks spread over N idle workers.
+//
+// It also returns why each other worker was passed over, in input order.
+// It is a pure function of its arguments.
+func Place(workers []Worker, req Requirements, p Placement) (eligible []Worker, passed []Ineligible) {
+	type candidate struct {
+		w       Worker
+		avoided bool
+		lostAt  int // index of the last loss in p.Avoid
+		late    bool
+		load    float64
+		tie     uint64
+	}
+	lost := make(map[string]int, len(p.Avoid))
+	for i, id := range p.Avoid {
+		lost[id] = i
+	}
+	var cands []candidate
 	for i := range workers {
 		w := workers[i]
 		if err := Eligible(&w, req); err != nil {
 			passed = append(passed, *err.(*Ineligible))
 			continue
 		}
-		eligible = append(eligible, w)
+		c := candidate{w: w, late: !w.Fresh(p.Now), load: w.Load()}
+		c.lostAt, c.avoided = lost[w.WorkerID]
+		if p.Seed != "" {
+			sum := sha256.Sum256([]byte(p.Seed + "\x00" + w.WorkerID))
+			c.tie = binary.BigEndian.Uint64(sum[:8])
+		}
+		cands = append(cands, c)
 	}
-	sort.SliceStable(eligible, func(i, j int) bool {
-		a, b := &eligible[i], &eligible[j]
-		if (a.WorkerID == avoid) != (b.WorkerID == avoid) {
-			return b.WorkerID == avoid
+	sort.SliceStable(cands, func(i, j int) bool {
+		a, b := &cands[i], &cands[j]
+		switch {
+		case a.avoided != b.avoided:
+			return b.avoided
+		case a.avoided && a.lostAt != b.lostAt:
+			return a.lostAt < b.lostAt
+		case a.late != b.late:
+			return b.late
+		case a.load != b.load:
+			return a.load < b.load
+		case a.tie != b.tie:
+			return a.tie < b.tie
 		}
-		fa, fb := a.Free(), b.Free()
-		if fa.CPUMillis != fb.CPUMillis {
-			return fa.CPUMillis > fb.CPUMillis
-		}
-		if fa.MemoryBytes != fb.MemoryBytes {
-			return fa.MemoryBytes > fb.MemoryBytes
-		}
-		return a.WorkerID < b.WorkerID
+		return a.w.WorkerID < b.w.WorkerID
 	})
+	for _, c := range cands {
+		eligible = append(eligible, c.w)
+	}
 	return eligible, passed
+}
+
+// Rank is Place with at most one avoided worker (avoid, the last holder;
+// empty for none), no clock (every worker counts as fresh) and no seed
+// (ties by worker ID): the deterministic order `wdc workers assign` and the
+// submit-time fit check show. Worker selection calls Place.
+func Rank(workers []Worker, req Requirements, avoid string) (eligible []Worker, passed []Ineligible) {
+	var p Placement
+	if avoid != "" {
+		p.Avoid = []string{avoid}
+	}
+	return Place(workers, req, p)
 }
 
 // relevance orders reasons from "could take it later" to "never will".

@@ -30,11 +30,72 @@ const (
 	Deregistered State = "DEREGISTERED"
 )
 
-// Defaults for liveness (issue #2): STALE after 15 s, OFFLINE after 60 s.
+// Liveness defaults, all derived from the heartbeat interval so that a
+// dead worker is noticed within a few seconds, below the lease TTLs tasks
+// use (seconds): an agent heartbeats every DefaultHeartbeatInterval (2 s),
+// a worker silent for HeartbeatsPerStaleWindow intervals (6 s) is STALE,
+// and one silent for 15 intervals (30 s) is OFFLINE.
 const (
-	DefaultStaleAfter   = 15 * time.Second
-	DefaultOfflineAfter = 60 * time.Second
+	// DefaultHeartbeatInterval is the agent's heartbeat period when neither
+	// the heartbeat interval nor the stale window is configured.
+	DefaultHeartbeatInterval = 2 * time.Second
+	// HeartbeatsPerStaleWindow is how many heartbeat intervals fit in the
+	// stale window: an agent heartbeats every StaleAfter/3, so a worker goes
+	// STALE only after missing about three heartbeats in a row.
+	HeartbeatsPerStaleWindow = 3
+	// DefaultStaleAfter is the default stale window, 6 s (3 intervals).
+	DefaultStaleAfter = HeartbeatsPerStaleWindow * DefaultHeartbeatInterval
+	// DefaultOfflineAfter is the default offline window, 30 s (15
+	// intervals; it must be longer than the stale window).
+	DefaultOfflineAfter = 15 * DefaultHeartbeatInterval
+	// LateAfterHeartbeats is how many heartbeat intervals a worker may be
+	// silent and still count as fresh (Worker.Fresh): one missed heartbeat
+	// is tolerated, a second makes the worker late. Placement ranks late
+	// workers after fresh ones; only the stale window makes them ineligible.
+	LateAfterHeartbeats = 2
 )
+
+// Slot defaults. Every task takes at least one slot of its worker, so the
+// number of tasks a worker holds is bounded even for tasks that request no
+// resources.
+const (
+	// DefaultSlotRequest is the slots a task takes when its resources name
+	// none (resource.List.Slots zero): one.
+	DefaultSlotRequest = 1
+	// MilliCPUPerDefaultSlot is how much CPU capacity gives one slot when
+	// a worker's capacity names no slots: one slot per whole core (1000
+	// millicores), and at least one slot (DefaultSlots).
+	MilliCPUPerDefaultSlot = 1000
+)
+
+// DefaultSlots is the slot capacity of a worker whose capacity names none:
+// its whole CPU cores (cpuMillis / 1000, rounded down), at least 1.
+func DefaultSlots(cpuMillis int64) int64 {
+	return max(1, cpuMillis/MilliCPUPerDefaultSlot)
+}
+
+// withDefaultSlots returns capacity with Slots set by DefaultSlots when it
+// is zero. Records written before slots existed decode with zero and are
+// read through this, so they get the same capacity a new registration
+// would.
+func withDefaultSlots(capacity resource.List) resource.List {
+	out := capacity.Clone()
+	if out.Slots == 0 {
+		out.Slots = DefaultSlots(out.CPUMillis)
+	}
+	return out
+}
+
+// taskRequest returns a task's resources with Slots set to
+// DefaultSlotRequest when it is zero. Reservations written before slots
+// existed are read through it too: each held one task.
+func taskRequest(resources resource.List) resource.List {
+	out := resources.Clone()
+	if out.Slots == 0 {
+		out.Slots = DefaultSlotRequest
+	}
+	return out
+}
 
 // IDPattern is what worker, task, run and world IDs must match: 1 to 63
 // characters, letters, digits, '.', '_' or '-', starting and ending with a
@@ -55,18 +116,24 @@ func ValidateID(field, id string) error {
 
 // Reservation is capacity a worker holds for one lease of one task.
 type Reservation struct {
-	TaskID    string        `json:"task_id"`
-	Fence     int64         `json:"fence"`
+	TaskID string `json:"task_id"`
+	Fence  int64  `json:"fence"`
+	// Resources is what the task takes: its request with the slot default
+	// applied (Requirements.Request). A reservation recorded before slots
+	// existed has no slots and counts as DefaultSlotRequest.
 	Resources resource.List `json:"resources"`
-	// ReservedAt is when the reservation was made (workflow time); zero
-	// for reservations recorded before it existed.
+	// ReservedAt is when the reservation was made (the registry's workflow
+	// time); zero for reservations recorded before it existed, or made
+	// without a time. A reservation held long after ReservedAt with no
+	// lease behind it was leaked by a lost reserve answer.
 	ReservedAt time.Time `json:"reserved_at,omitzero"`
 }
 
 // Registration is what a worker declares when it (re-)registers.
 type Registration struct {
 	WorkerID string `json:"worker_id"`
-	// Capacity is the worker's total resources.
+	// Capacity is the worker's total resources. Capacity.Slots zero means
+	// DefaultSlots (one per whole CPU core, at least one).
 	Capacity resource.List `json:"capacity"`
 	// Labels are Kubernetes-style key/value pairs matched by a task's
 	// selector (ValidateLabels gives the syntax).
@@ -74,9 +141,15 @@ type Registration struct {
 	// Capabilities are names a task may require, e.g. "docker", "cuda12".
 	Capabilities []string `json:"capabilities,omitempty"`
 	// StaleAfter and OfflineAfter are the liveness windows (nanoseconds in
-	// JSON); zero means the defaults (15 s, 60 s).
+	// JSON); zero means the defaults (DefaultStaleAfter 6 s,
+	// DefaultOfflineAfter 30 s).
 	StaleAfter   time.Duration `json:"stale_after,omitempty"`
 	OfflineAfter time.Duration `json:"offline_after,omitempty"`
+	// HeartbeatInterval is how often the agent heartbeats (nanoseconds in
+	// JSON); zero means StaleAfter / HeartbeatsPerStaleWindow, which is
+	// what an agent uses when not told otherwise. It must be shorter than
+	// StaleAfter. Placement uses it to tell fresh workers from late ones.
+	HeartbeatInterval time.Duration `json:"heartbeat_interval,omitempty"`
 }
 
 // CapabilityPattern is what a capability name must match.
@@ -84,7 +157,8 @@ var CapabilityPattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A
 
 // Validate checks every field and returns all problems joined, each naming
 // its field. Errors: bad worker ID, negative or misnamed capacity, invalid
-// label, invalid capability, negative windows, OfflineAfter ≤ StaleAfter.
+// label, invalid capability, negative windows, OfflineAfter ≤ StaleAfter,
+// a negative HeartbeatInterval or one not shorter than StaleAfter.
 func (r Registration) Validate() error {
 	var errs []error
 	if err := ValidateID("worker_id", r.WorkerID); err != nil {
@@ -107,8 +181,14 @@ func (r Registration) Validate() error {
 	if r.OfflineAfter < 0 {
 		errs = append(errs, fmt.Errorf("offline_after: must not be negative (got %s)", r.OfflineAfter))
 	}
-	if s, o := r.windows(); o <= s {
+	s, o := r.windows()
+	if o <= s {
 		errs = append(errs, fmt.Errorf("offline_after: %s must be longer than stale_after %s", o, s))
+	}
+	if r.HeartbeatInterval < 0 {
+		errs = append(errs, fmt.Errorf("heartbeat_interval: must not be negative (got %s)", r.HeartbeatInterval))
+	} else if r.HeartbeatInterval >= s {
+		errs = append(errs, fmt.Errorf("heartbeat_interval: %s must be shorter than stale_after %s", r.HeartbeatInterval, s))
 	}
 	return joinProblems(errs)
 }
@@ -130,8 +210,11 @@ type Worker struct {
 	WorkerID string `json:"worker_id"`
 	// Incarnation counts registrations, from 1. Heartbeats of any other
 	// incarnation are ignored.
-	Incarnation  int64             `json:"incarnation"`
-	State        State             `json:"state"`
+	Incarnation int64 `json:"incarnation"`
+	State       State `json:"state"`
+	// Capacity is the registered capacity, with Slots filled in by
+	// DefaultSlots when the registration named none. A record written
+	// before slots existed has zero Slots and is read as DefaultSlots too.
 	Capacity     resource.List     `json:"capacity"`
 	Labels       map[string]string `json:"labels,omitempty"`
 	Capabilities []string          `json:"capabilities,omitempty"`
@@ -139,7 +222,12 @@ type Worker struct {
 	// JSON).
 	StaleAfter   time.Duration `json:"stale_after"`
 	OfflineAfter time.Duration `json:"offline_after"`
-	RegisteredAt time.Time     `json:"registered_at"`
+	// HeartbeatInterval is the registered heartbeat interval (nanoseconds
+	// in JSON); zero means StaleAfter / HeartbeatsPerStaleWindow (see
+	// HeartbeatPeriod).
+	HeartbeatInterval time.Duration `json:"heartbeat_interval,omitempty"`
+
+	RegisteredAt time.Time `json:"registered_at"`
 	// LastHeartbeatAt is the last accepted heartbeat (or registration).
 	LastHeartbeatAt time.Time `json:"last_heartbeat_at"`
 	// HeartbeatSeq is the highest accepted heartbeat sequence number.
@@ -168,11 +256,12 @@ func (w *Worker) Register(r Registration, now time.Time) (lost []Reservation) {
 		WorkerID:           r.WorkerID,
 		Incarnation:        w.Incarnation + 1,
 		State:              Active,
-		Capacity:           r.Capacity.Clone(),
+		Capacity:           withDefaultSlots(r.Capacity),
 		Labels:             copyLabels(r.Labels),
 		Capabilities:       sortedUnique(r.Capabilities),
 		StaleAfter:         stale,
 		OfflineAfter:       offline,
+		HeartbeatInterval:  r.HeartbeatInterval,
 		RegisteredAt:       now,
 		LastHeartbeatAt:    now,
 		HeartbeatSeq:       0,
@@ -283,19 +372,60 @@ func (w *Worker) NextDeadline() time.Time {
 	return time.Time{}
 }
 
-// Free is capacity minus every reservation.
-func (w *Worker) Free() resource.List {
-	free := w.Capacity.Clone()
-	for _, r := range w.Reservations {
-		free = free.Sub(r.Resources)
+// HeartbeatPeriod is the heartbeat interval in effect: HeartbeatInterval
+// when registered, else StaleAfter / HeartbeatsPerStaleWindow (the agent's
+// default), else DefaultHeartbeatInterval for a record without windows.
+func (w *Worker) HeartbeatPeriod() time.Duration {
+	switch {
+	case w.HeartbeatInterval > 0:
+		return w.HeartbeatInterval
+	case w.StaleAfter > 0:
+		return w.StaleAfter / HeartbeatsPerStaleWindow
 	}
-	return free
+	return DefaultHeartbeatInterval
 }
 
-// Reserve holds req.Resources for a task's lease when Eligible accepts the
-// worker. Reserving again for the same task and fence is a no-op (the
-// reservation is idempotent); a reservation for an older fence of the same
-// task is replaced. Errors: the *Ineligible from Eligible.
+// Fresh reports whether the worker's last heartbeat is at most
+// LateAfterHeartbeats heartbeat periods (HeartbeatPeriod) before now. A
+// worker that is not fresh is late: probably dead but not yet STALE.
+// A zero now judges every worker fresh.
+func (w *Worker) Fresh(now time.Time) bool {
+	if now.IsZero() {
+		return true
+	}
+	return now.Sub(w.LastHeartbeatAt) <= LateAfterHeartbeats*w.HeartbeatPeriod()
+}
+
+// TotalCapacity is Capacity with a zero Slots read as DefaultSlots.
+func (w *Worker) TotalCapacity() resource.List { return withDefaultSlots(w.Capacity) }
+
+// Reserved is the sum of every reservation, each counted as at least
+// DefaultSlotRequest slots.
+func (w *Worker) Reserved() resource.List {
+	var used resource.List
+	for _, r := range w.Reservations {
+		used = used.Add(taskRequest(r.Resources))
+	}
+	return used
+}
+
+// Free is TotalCapacity minus Reserved. Amounts may be negative when a
+// reservation outlived a smaller re-declared capacity; Eligible treats
+// those as short.
+func (w *Worker) Free() resource.List { return w.TotalCapacity().Sub(w.Reserved()) }
+
+// Load is how busy the worker is: the largest fraction of any resource of
+// TotalCapacity that its reservations hold (resource.List.Share, the
+// dominant share), slots included. 0 for an idle worker, 1 when some
+// resource is fully reserved.
+func (w *Worker) Load() float64 { return w.Reserved().Share(w.TotalCapacity()) }
+
+// Reserve holds req.Request() for a task's lease when Eligible accepts the
+// worker, recording now as ReservedAt. Reserving again for the same task
+// and fence is a no-op that keeps the first ReservedAt (the reservation is
+// idempotent, so a reserve whose answer was lost may be repeated); a
+// reservation for an older fence of the same task is replaced. Errors: the
+// *Ineligible from Eligible. now is the registry's workflow time.
 func (w *Worker) Reserve(taskID string, fence int64, req Requirements, now time.Time) error {
 	for i, r := range w.Reservations {
 		if r.TaskID == taskID && r.Fence == fence {
@@ -310,7 +440,7 @@ func (w *Worker) Reserve(taskID string, fence int64, req Requirements, now time.
 	if err := Eligible(w, req); err != nil {
 		return err
 	}
-	w.Reservations = append(w.Reservations, Reservation{TaskID: taskID, Fence: fence, Resources: req.Resources.Clone(), ReservedAt: now})
+	w.Reservations = append(w.Reservations, Reservation{TaskID: taskID, Fence: fence, Resources: req.Request(), ReservedAt: now})
 	return nil
 }
 

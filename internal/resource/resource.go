@@ -10,7 +10,7 @@ import (
 // List is an amount of each resource. The zero value is "nothing".
 //
 // JSON: {"cpu_millis": 2000, "memory_bytes": 4294967296, "gpus": 1,
-// "custom": {"licenses": 2}}; zero amounts are omitted.
+// "slots": 4, "custom": {"licenses": 2}}; zero amounts are omitted.
 type List struct {
 	// CPUMillis is CPU in millicores: 1000 = one core (the Kubernetes
 	// "1000m" unit). Non-negative.
@@ -19,6 +19,13 @@ type List struct {
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 	// GPUs is a count of whole GPUs. Non-negative.
 	GPUs int64 `json:"gpus,omitempty"`
+	// Slots is a count of concurrent tasks: a worker's capacity offers
+	// some, every task takes at least one. Non-negative. Zero has a
+	// meaning given by the user of the list: package fleet reads a
+	// worker's zero as one slot per whole CPU core (at least one) and a
+	// task's zero as one slot (fleet.DefaultSlotRequest), so a worker's
+	// capacity for tasks is never unbounded.
+	Slots int64 `json:"slots,omitempty"`
 	// Custom maps a resource name (see CustomNamePattern) to a
 	// non-negative whole amount, e.g. {"licenses": 2}. An absent name is 0.
 	Custom map[string]int64 `json:"custom,omitempty"`
@@ -38,6 +45,7 @@ type Problem struct {
 	Message string
 }
 
+// Error is "<field>: <message>".
 func (p Problem) Error() string { return p.Field + ": " + p.Message }
 
 // Validate returns one Problem per negative amount or bad custom name.
@@ -52,6 +60,7 @@ func (l List) Validate(prefix string) []Problem {
 	check("cpu_millis", l.CPUMillis)
 	check("memory_bytes", l.MemoryBytes)
 	check("gpus", l.GPUs)
+	check("slots", l.Slots)
 	for _, name := range l.customNames() {
 		if !CustomNamePattern.MatchString(name) {
 			out = append(out, Problem{Field: prefix + ".custom." + name, Message: "invalid name: want a lowercase letter then up to 62 of [a-z0-9_./-]"})
@@ -64,7 +73,7 @@ func (l List) Validate(prefix string) []Problem {
 
 // IsZero reports whether the list asks for nothing.
 func (l List) IsZero() bool {
-	if l.CPUMillis != 0 || l.MemoryBytes != 0 || l.GPUs != 0 {
+	if l.CPUMillis != 0 || l.MemoryBytes != 0 || l.GPUs != 0 || l.Slots != 0 {
 		return false
 	}
 	for _, name := range l.customNames() {
@@ -86,6 +95,7 @@ func (l List) combine(o List, sign int64) List {
 		CPUMillis:   l.CPUMillis + sign*o.CPUMillis,
 		MemoryBytes: l.MemoryBytes + sign*o.MemoryBytes,
 		GPUs:        l.GPUs + sign*o.GPUs,
+		Slots:       l.Slots + sign*o.Slots,
 	}
 	names := mergeNames(l.customNames(), o.customNames())
 	for _, name := range names {
@@ -113,6 +123,7 @@ func (l List) Shortfall(request List) string {
 		{"cpu_millis", request.CPUMillis, l.CPUMillis},
 		{"memory_bytes", request.MemoryBytes, l.MemoryBytes},
 		{"gpus", request.GPUs, l.GPUs},
+		{"slots", request.Slots, l.Slots},
 	}
 	for _, name := range request.customNames() {
 		amounts = append(amounts, amount{"custom." + name, request.Custom[name], l.Custom[name]})
@@ -128,6 +139,28 @@ func (l List) Shortfall(request List) string {
 
 // Fits reports whether request fits in l.
 func (l List) Fits(request List) bool { return l.Shortfall(request) == "" }
+
+// Share is the largest fraction of capacity that l uses, over every
+// resource capacity offers (the dominant share): 0 when l uses nothing,
+// 1 when some resource is fully used, above 1 when one is over-used. A
+// resource capacity has none of (amount ≤ 0) is left out; l's negative
+// amounts count as zero. Package fleet ranks workers by it.
+func (l List) Share(capacity List) float64 {
+	share := 0.0
+	add := func(used, total int64) {
+		if total > 0 && used > 0 {
+			share = max(share, float64(used)/float64(total))
+		}
+	}
+	add(l.CPUMillis, capacity.CPUMillis)
+	add(l.MemoryBytes, capacity.MemoryBytes)
+	add(l.GPUs, capacity.GPUs)
+	add(l.Slots, capacity.Slots)
+	for _, name := range capacity.customNames() {
+		add(l.Custom[name], capacity.Custom[name])
+	}
+	return share
+}
 
 // Clone returns a deep copy (the Custom map is not shared).
 func (l List) Clone() List {

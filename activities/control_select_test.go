@@ -1,0 +1,322 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/fleet"
+	"github.com/wdc-runtime/wdc/internal/resource"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// How the fake registry answers a reserve update.
+const (
+	// reserveRejected: the validator refuses (a clean ApplicationError).
+	reserveRejected = "rejected"
+	// reserveLost: the worker reserves, but the answer is lost (a
+	// transport error reaches the caller).
+	reserveLost = "lost"
+)
+
+// fakeRegistry is a client.Client that serves the worker registry from
+// fleet.Worker records: visibility lists them, the worker query returns
+// them, the reserve update and release signal apply fleet's rules. Any
+// other client call panics (the embedded interface is nil).
+type fakeRegistry struct {
+	client.Client
+
+	mu       sync.Mutex
+	workers  map[string]*fleet.Worker
+	mode     map[string]string // worker ID → reserve answer; default: answered
+	reserves []string          // worker IDs sent a reserve, in order
+	releases []string          // "<worker> <task>/<fence>", in order
+}
+
+func newFakeRegistry(workers ...fleet.Worker) *fakeRegistry {
+	f := &fakeRegistry{workers: map[string]*fleet.Worker{}, mode: map[string]string{}}
+	for i := range workers {
+		f.workers[workers[i].WorkerID] = &workers[i]
+	}
+	return f
+}
+
+func (f *fakeRegistry) ListWorkflow(_ context.Context, _ *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var resp workflowservice.ListWorkflowExecutionsResponse
+	for id, w := range f.workers {
+		state, err := converter.GetDefaultDataConverter().ToPayload(string(w.State))
+		if err != nil {
+			return nil, err
+		}
+		resp.Executions = append(resp.Executions, &workflowpb.WorkflowExecutionInfo{
+			Execution:        &commonpb.WorkflowExecution{WorkflowId: api.WorkerWorkflowID(id)},
+			SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{api.SAWorkerState.GetName(): state}},
+		})
+	}
+	return &resp, nil
+}
+
+func (f *fakeRegistry) QueryWorkflow(_ context.Context, workflowID, _, _ string, _ ...any) (converter.EncodedValue, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	w := f.workers[api.WorkerIDFromWorkflowID(workflowID)]
+	return jsonValue{api.WorkerView{Worker: *w, Registered: true, Free: w.Free()}}, nil
+}
+
+func (f *fakeRegistry) UpdateWorkflow(_ context.Context, o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id := api.WorkerIDFromWorkflowID(o.WorkflowID)
+	f.reserves = append(f.reserves, id)
+	in := o.Args[0].(api.ReserveInput)
+	w := f.workers[id]
+	if f.mode[id] == reserveRejected {
+		return nil, temporal.NewApplicationError("worker "+id+" is full", api.ErrTypeIneligible)
+	}
+	if err := w.Reserve(in.TaskID, in.Fence, in.Requirements, t0); err != nil {
+		return nil, temporal.NewApplicationError(err.Error(), api.ErrTypeIneligible)
+	}
+	if f.mode[id] == reserveLost {
+		return nil, errors.New("rpc error: code = Unavailable desc = connection reset")
+	}
+	return reserved{id: id, incarnation: w.Incarnation}, nil
+}
+
+func (f *fakeRegistry) SignalWorkflow(_ context.Context, workflowID, _, name string, arg any) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if name != api.SignalRelease {
+		return fmt.Errorf("unexpected signal %s", name)
+	}
+	id := api.WorkerIDFromWorkflowID(workflowID)
+	sig := arg.(api.ReleaseSignal)
+	f.releases = append(f.releases, fmt.Sprintf("%s %s/%d", id, sig.TaskID, sig.Fence))
+	f.workers[id].Release(sig.TaskID, sig.Fence)
+	return nil
+}
+
+// holds lists "<task>/<fence>" reservations a worker holds.
+func (f *fakeRegistry) holds(id string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := []string{}
+	for _, r := range f.workers[id].Reservations {
+		out = append(out, fmt.Sprintf("%s/%d", r.TaskID, r.Fence))
+	}
+	sort.Strings(out)
+	return out
+}
+
+type jsonValue struct{ v any }
+
+func (j jsonValue) HasValue() bool { return true }
+func (j jsonValue) Get(ptr any) error {
+	b, err := json.Marshal(j.v)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, ptr)
+}
+
+type reserved struct {
+	id          string
+	incarnation int64
+}
+
+func (r reserved) WorkflowID() string { return api.WorkerWorkflowID(r.id) }
+func (r reserved) RunID() string      { return "" }
+func (r reserved) UpdateID() string   { return "" }
+func (r reserved) Get(_ context.Context, ptr any) error {
+	*ptr.(*api.ReserveResult) = api.ReserveResult{WorkerID: r.id, Incarnation: r.incarnation}
+	return nil
+}
+
+// idleWorker is an ACTIVE worker with 4 slots that heartbeated at t0,
+// holding the given "other" reservations.
+func idleWorker(id string, held int) fleet.Worker {
+	var w fleet.Worker
+	w.Register(fleet.Registration{WorkerID: id, Capacity: resource.List{CPUMillis: 4000, MemoryBytes: 1 << 30}}, t0)
+	for i := range held {
+		if err := w.Reserve(fmt.Sprint("other-", i), 1, fleet.Requirements{}, t0); err != nil {
+			panic(err)
+		}
+	}
+	return w
+}
+
+// selectEnv runs SelectWorker against reg with the clock at now.
+func selectEnv(reg *fakeRegistry, now time.Time) *testsuite.TestActivityEnvironment {
+	var ts testsuite.WorkflowTestSuite
+	env := ts.NewTestActivityEnvironment()
+	env.RegisterActivity(&Control{Client: reg, Now: func() time.Time { return now }})
+	return env
+}
+
+func runSelect(t *testing.T, env *testsuite.TestActivityEnvironment, in api.SelectWorkerInput) api.SelectWorkerResult {
+	t.Helper()
+	val, err := env.ExecuteActivity("SelectWorker", in)
+	require.NoError(t, err)
+	var res api.SelectWorkerResult
+	require.NoError(t, val.Get(&res))
+	return res
+}
+
+// A reserve whose answer is lost did reserve: it is released before the
+// next worker is tried, and only the granted reservation remains.
+func TestSelectWorkerReleasesAReserveWhoseAnswerWasLost(t *testing.T) {
+	reg := newFakeRegistry(idleWorker("a", 0), idleWorker("b", 1), idleWorker("c", 2))
+	reg.mode["a"] = reserveLost
+	env := selectEnv(reg, t0)
+	var heartbeats [][]string
+	var hbMu sync.Mutex
+	env.SetOnActivityHeartbeatListener(func(_ *activity.Info, details converter.EncodedValues) {
+		var p selectProgress
+		if details.Get(&p) == nil {
+			hbMu.Lock()
+			heartbeats = append(heartbeats, p.Tried)
+			hbMu.Unlock()
+		}
+	})
+
+	res := runSelect(t, env, api.SelectWorkerInput{TaskID: "t1", Fence: 3})
+	assert.Equal(t, "b", res.WorkerID)
+	assert.Equal(t, []string{"a", "b"}, reg.reserves, "least loaded first")
+	assert.Equal(t, []string{"a t1/3"}, reg.releases)
+	assert.Equal(t, []string{}, reg.holds("a"), "the lost reservation was released")
+	assert.Equal(t, []string{"other-0/1", "t1/3"}, reg.holds("b"))
+	require.NotEmpty(t, heartbeats)
+	assert.Equal(t, []string{"a"}, heartbeats[0], "a worker is recorded before its reserve is sent")
+}
+
+// A clean rejection reserved nothing: no release is sent.
+func TestSelectWorkerSendsNoReleaseAfterACleanRejection(t *testing.T) {
+	reg := newFakeRegistry(idleWorker("a", 0), idleWorker("b", 1))
+	reg.mode["a"] = reserveRejected
+	res := runSelect(t, selectEnv(reg, t0), api.SelectWorkerInput{TaskID: "t1", Fence: 1})
+	assert.Equal(t, "b", res.WorkerID)
+	assert.Equal(t, []string{"a", "b"}, reg.reserves)
+	assert.Empty(t, reg.releases)
+}
+
+// When every reserve's answer is lost, each is released and the task is
+// told it waits.
+func TestSelectWorkerReleasesEveryLostReserveWhenNoneSucceeds(t *testing.T) {
+	reg := newFakeRegistry(idleWorker("a", 0), idleWorker("b", 1))
+	reg.mode["a"], reg.mode["b"] = reserveLost, reserveLost
+	res := runSelect(t, selectEnv(reg, t0), api.SelectWorkerInput{TaskID: "t1", Fence: 2})
+	assert.Empty(t, res.WorkerID)
+	assert.NotEmpty(t, res.Waiting)
+	assert.Equal(t, []string{"a t1/2", "b t1/2"}, reg.releases)
+	assert.Equal(t, []string{}, reg.holds("a"))
+	assert.Equal(t, []string{"other-0/1"}, reg.holds("b"))
+}
+
+// A retry of the activity (heartbeat details from the earlier attempt)
+// releases (task, fence) on every worker the earlier attempt tried, except
+// the one it reserves on now.
+func TestSelectWorkerRetryReleasesWhatEarlierAttemptsTried(t *testing.T) {
+	// The earlier attempt reserved on a and c, and its answers were lost.
+	a, c := idleWorker("a", 0), idleWorker("c", 0)
+	require.NoError(t, a.Reserve("t1", 5, fleet.Requirements{}, t0))
+	require.NoError(t, c.Reserve("t1", 5, fleet.Requirements{}, t0))
+	c.Reservations = append(c.Reservations, fleet.Reservation{TaskID: "busy", Fence: 1})
+	reg := newFakeRegistry(a, idleWorker("b", 2), c)
+	env := selectEnv(reg, t0)
+	env.SetHeartbeatDetails(selectProgress{TaskID: "t1", Fence: 5, Tried: []string{"a", "c"}})
+
+	res := runSelect(t, env, api.SelectWorkerInput{TaskID: "t1", Fence: 5})
+	assert.Equal(t, "a", res.WorkerID, "a holds the least (its reservation is idempotent)")
+	assert.Equal(t, []string{"c t1/5"}, reg.releases, "the worker reserved on now is not released")
+	assert.Equal(t, []string{"t1/5"}, reg.holds("a"))
+	assert.Equal(t, []string{"busy/1"}, reg.holds("c"))
+}
+
+// Heartbeat details of another task or fence are not this selection's.
+func TestSelectWorkerIgnoresDetailsOfAnotherFence(t *testing.T) {
+	reg := newFakeRegistry(idleWorker("a", 0))
+	env := selectEnv(reg, t0)
+	env.SetHeartbeatDetails(selectProgress{TaskID: "t1", Fence: 4, Tried: []string{"a", "b"}})
+	res := runSelect(t, env, api.SelectWorkerInput{TaskID: "t1", Fence: 5})
+	assert.Equal(t, "a", res.WorkerID)
+	assert.Empty(t, reg.releases)
+}
+
+// The activity ranks with fleet.Place: every worker that lost a lease of
+// the task (AvoidWorkers and the older AvoidWorker) last, late heartbeats
+// after fresh ones at the wall clock it is given.
+func TestSelectWorkerPlacement(t *testing.T) {
+	late := func(w fleet.Worker) fleet.Worker {
+		w.LastHeartbeatAt = t0.Add(-10 * time.Second)
+		return w
+	}
+	tests := []struct {
+		name    string
+		workers []fleet.Worker
+		in      api.SelectWorkerInput
+		want    string
+	}{
+		{"every worker that lost a lease is avoided",
+			[]fleet.Worker{idleWorker("a", 0), idleWorker("b", 0), idleWorker("c", 3)},
+			api.SelectWorkerInput{AvoidWorkers: []string{"a", "b"}}, "c"},
+		{"the old single AvoidWorker is honoured",
+			[]fleet.Worker{idleWorker("a", 0), idleWorker("b", 3)},
+			api.SelectWorkerInput{AvoidWorker: "a"}, "b"},
+		{"both together",
+			[]fleet.Worker{idleWorker("a", 0), idleWorker("b", 0), idleWorker("c", 3)},
+			api.SelectWorkerInput{AvoidWorkers: []string{"a"}, AvoidWorker: "b"}, "c"},
+		{"among avoided workers, the oldest loss first",
+			[]fleet.Worker{idleWorker("a", 0), idleWorker("b", 0)},
+			api.SelectWorkerInput{AvoidWorkers: []string{"b", "a"}}, "b"},
+		{"a late heartbeat is ranked after a busier fresh worker",
+			[]fleet.Worker{late(idleWorker("a", 0)), idleWorker("b", 3)},
+			api.SelectWorkerInput{}, "b"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := newFakeRegistry(tc.workers...)
+			tc.in.TaskID, tc.in.Fence = "t1", 1
+			res := runSelect(t, selectEnv(reg, t0), tc.in)
+			assert.Equal(t, tc.want, res.WorkerID)
+			assert.Equal(t, []string{tc.want}, reg.reserves, "the first ranked worker is reserved")
+		})
+	}
+}
+
+func TestAvoidList(t *testing.T) {
+	tests := []struct {
+		name string
+		in   api.SelectWorkerInput
+		want []string
+	}{
+		{"none", api.SelectWorkerInput{}, nil},
+		{"old input", api.SelectWorkerInput{AvoidWorker: "a"}, []string{"a"}},
+		{"new input", api.SelectWorkerInput{AvoidWorkers: []string{"a", "b"}}, []string{"a", "b"}},
+		{"both, agreeing", api.SelectWorkerInput{AvoidWorkers: []string{"a", "b"}, AvoidWorker: "b"}, []string{"a", "b"}},
+		{"last holder lost again most recently", api.SelectWorkerInput{AvoidWorkers: []string{"a", "b"}, AvoidWorker: "a"}, []string{"a", "b", "a"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, avoidList(tc.in))
+		})
+	}
+}
