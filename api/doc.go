@@ -1,4 +1,4 @@
-// Package api is wdc's protocol on Temporal, in one place (STYLE 2): task
+// Package api is wdc's protocol on Temporal, in one place (docs/architecture.md, "Conventions"): task
 // queues, workflow-ID builders, the names of every signal, update and query,
 // one input and one result struct per message, and the search attributes.
 //

@@ -128,7 +128,7 @@ const (
 	QueryRun = "run"
 )
 
-// Search attributes (DESIGN §4). SQLite visibility allows 10 Keyword and 3
+// Search attributes (docs/architecture.md, "Conventions"). SQLite visibility allows 10 Keyword and 3
 // Int custom attributes; wdc uses 5 and 2.
 var (
 	// SAKind is "worker", "task" or "run".

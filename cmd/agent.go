@@ -55,6 +55,9 @@ an earlier agent of this work directory left behind.`,
 			if heartbeat < 0 || (heartbeat > 0 && heartbeat >= r.StaleAfter) {
 				return usagef("--heartbeat-interval %s: must be positive and below --stale-after %s", heartbeat, r.StaleAfter)
 			}
+			// Placement ranks a worker by how late its heartbeat is against
+			// the interval it declares.
+			r.HeartbeatInterval = heartbeat
 			ctx := c.Context()
 			tc, store, err := a.connect(ctx, dataDir)
 			if err != nil {

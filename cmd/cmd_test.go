@@ -53,6 +53,7 @@ func TestBadInputIsExitTwoWithOneLineNamingTheProblem(t *testing.T) {
 		{"overflowing cpu", []string{"workers", "register", "--worker-id", "w1", "--cpu", "1e30"}, `--cpu "1e30": too large`},
 		{"overflowing memory", []string{"workers", "register", "--worker-id", "w1", "--memory", "99999999999Ei"}, "--memory"},
 		{"negative gpus", []string{"workers", "register", "--worker-id", "w1", "--gpus", "-1"}, "--gpus"},
+		{"negative slots", []string{"workers", "register", "--worker-id", "w1", "--slots", "-2"}, "--slots"},
 		{"malformed label", []string{"workers", "register", "--worker-id", "w1", "--label", "zone"}, `--label "zone": want KEY=VALUE`},
 		{"invalid label value", []string{"workers", "register", "--worker-id", "w1", "--label", "zone=has space"}, "labels.zone"},
 		{"bad resource count", []string{"workers", "register", "--worker-id", "w1", "--resource", "licenses=two"}, "--resource"},

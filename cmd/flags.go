@@ -25,6 +25,7 @@ type registrationFlags struct {
 	cpu          string
 	memory       string
 	gpus         int64
+	slots        int64
 	resources    []string
 	labels       []string
 	capabilities []string
@@ -37,6 +38,7 @@ func (r *registrationFlags) bind(f *pflag.FlagSet) {
 	f.StringVar(&r.cpu, "cpu", "", `CPU capacity in cores or millicores, Kubernetes quantity syntax: "4", "1.5", "500m" (default: this machine's cores)`)
 	f.StringVar(&r.memory, "memory", "", `memory capacity, Kubernetes quantity syntax: "8Gi", "512Mi", "1e9" bytes (default: this machine's memory)`)
 	f.Int64Var(&r.gpus, "gpus", 0, "whole GPUs the worker offers")
+	f.Int64Var(&r.slots, "slots", 0, "how many tasks may run at once; a task takes one slot unless it asks for more (default: one per whole CPU core, at least 1)")
 	f.StringArrayVar(&r.resources, "resource", nil, "custom resource NAME=COUNT, e.g. licenses=2 (repeatable)")
 	f.StringArrayVar(&r.labels, "label", nil, "label KEY=VALUE matched by task selectors, Kubernetes label syntax (repeatable)")
 	f.StringArrayVar(&r.capabilities, "capability", nil, "capability a task may require, e.g. docker (repeatable)")
@@ -62,6 +64,10 @@ func (r *registrationFlags) registration() (fleet.Registration, error) {
 		return reg, usagef("--gpus: must not be negative (got %d)", r.gpus)
 	}
 	reg.Capacity.GPUs = r.gpus
+	if r.slots < 0 {
+		return reg, usagef("--slots: must not be negative (got %d)", r.slots)
+	}
+	reg.Capacity.Slots = r.slots
 	if reg.Capacity.Custom, err = parseCounts("--resource", r.resources); err != nil {
 		return reg, err
 	}
@@ -166,7 +172,7 @@ func parseCounts(flag string, in []string) (map[string]int64, error) {
 	return out, nil
 }
 
-// formatResources renders a resource list for humans: "cpu 4, mem 8.0Gi, gpu 1, licenses 2".
+// formatResources renders a resource list for humans: "cpu 4, mem 8.0Gi, gpu 1, slots 4, licenses 2".
 func formatResources(l wdcres.List) string {
 	parts := []string{
 		"cpu " + strconv.FormatFloat(float64(l.CPUMillis)/1000, 'f', -1, 64),
@@ -174,6 +180,9 @@ func formatResources(l wdcres.List) string {
 	}
 	if l.GPUs != 0 {
 		parts = append(parts, fmt.Sprintf("gpu %d", l.GPUs))
+	}
+	if l.Slots != 0 {
+		parts = append(parts, fmt.Sprintf("slots %d", l.Slots))
 	}
 	names := make([]string, 0, len(l.Custom))
 	for k := range l.Custom {

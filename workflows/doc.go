@@ -2,7 +2,7 @@
 // worker: the durable registry entry), WdcTask (one per logical task: the
 // lease loop) and WdcRun (one per run: the parent that owns evidence) — each
 // a small state machine over one state struct that continue-as-new carries
-// forward (STYLE 1).
+// forward (docs/architecture.md, "Conventions").
 //
 // Workflow code is deterministic: no time.Now, rand, native goroutines or
 // map iteration; time comes from workflow.Now and every rule (fence check,

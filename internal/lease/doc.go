@@ -3,7 +3,7 @@
 // completing it, the retry directive that expiry or loss produces instead of
 // a failure, retry backoff, and Check — the ONE function that decides whether
 // a message (heartbeat, result, release, cancel) from an attempt may act on a
-// task (DESIGN §1 invariant 7).
+// task (invariant 7 in docs/architecture.md, "Invariants").
 //
 // It is pure Go with no Temporal import, so the WdcTask workflow calls it and
 // its rules are table-tested as plain functions. Nothing here reads the clock:

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// State is a lease's state (DESIGN §2).
+// State is a lease's state (docs/architecture.md, "The lease loop").
 type State string
 
 const (
