@@ -145,13 +145,20 @@ func (c *Control) selectWorker(ctx context.Context, in api.SelectWorkerInput, pr
 		}
 		passed = append(passed, fleet.Ineligible{WorkerID: w.WorkerID, Reason: "unreachable", Detail: err.Error()})
 	}
-	if len(workers) == 0 {
-		// Say which workers exist in other states (from visibility alone).
-		others, err := wc.WorkerStates(ctx)
-		if err == nil {
-			for _, o := range others {
-				passed = append(passed, fleet.Ineligible{WorkerID: o.WorkerID, Reason: fleet.IneligibleState, Detail: "state is " + string(o.State)})
+	// Name the workers in other states too (from visibility alone): the
+	// one that would fit may be DRAINING, STALE or OFFLINE.
+	if others, err := wc.WorkerStates(ctx); err == nil {
+		named := make(map[string]bool, len(passed))
+		for _, p := range passed {
+			named[p.WorkerID] = true
+		}
+		n := 0
+		for _, o := range others {
+			if o.State == fleet.Active || named[o.WorkerID] || n == maxNamedInactive {
+				continue
 			}
+			n++
+			passed = append(passed, fleet.Ineligible{WorkerID: o.WorkerID, Reason: fleet.IneligibleState, Detail: "state is " + string(o.State)})
 		}
 	}
 	fleet.SortByRelevance(passed)
@@ -181,6 +188,10 @@ func avoidList(in api.SelectWorkerInput) []string {
 	}
 	return out
 }
+
+// maxNamedInactive bounds how many workers that are not ACTIVE a waiting
+// task's reason lists.
+const maxNamedInactive = 10
 
 // WaitingMessage says why no worker could take a task, naming up to three.
 func WaitingMessage(active int, passed []fleet.Ineligible) string {

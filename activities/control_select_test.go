@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -59,11 +60,14 @@ func newFakeRegistry(workers ...fleet.Worker) *fakeRegistry {
 	return f
 }
 
-func (f *fakeRegistry) ListWorkflow(_ context.Context, _ *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
+func (f *fakeRegistry) ListWorkflow(_ context.Context, req *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var resp workflowservice.ListWorkflowExecutionsResponse
 	for id, w := range f.workers {
+		if filtered := strings.Contains(req.GetQuery(), api.SAWorkerState.GetName()); filtered && !strings.Contains(req.GetQuery(), fmt.Sprintf("%q", w.State)) {
+			continue // visibility's state filter, as wdcclient.WorkersQuery writes it
+		}
 		state, err := converter.GetDefaultDataConverter().ToPayload(string(w.State))
 		if err != nil {
 			return nil, err
@@ -319,4 +323,20 @@ func TestAvoidList(t *testing.T) {
 			assert.Equal(t, tc.want, avoidList(tc.in))
 		})
 	}
+}
+
+// A waiting task's reason names the worker that would fit but is not
+// ACTIVE (here DRAINING) as such, before workers the task does not select.
+func TestSelectWorkerWaitingNamesDrainingWorkers(t *testing.T) {
+	drained := idleWorker("drained", 0)
+	drained.Labels = map[string]string{"zone": "a"}
+	drained.Drain("kernel upgrade", t0)
+	other := idleWorker("other", 0)
+	other.Labels = map[string]string{"zone": "b"}
+	reg := newFakeRegistry(drained, other)
+	res := runSelect(t, selectEnv(reg, t0), api.SelectWorkerInput{TaskID: "t1", Fence: 1, Requirements: fleet.Requirements{Selector: map[string]string{"zone": "a"}}})
+	assert.Empty(t, res.WorkerID)
+	assert.Contains(t, res.Waiting, "drained: not_active (state is DRAINING)")
+	assert.Less(t, strings.Index(res.Waiting, "drained"), strings.Index(res.Waiting, "other"), "the near miss first: %s", res.Waiting)
+	assert.Empty(t, reg.reserves)
 }
