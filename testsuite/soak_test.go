@@ -73,6 +73,7 @@ func TestSoakWorkerContinueAsNew(t *testing.T) {
 	const id = "soak-w"
 	reg, err := wc.RegisterWorker(ctx, fleet.Registration{WorkerID: id, Capacity: resource.List{CPUMillis: 64000, MemoryBytes: 64 << 30}})
 	require.NoError(t, err)
+	firstRun := currentRunID(t, c, api.WorkerWorkflowID(id))
 
 	deadline := time.Now().Add(45 * time.Second)
 	var sent atomic.Int64
@@ -125,6 +126,17 @@ func TestSoakWorkerContinueAsNew(t *testing.T) {
 	require.Empty(t, v.Reservations, "every reservation released")
 	require.GreaterOrEqual(t, runs, 3, "the registry continued as new under load")
 	require.Equal(t, fleet.Active, v.State)
+	if *updateHistories {
+		writeHistoryFrom(t, c, api.WorkerWorkflowID(id), firstRun) // continue-as-new holding reservations
+	}
+}
+
+// currentRunID is the run ID of a workflow's current run.
+func currentRunID(t *testing.T, c client.Client, wfID string) string {
+	t.Helper()
+	desc, err := c.DescribeWorkflowExecution(context.Background(), wfID, "")
+	require.NoError(t, err)
+	return desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()
 }
 
 // soakLauncher starts nothing: the test itself plays the attempt.
@@ -162,6 +174,7 @@ func TestSoakTaskContinueAsNewWithActiveLease(t *testing.T) {
 	env := envelope.Envelope{TaskID: "soak-task", RunID: "soak-run", WorldID: "soak", Command: []string{"true"}, Selector: sel}
 	_, err = wc.SubmitTask(ctx, env, api.TaskOptions{LeaseTTL: 5 * time.Second})
 	require.NoError(t, err)
+	firstRun := currentRunID(t, c, api.TaskWorkflowID(env.TaskID))
 	var view api.TaskView
 	waitFor(t, 20*time.Second, "attempt 1 launched", func() bool {
 		view, err = wc.Task(ctx, env.TaskID)
@@ -201,4 +214,8 @@ func TestSoakTaskContinueAsNewWithActiveLease(t *testing.T) {
 		v, err := wc.Worker(ctx, wid)
 		return err == nil && len(v.Reservations) == 0
 	})
+	if *updateHistories {
+		writeHistoryFrom(t, c, api.TaskWorkflowID(env.TaskID), firstRun) // continue-as-new with an ACTIVE lease
+		writeHistoryFrom(t, c, api.TaskWorkflowID(env.TaskID), "")       // the run that completed
+	}
 }
