@@ -131,6 +131,11 @@ type Execution struct {
 
 	// seq numbers heartbeats across both phases (running, submitting).
 	seq int64
+	// lastAccepted is the send time of the last heartbeat Temporal took
+	// (before the first one: the lease's grant, see leaseReference); the
+	// executor fences itself a TTL after it. Only the heartbeat loop of
+	// the current phase touches it.
+	lastAccepted time.Time
 
 	mu        sync.Mutex
 	exited    bool    // the command has exited; Cancel is then a no-op
@@ -162,11 +167,12 @@ func Start(opts Options) (*Execution, error) {
 	}
 	claim := a.Claim()
 	e := &Execution{
-		opts:    opts,
-		claim:   claim,
-		taskDir: TaskDir(opts.Root, claim),
-		done:    make(chan struct{}),
-		log:     opts.Logger.With("task", claim.TaskID, "attempt", claim.Attempt, "fence", claim.Fence),
+		opts:         opts,
+		claim:        claim,
+		taskDir:      TaskDir(opts.Root, claim),
+		done:         make(chan struct{}),
+		log:          opts.Logger.With("task", claim.TaskID, "attempt", claim.Attempt, "fence", claim.Fence),
+		lastAccepted: leaseReference(a.Lease, time.Now()),
 	}
 	if err := e.prepare(); err != nil {
 		os.RemoveAll(e.taskDir)
@@ -177,6 +183,19 @@ func Start(opts Options) (*Execution, error) {
 	}
 	go e.supervise()
 	return e, nil
+}
+
+// leaseReference is where the self-fencing deadline counts from before the
+// first heartbeat is accepted: the lease's grant (GrantedAt, a control-plane
+// time) when this machine's clock puts it less than a TTL before now, else
+// now. The lease cannot have been renewed before it was granted, so the
+// grant is the conservative choice; a clock that disagrees with the
+// control plane's by more than a TTL falls back to now.
+func leaseReference(l lease.Lease, now time.Time) time.Time {
+	if g := l.GrantedAt; !g.IsZero() && g.Before(now) && now.Sub(g) < l.TTL {
+		return now.Add(-now.Sub(g)) // keeps now's monotonic reading
+	}
+	return now
 }
 
 // prepare creates the task directory with envelope.json, inputs/ and
@@ -559,49 +578,106 @@ func (e *Execution) submitWithRetry(ctx context.Context, in api.SubmitResultInpu
 // result while its lease stays valid.
 const submitTimeout = 10 * time.Minute
 
+// HeartbeatRetryDivisor sets how hard a failing heartbeat is retried:
+// while heartbeats fail, the executor tries again every
+// HeartbeatInterval/HeartbeatRetryDivisor, each try bounded by the same
+// fraction, so that once the network heals the lease is renewed within a
+// fraction of the interval (plus the client's reconnect delay) instead of a
+// whole interval later.
+const HeartbeatRetryDivisor = 4
+
 // heartbeatLoop renews the lease every interval until ctx ends, and calls
 // onLost (once, then returns) when the lease is no longer this attempt's
 // (fenced: the lease query fails the fence check, or the task has ended)
-// or when no heartbeat reached Temporal for a whole lease TTL. A lease query that
-// fails while the heartbeat itself got through is tolerated: the control
-// plane may be down, and then the lease cannot expire either.
+// or when no heartbeat was accepted for a whole lease TTL.
+//
+// A heartbeat is accepted when Temporal took its signal. The self-fencing
+// deadline is the SEND time of the last accepted heartbeat plus the TTL:
+// the task workflow renews the lease when it processes the signal, which is
+// never before it was sent, so the command is killed no later than the
+// control plane expires the lease. A try still in flight at the deadline
+// is abandoned. While heartbeats fail they are retried every
+// interval/HeartbeatRetryDivisor, so a partition shorter than TTL − 2 ×
+// interval is ridden out (given a client that redials within a fraction of
+// the interval, see worker.AgentDialOptions).
+//
+// A lease query that fails while the heartbeat itself got through is
+// tolerated: the control plane may be down, and then the lease cannot
+// expire either.
 func (e *Execution) heartbeatLoop(ctx context.Context, onLost func(why string, fenced bool)) {
 	interval := e.opts.Attempt.HeartbeatInterval
 	ttl := e.opts.Attempt.Lease.TTL
-	lastContact := time.Now()
+	retry := interval / HeartbeatRetryDivisor
+	next := time.Now()
+	var failingSince time.Time // zero while heartbeats get through
+	var lastErr error
 	for {
+		deadline := e.lastAccepted.Add(ttl)
+		if wait := time.Until(next); wait > 0 {
+			t := time.NewTimer(min(wait, time.Until(deadline)))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		sent := time.Now()
+		if !sent.Before(deadline) {
+			why := fmt.Sprintf("Temporal unreachable: no heartbeat accepted for %s (lease TTL %s, counted from the send time of the last accepted heartbeat)",
+				sent.Sub(e.lastAccepted).Round(time.Millisecond), ttl)
+			if lastErr != nil {
+				why += ": " + lastErr.Error()
+			}
+			onLost(why, false)
+			return
+		}
 		e.seq++
-		reached, err := e.beat(ctx, e.seq, interval)
-		if reached {
-			lastContact = time.Now()
+		tryEnd := sent.Add(retry)
+		if deadline.Before(tryEnd) {
+			tryEnd = deadline
+		}
+		accepted, err := e.beat(ctx, e.seq, tryEnd)
+		if ctx.Err() != nil {
+			return
+		}
+		if accepted {
+			e.lastAccepted = sent
+			next = sent.Add(interval)
+			if !failingSince.IsZero() {
+				e.log.Info("heartbeat accepted again", "failing_for", sent.Sub(failingSince).Round(time.Millisecond))
+				failingSince = time.Time{}
+			}
+		} else {
+			next = sent.Add(retry)
+			if failingSince.IsZero() {
+				failingSince = sent
+				e.log.Warn("heartbeat failed; retrying every "+retry.String(), "error", err,
+					"self_fence_in", time.Until(e.lastAccepted.Add(ttl)).Round(time.Millisecond))
+			} else {
+				e.log.Debug("heartbeat failed", "error", err)
+			}
+			lastErr = err
 		}
 		switch {
-		case ctx.Err() != nil:
-			return
 		case errors.Is(err, errFenced):
 			onLost(err.Error(), true)
 			return
-		case err != nil:
+		case accepted && err != nil:
 			e.log.Warn("heartbeat", "error", err)
-			if time.Since(lastContact) >= ttl {
-				onLost(fmt.Sprintf("Temporal unreachable for %s (lease TTL %s): %v", time.Since(lastContact).Round(time.Millisecond), ttl, err), false)
-				return
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(interval):
 		}
 	}
 }
 
 var errFenced = errors.New("fenced")
 
-// beat sends one heartbeat and checks the fence. reached reports whether
-// the heartbeat got to Temporal.
-func (e *Execution) beat(ctx context.Context, seq int64, timeout time.Duration) (reached bool, err error) {
-	cctx, cancel := context.WithTimeout(ctx, timeout)
+// beat sends one heartbeat and checks the fence, both before tryEnd.
+// accepted reports whether Temporal took the heartbeat signal.
+func (e *Execution) beat(ctx context.Context, seq int64, tryEnd time.Time) (accepted bool, err error) {
+	cctx, cancel := context.WithDeadline(ctx, tryEnd)
 	defer cancel()
 	err = e.opts.Control.Heartbeat(cctx, api.LeaseHeartbeatSignal{Claim: e.claim, Seq: seq})
 	if errors.Is(err, ErrTaskGone) {
