@@ -118,6 +118,12 @@ type Options struct {
 	Logger  *slog.Logger
 	// OnReport, when set, is called once with the final report.
 	OnReport func(Report)
+	// BeforeExec, when set, is called once the task directory and inputs
+	// are in place, right before the command starts. An error aborts the
+	// start: nothing runs, the task directory is removed and Start returns
+	// the error. Launchers use it to refuse an attempt whose launch is past
+	// its deadline or whose lease is no longer current (CheckLease).
+	BeforeExec func() error
 }
 
 // Execution is a running attempt.
@@ -155,8 +161,9 @@ func TaskDir(root string, c lease.Claim) string {
 // in the background until the attempt ends (Done).
 //
 // Errors (nothing is left running): the task directory exists already, an
-// input is missing from the blob store or fails its digest, the command
-// cannot be found or started. Callers report these as launch_failed.
+// input is missing from the blob store or fails its digest, BeforeExec
+// refused, the command cannot be found or started. Callers report these as
+// launch_failed.
 func Start(opts Options) (*Execution, error) {
 	a := opts.Attempt
 	if opts.Logger == nil {
@@ -175,14 +182,29 @@ func Start(opts Options) (*Execution, error) {
 		lastAccepted: leaseReference(a.Lease, time.Now()),
 	}
 	if err := e.prepare(); err != nil {
-		os.RemoveAll(e.taskDir)
+		if !errors.Is(err, os.ErrExist) { // never remove another launch's directory
+			e.removeTaskDir()
+		}
 		return nil, err
+	}
+	if opts.BeforeExec != nil {
+		if err := opts.BeforeExec(); err != nil {
+			e.removeTaskDir()
+			return nil, err
+		}
 	}
 	if err := e.startCommand(); err != nil {
 		return nil, err
 	}
 	go e.supervise()
 	return e, nil
+}
+
+// removeTaskDir removes the task directory of an attempt that did not
+// start, and its task's directory if that is left empty.
+func (e *Execution) removeTaskDir() {
+	os.RemoveAll(e.taskDir)
+	_ = os.Remove(filepath.Dir(e.taskDir)) // only if empty
 }
 
 // leaseReference is where the self-fencing deadline counts from before the
@@ -686,15 +708,14 @@ func (e *Execution) beat(ctx context.Context, seq int64, tryEnd time.Time) (acce
 	if err != nil {
 		return false, err
 	}
-	view, err := e.opts.Control.Lease(cctx, e.claim.TaskID)
-	if errors.Is(err, ErrTaskGone) {
+	var rej *Rejected
+	switch err := CheckLease(cctx, e.opts.Control, e.claim); {
+	case errors.Is(err, ErrTaskGone):
 		return true, fmt.Errorf("%w: %v", errFenced, err)
-	}
-	if err != nil {
-		return true, fmt.Errorf("lease query (is the control plane running?): %w", err)
-	}
-	if rej := lease.Check(view.Lease, e.claim); rej != nil {
+	case errors.As(err, &rej):
 		return true, fmt.Errorf("%w: lease lost: %v", errFenced, rej)
+	case err != nil:
+		return true, fmt.Errorf("lease query (is the control plane running?): %w", err)
 	}
 	return true, nil
 }
