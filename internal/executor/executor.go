@@ -407,7 +407,7 @@ func (e *Execution) supervise() {
 	hbDone := make(chan struct{})
 	go func() {
 		defer close(hbDone)
-		e.heartbeatLoop(ctx, func(why string, _ bool) { e.stop(OutcomeSelfFenced, why) })
+		e.heartbeatLoop(ctx, time.Time{}, func(why string, _ bool) { e.stop(OutcomeSelfFenced, why) })
 	}()
 
 	var deadline <-chan time.Time
@@ -491,7 +491,11 @@ func (e *Execution) finish(rep *Report) {
 	hbDone := make(chan struct{})
 	go func() {
 		defer close(hbDone)
-		e.heartbeatLoop(hbCtx, func(why string, fenced bool) {
+		// The command has exited: nothing is left to fence, so the
+		// submission gets a whole TTL of its own to reach Temporal (after a
+		// freeze the lease may be long gone; the fence then refuses the
+		// result, which is the answer to report).
+		e.heartbeatLoop(hbCtx, time.Now(), func(why string, fenced bool) {
 			if fenced {
 				// Our result may be pending ingest already (no longer an
 				// ACTIVE lease to renew), or it will be refused: either way
@@ -611,7 +615,8 @@ const HeartbeatRetryDivisor = 4
 // heartbeatLoop renews the lease every interval until ctx ends, and calls
 // onLost (once, then returns) when the lease is no longer this attempt's
 // (fenced: the lease query fails the fence check, or the task has ended)
-// or when no heartbeat was accepted for a whole lease TTL.
+// or when no heartbeat was accepted for a whole lease TTL, counted from the
+// later of the last accepted heartbeat's send time and notBefore.
 //
 // A heartbeat is accepted when Temporal took its signal. The self-fencing
 // deadline is the SEND time of the last accepted heartbeat plus the TTL:
@@ -626,7 +631,7 @@ const HeartbeatRetryDivisor = 4
 // A lease query that fails while the heartbeat itself got through is
 // tolerated: the control plane may be down, and then the lease cannot
 // expire either.
-func (e *Execution) heartbeatLoop(ctx context.Context, onLost func(why string, fenced bool)) {
+func (e *Execution) heartbeatLoop(ctx context.Context, notBefore time.Time, onLost func(why string, fenced bool)) {
 	interval := e.opts.Attempt.HeartbeatInterval
 	ttl := e.opts.Attempt.Lease.TTL
 	retry := interval / HeartbeatRetryDivisor
@@ -634,7 +639,11 @@ func (e *Execution) heartbeatLoop(ctx context.Context, onLost func(why string, f
 	var failingSince time.Time // zero while heartbeats get through
 	var lastErr error
 	for {
-		deadline := e.lastAccepted.Add(ttl)
+		base := e.lastAccepted
+		if base.Before(notBefore) {
+			base = notBefore
+		}
+		deadline := base.Add(ttl)
 		if wait := time.Until(next); wait > 0 {
 			t := time.NewTimer(min(wait, time.Until(deadline)))
 			select {
@@ -650,7 +659,7 @@ func (e *Execution) heartbeatLoop(ctx context.Context, onLost func(why string, f
 		sent := time.Now()
 		if !sent.Before(deadline) {
 			why := fmt.Sprintf("Temporal unreachable: no heartbeat accepted for %s (lease TTL %s, counted from the send time of the last accepted heartbeat)",
-				sent.Sub(e.lastAccepted).Round(time.Millisecond), ttl)
+				sent.Sub(base).Round(time.Millisecond), ttl)
 			if lastErr != nil {
 				why += ": " + lastErr.Error()
 			}
@@ -678,7 +687,7 @@ func (e *Execution) heartbeatLoop(ctx context.Context, onLost func(why string, f
 			if failingSince.IsZero() {
 				failingSince = sent
 				e.log.Warn("heartbeat failed; retrying every "+retry.String(), "error", err,
-					"self_fence_in", time.Until(e.lastAccepted.Add(ttl)).Round(time.Millisecond))
+					"gives_up_in", time.Until(deadline).Round(time.Millisecond))
 			} else {
 				e.log.Debug("heartbeat failed", "error", err)
 			}

@@ -514,3 +514,19 @@ func TestSelfFenceCountsFromTheSendTime(t *testing.T) {
 		"command ended %s after the lease would have expired", rep.FinishedAt.Sub(expiry))
 	t.Logf("command ended %s relative to the expiry", rep.FinishedAt.Sub(expiry).Round(time.Millisecond))
 }
+
+// An executor frozen after its command exited for longer than the lease
+// TTL still submits the result when it thaws: nothing is left to fence,
+// and the control plane's fence check gives the answer (here: accepted).
+func TestFrozenPastTheTTLStillSubmits(t *testing.T) {
+	f := newFixture(t, `echo done > outputs/done`, nil)
+	f.lease.TTL = time.Second
+	f.ctl.lease.TTL = time.Second
+	rep := f.wait(f.start(func(o *Options) {
+		o.Faults.Freeze = func(lease.Claim) { time.Sleep(1500 * time.Millisecond) }
+	}))
+	assert.Equal(t, OutcomeAccepted, rep.Outcome, "%+v", rep)
+	f.ctl.mu.Lock()
+	defer f.ctl.mu.Unlock()
+	assert.Len(t, f.ctl.submitted, 1)
+}
