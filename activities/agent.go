@@ -3,7 +3,9 @@ package activities
 import (
 	"context"
 	"fmt"
+	"time"
 
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/wdc-runtime/wdc/api"
@@ -18,19 +20,49 @@ type Agent struct {
 }
 
 // LaunchAttempt starts an attempt and returns once it runs; the executor
-// then owns it. Errors: a non-retryable launch_failed ApplicationError when
-// the attempt is for another worker or cannot start (bad command, missing
+// then owns it. A launch that is already past its deadline
+// (activity.GetInfo(ctx).Deadline, the schedule-to-close timeout: an agent
+// that was frozen or partitioned may receive it late) starts nothing; the
+// launcher checks the deadline again, and that the lease is still current,
+// right before the command starts.
+//
+// Errors: a non-retryable launch_failed ApplicationError when the attempt
+// is for another worker, its launch is past its deadline, its lease is not
+// current or cannot be verified, or it cannot start (bad command, missing
 // input) — the task turns that into a launch_failed retry on a new attempt.
 func (a *Agent) LaunchAttempt(ctx context.Context, in api.LaunchInput) (api.LaunchResult, error) {
 	if in.Lease.WorkerID != a.WorkerID {
 		return api.LaunchResult{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("lease is for worker %q, this agent is %q", in.Lease.WorkerID, a.WorkerID), api.ErrTypeLaunchFailed, nil)
 	}
+	var deadline time.Time
+	if activity.IsActivity(ctx) {
+		deadline = activity.GetInfo(ctx).Deadline
+	}
+	if err := launchExpired(ctx, deadline, time.Now()); err != nil {
+		if activity.IsActivity(ctx) {
+			activity.GetLogger(ctx).Warn("launch refused", "task", in.Lease.TaskID, "attempt", in.Lease.Attempt, "fence", in.Lease.Fence, "error", err)
+		}
+		return api.LaunchResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("attempt %d (fence %d) not started: %v", in.Lease.Attempt, in.Lease.Fence, err), api.ErrTypeLaunchFailed, err)
+	}
 	sub, err := a.Launcher.Submit(ctx, launchers.Attempt{Envelope: in.Envelope, Lease: in.Lease, HeartbeatInterval: in.HeartbeatInterval})
 	if err != nil {
 		return api.LaunchResult{}, temporal.NewNonRetryableApplicationError(err.Error(), api.ErrTypeLaunchFailed, err)
 	}
 	return api.LaunchResult{TaskDir: sub.TaskDir, PID: sub.PID}, nil
+}
+
+// launchExpired is launchers.ErrLaunchExpired (wrapped) when ctx is done or
+// now is at or past deadline (zero: none).
+func launchExpired(ctx context.Context, deadline, now time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", launchers.ErrLaunchExpired, err)
+	}
+	if !deadline.IsZero() && !now.Before(deadline) {
+		return fmt.Errorf("%w: its deadline passed %s ago", launchers.ErrLaunchExpired, now.Sub(deadline).Round(time.Millisecond))
+	}
+	return nil
 }
 
 // CancelAttempt stops an attempt whose lease ended (best effort).

@@ -59,7 +59,9 @@ an earlier agent of this work directory left behind.`,
 			// the interval it declares.
 			r.HeartbeatInterval = heartbeat
 			ctx := c.Context()
-			tc, store, err := a.connect(ctx, dataDir)
+			// Redial promptly after a network cut: attempt heartbeats must
+			// get through within a fraction of their interval.
+			tc, store, err := a.connect(ctx, dataDir, worker.AgentDialOptions()...)
 			if err != nil {
 				return err
 			}

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
+	"google.golang.org/grpc"
 
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
@@ -101,21 +102,23 @@ func (a *app) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(a.deps.Stderr, &slog.HandlerOptions{Level: lvl}))
 }
 
-// dial connects to Temporal with the global flags.
-func (a *app) dial(ctx context.Context) (client.Client, error) {
+// dial connects to Temporal with the global flags and extra gRPC dial
+// options (e.g. worker.AgentDialOptions).
+func (a *app) dial(ctx context.Context, extra ...grpc.DialOption) (client.Client, error) {
 	if err := a.global.validate(); err != nil {
 		return nil, err
 	}
-	return a.dialAddress(ctx, a.global.address)
+	return a.dialAddress(ctx, a.global.address, extra...)
 }
 
-func (a *app) dialAddress(ctx context.Context, address string) (client.Client, error) {
+func (a *app) dialAddress(ctx context.Context, address string, extra ...grpc.DialOption) (client.Client, error) {
 	g := &a.global
 	opts := client.Options{
 		HostPort:  address,
 		Namespace: g.namespace,
 		Logger:    sdklog.NewStructuredLogger(a.sdkLogger()),
 	}
+	opts.ConnectionOptions.DialOptions = extra
 	if g.tls || g.tlsCertPath != "" || g.tlsKeyPath != "" || g.tlsCAPath != "" || g.tlsServerName != "" {
 		cfg, err := g.tlsConfig()
 		if err != nil {
@@ -247,8 +250,9 @@ func emitTable[T any](a *app, rows []T, empty, header string, row func(T) string
 }
 
 // connect opens the data directory's blob store (default data dir when
-// empty) and dials Temporal; close releases the connection.
-func (a *app) connect(ctx context.Context, dataDir string) (c client.Client, store *blobstore.Store, err error) {
+// empty) and dials Temporal with extra gRPC dial options; close releases
+// the connection.
+func (a *app) connect(ctx context.Context, dataDir string, extra ...grpc.DialOption) (c client.Client, store *blobstore.Store, err error) {
 	if err := a.global.validate(); err != nil {
 		return nil, nil, err
 	}
@@ -258,7 +262,7 @@ func (a *app) connect(ctx context.Context, dataDir string) (c client.Client, sto
 	if store, err = blobstore.Open(dataDir); err != nil {
 		return nil, nil, err
 	}
-	if c, err = a.dial(ctx); err != nil {
+	if c, err = a.dial(ctx, extra...); err != nil {
 		return nil, nil, err
 	}
 	return c, store, nil

@@ -3,6 +3,7 @@ package launchers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/wdc-runtime/wdc/internal/envelope"
@@ -46,14 +47,35 @@ type Status struct {
 	Detail string
 }
 
+// ErrLaunchExpired: the launch was cancelled or is past its deadline (the
+// control plane has given up on it and may have revoked the lease), so the
+// attempt must not start.
+var ErrLaunchExpired = errors.New("launch expired")
+
+// CheckDeadline returns ErrLaunchExpired (wrapped, with the cause) when ctx
+// is done or its deadline has passed by this machine's clock. The deadline
+// is checked directly, not only through ctx.Err(): a process that was
+// frozen (SIGSTOP, a VM pause) resumes before ctx's timer has fired.
+func CheckDeadline(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrLaunchExpired, err)
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return fmt.Errorf("%w: its deadline passed %s ago", ErrLaunchExpired, time.Since(dl).Round(time.Millisecond))
+	}
+	return nil
+}
+
 // ErrUnknownAttempt: the launcher has no record of the attempt.
 var ErrUnknownAttempt = errors.New("unknown attempt")
 
 // Launcher starts, inspects and stops attempts of one kind.
 type Launcher interface {
 	// Submit starts the attempt and returns once it runs (the executor owns
-	// it from there: heartbeats, self-fencing, result submission). Errors
-	// mean the attempt did not start (a launch_failed retry).
+	// it from there: heartbeats, self-fencing, result submission). It must
+	// not start an attempt once ctx is done or past its deadline
+	// (CheckDeadline) or when its lease is not current. Errors mean the
+	// attempt did not start (a launch_failed retry).
 	Submit(ctx context.Context, a Attempt) (Submission, error)
 	// Status reports the attempt's phase; ErrUnknownAttempt when the
 	// launcher never saw it (e.g. after an agent restart).

@@ -143,12 +143,19 @@ func startAgent(t *testing.T, id string, opts ...func(*worker.AgentOptions)) *wo
 // temp dir.
 func spawnAgent(t *testing.T, id string, env ...string) *exec.Cmd {
 	t.Helper()
+	return spawnAgentVia(t, id, suite.srv.FrontendHostPort(), env...)
+}
+
+// spawnAgentVia is spawnAgent with the agent dialling the frontend at
+// address (e.g. a tcpProxy's).
+func spawnAgentVia(t *testing.T, id, address string, env ...string) *exec.Cmd {
+	t.Helper()
 	logPath := filepath.Join(t.TempDir(), id+".log")
 	logFile, err := os.Create(logPath)
 	require.NoError(t, err)
 	c := exec.Command(os.Args[0], "agent", "--worker-id", id, "--cpu", "1", "--memory", "1Gi",
 		"--label", "suite-test="+testLabel(t), "--data-dir", suite.dataDir,
-		"--address", suite.srv.FrontendHostPort(), "--log-level", "info")
+		"--address", address, "--log-level", "info")
 	c.Env = append(append(os.Environ(), envRunCLI+"=1"), env...)
 	c.Stdout, c.Stderr = logFile, logFile
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

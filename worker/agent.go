@@ -129,16 +129,19 @@ func (a *Agent) register(ctx context.Context) error {
 	return nil
 }
 
-// heartbeatLoop sends worker heartbeats and re-registers when the registry
-// lost this worker (OFFLINE, deregistered, or the workflow is gone). When
-// another agent registered the same worker ID (a newer incarnation while
-// this one is not OFFLINE), this agent gives way: it stops and Lost reports
-// why, instead of the two re-registering in turn and revoking each other's
-// leases.
+// heartbeatLoop sends worker heartbeats every HeartbeatInterval, retrying
+// an undelivered one every HeartbeatInterval/4 (so that a short network
+// partition does not add up to the registry's stale-after window), and
+// re-registers when the registry lost this worker (OFFLINE, deregistered,
+// or the workflow is gone). When another agent registered the same worker
+// ID (a newer incarnation while this one is not OFFLINE), this agent gives
+// way: it stops and Lost reports why, instead of the two re-registering in
+// turn and revoking each other's leases.
 func (a *Agent) heartbeatLoop() {
 	defer close(a.done)
 	var seq int64
-	tick := time.NewTicker(a.opts.HeartbeatInterval)
+	wait := a.opts.HeartbeatInterval
+	tick := time.NewTimer(wait)
 	defer tick.Stop()
 	for {
 		select {
@@ -147,13 +150,15 @@ func (a *Agent) heartbeatLoop() {
 		case <-tick.C:
 		}
 		seq++
+		wait = a.opts.HeartbeatInterval
 		ctx, cancel := context.WithTimeout(context.Background(), a.opts.HeartbeatInterval)
 		err := a.client.WorkerHeartbeat(ctx, api.WorkerHeartbeatSignal{WorkerID: a.WorkerID(), Incarnation: a.Incarnation(), Seq: seq})
 		switch {
 		case errors.Is(err, wdcclient.ErrNotFound):
 			err = a.register(ctx)
 		case err != nil:
-			err = fmt.Errorf("worker heartbeat not delivered: %w", err)
+			err = fmt.Errorf("worker heartbeat not delivered (retrying in %s): %w", a.opts.HeartbeatInterval/4, err)
+			wait = a.opts.HeartbeatInterval / 4
 		default:
 			v, qerr := a.client.Worker(ctx, a.WorkerID())
 			switch {
@@ -174,6 +179,7 @@ func (a *Agent) heartbeatLoop() {
 			a.log.Warn("worker heartbeat", "error", err)
 		}
 		cancel()
+		tick.Reset(wait)
 	}
 }
 

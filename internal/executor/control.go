@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/lease"
 )
 
 // Control is what the executor needs from the control plane.
@@ -39,6 +40,30 @@ func (r *Rejected) Error() string { return r.Reason + ": " + r.Message }
 // ErrTaskGone: the task workflow no longer exists or has ended; the
 // attempt's lease is certainly not current.
 var ErrTaskGone = errors.New("task workflow has ended or does not exist")
+
+// ErrLeaseUnverified: the lease query that should confirm an attempt's
+// lease failed (Temporal or the control plane did not answer), so whether
+// the lease is current is unknown.
+var ErrLeaseUnverified = errors.New("could not verify the lease")
+
+// CheckLease asks whether claim holds the task's current ACTIVE lease, with
+// one lease query judged by lease.Check. Errors: a *Rejected whose Reason
+// is lease.Check's (stale_fence, lease_not_active, ...) when it does not;
+// ErrTaskGone (wrapped) when the task has ended; ErrLeaseUnverified
+// (wrapped) when the query failed, e.g. on ctx's deadline.
+func CheckLease(ctx context.Context, c Control, claim lease.Claim) error {
+	view, err := c.Lease(ctx, claim.TaskID)
+	switch {
+	case errors.Is(err, ErrTaskGone):
+		return err
+	case err != nil:
+		return fmt.Errorf("%w: lease query: %w", ErrLeaseUnverified, err)
+	}
+	if rej := lease.Check(view.Lease, claim); rej != nil {
+		return &Rejected{Reason: string(rej.Reason), Message: rej.Message}
+	}
+	return nil
+}
 
 // TemporalControl is Control over a Temporal client.
 type TemporalControl struct {

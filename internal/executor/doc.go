@@ -2,10 +2,11 @@
 // directory (<root>/<task>/<attempt>-<fence>/ with envelope.json, inputs/,
 // outputs/, result.json), starts the command in its own process group with
 // only the envelope's environment plus WDC_TASK_ID, WDC_ATTEMPT, WDC_FENCE
-// and WDC_TASK_DIR, heartbeats the lease every interval, fences itself
-// (kills the command) when its fence is no longer current or Temporal has
-// been unreachable for a whole lease TTL, and on exit stages and hashes
-// outputs/ and submits the result (DESIGN §5).
+// and WDC_TASK_DIR, heartbeats the lease every interval (retrying every
+// interval/4 while heartbeats fail), fences itself (kills the command) when
+// its fence is no longer current or no heartbeat was accepted for a whole
+// lease TTL (counted from the last accepted heartbeat's send time), and on
+// exit stages and hashes outputs/ and submits the result.
 //
 // The agent runs it in-process for Local attempts; `wdc exec` will run it
 // inside Ray jobs and Kubernetes pods. It talks to Temporal only through the

@@ -118,6 +118,12 @@ type Options struct {
 	Logger  *slog.Logger
 	// OnReport, when set, is called once with the final report.
 	OnReport func(Report)
+	// BeforeExec, when set, is called once the task directory and inputs
+	// are in place, right before the command starts. An error aborts the
+	// start: nothing runs, the task directory is removed and Start returns
+	// the error. Launchers use it to refuse an attempt whose launch is past
+	// its deadline or whose lease is no longer current (CheckLease).
+	BeforeExec func() error
 }
 
 // Execution is a running attempt.
@@ -131,6 +137,11 @@ type Execution struct {
 
 	// seq numbers heartbeats across both phases (running, submitting).
 	seq int64
+	// lastAccepted is the send time of the last heartbeat Temporal took
+	// (before the first one: the lease's grant, see leaseReference); the
+	// executor fences itself a TTL after it. Only the heartbeat loop of
+	// the current phase touches it.
+	lastAccepted time.Time
 
 	mu        sync.Mutex
 	exited    bool    // the command has exited; Cancel is then a no-op
@@ -150,8 +161,9 @@ func TaskDir(root string, c lease.Claim) string {
 // in the background until the attempt ends (Done).
 //
 // Errors (nothing is left running): the task directory exists already, an
-// input is missing from the blob store or fails its digest, the command
-// cannot be found or started. Callers report these as launch_failed.
+// input is missing from the blob store or fails its digest, BeforeExec
+// refused, the command cannot be found or started. Callers report these as
+// launch_failed.
 func Start(opts Options) (*Execution, error) {
 	a := opts.Attempt
 	if opts.Logger == nil {
@@ -162,21 +174,50 @@ func Start(opts Options) (*Execution, error) {
 	}
 	claim := a.Claim()
 	e := &Execution{
-		opts:    opts,
-		claim:   claim,
-		taskDir: TaskDir(opts.Root, claim),
-		done:    make(chan struct{}),
-		log:     opts.Logger.With("task", claim.TaskID, "attempt", claim.Attempt, "fence", claim.Fence),
+		opts:         opts,
+		claim:        claim,
+		taskDir:      TaskDir(opts.Root, claim),
+		done:         make(chan struct{}),
+		log:          opts.Logger.With("task", claim.TaskID, "attempt", claim.Attempt, "fence", claim.Fence),
+		lastAccepted: leaseReference(a.Lease, time.Now()),
 	}
 	if err := e.prepare(); err != nil {
-		os.RemoveAll(e.taskDir)
+		if !errors.Is(err, os.ErrExist) { // never remove another launch's directory
+			e.removeTaskDir()
+		}
 		return nil, err
+	}
+	if opts.BeforeExec != nil {
+		if err := opts.BeforeExec(); err != nil {
+			e.removeTaskDir()
+			return nil, err
+		}
 	}
 	if err := e.startCommand(); err != nil {
 		return nil, err
 	}
 	go e.supervise()
 	return e, nil
+}
+
+// removeTaskDir removes the task directory of an attempt that did not
+// start, and its task's directory if that is left empty.
+func (e *Execution) removeTaskDir() {
+	os.RemoveAll(e.taskDir)
+	_ = os.Remove(filepath.Dir(e.taskDir)) // only if empty
+}
+
+// leaseReference is where the self-fencing deadline counts from before the
+// first heartbeat is accepted: the lease's grant (GrantedAt, a control-plane
+// time) when this machine's clock puts it less than a TTL before now, else
+// now. The lease cannot have been renewed before it was granted, so the
+// grant is the conservative choice; a clock that disagrees with the
+// control plane's by more than a TTL falls back to now.
+func leaseReference(l lease.Lease, now time.Time) time.Time {
+	if g := l.GrantedAt; !g.IsZero() && g.Before(now) && now.Sub(g) < l.TTL {
+		return now.Add(-now.Sub(g)) // keeps now's monotonic reading
+	}
+	return now
 }
 
 // prepare creates the task directory with envelope.json, inputs/ and
@@ -366,7 +407,7 @@ func (e *Execution) supervise() {
 	hbDone := make(chan struct{})
 	go func() {
 		defer close(hbDone)
-		e.heartbeatLoop(ctx, func(why string, _ bool) { e.stop(OutcomeSelfFenced, why) })
+		e.heartbeatLoop(ctx, time.Time{}, func(why string, _ bool) { e.stop(OutcomeSelfFenced, why) })
 	}()
 
 	var deadline <-chan time.Time
@@ -450,7 +491,11 @@ func (e *Execution) finish(rep *Report) {
 	hbDone := make(chan struct{})
 	go func() {
 		defer close(hbDone)
-		e.heartbeatLoop(hbCtx, func(why string, fenced bool) {
+		// The command has exited: nothing is left to fence, so the
+		// submission gets a whole TTL of its own to reach Temporal (after a
+		// freeze the lease may be long gone; the fence then refuses the
+		// result, which is the answer to report).
+		e.heartbeatLoop(hbCtx, time.Now(), func(why string, fenced bool) {
 			if fenced {
 				// Our result may be pending ingest already (no longer an
 				// ACTIVE lease to renew), or it will be refused: either way
@@ -559,49 +604,111 @@ func (e *Execution) submitWithRetry(ctx context.Context, in api.SubmitResultInpu
 // result while its lease stays valid.
 const submitTimeout = 10 * time.Minute
 
+// HeartbeatRetryDivisor sets how hard a failing heartbeat is retried:
+// while heartbeats fail, the executor tries again every
+// HeartbeatInterval/HeartbeatRetryDivisor, each try bounded by the same
+// fraction, so that once the network heals the lease is renewed within a
+// fraction of the interval (plus the client's reconnect delay) instead of a
+// whole interval later.
+const HeartbeatRetryDivisor = 4
+
 // heartbeatLoop renews the lease every interval until ctx ends, and calls
 // onLost (once, then returns) when the lease is no longer this attempt's
 // (fenced: the lease query fails the fence check, or the task has ended)
-// or when no heartbeat reached Temporal for a whole lease TTL. A lease query that
-// fails while the heartbeat itself got through is tolerated: the control
-// plane may be down, and then the lease cannot expire either.
-func (e *Execution) heartbeatLoop(ctx context.Context, onLost func(why string, fenced bool)) {
+// or when no heartbeat was accepted for a whole lease TTL, counted from the
+// later of the last accepted heartbeat's send time and notBefore.
+//
+// A heartbeat is accepted when Temporal took its signal. The self-fencing
+// deadline is the SEND time of the last accepted heartbeat plus the TTL:
+// the task workflow renews the lease when it processes the signal, which is
+// never before it was sent, so the command is killed no later than the
+// control plane expires the lease. A try still in flight at the deadline
+// is abandoned. While heartbeats fail they are retried every
+// interval/HeartbeatRetryDivisor, so a partition shorter than TTL − 2 ×
+// interval is ridden out (given a client that redials within a fraction of
+// the interval, see worker.AgentDialOptions).
+//
+// A lease query that fails while the heartbeat itself got through is
+// tolerated: the control plane may be down, and then the lease cannot
+// expire either.
+func (e *Execution) heartbeatLoop(ctx context.Context, notBefore time.Time, onLost func(why string, fenced bool)) {
 	interval := e.opts.Attempt.HeartbeatInterval
 	ttl := e.opts.Attempt.Lease.TTL
-	lastContact := time.Now()
+	retry := interval / HeartbeatRetryDivisor
+	next := time.Now()
+	var failingSince time.Time // zero while heartbeats get through
+	var lastErr error
 	for {
+		base := e.lastAccepted
+		if base.Before(notBefore) {
+			base = notBefore
+		}
+		deadline := base.Add(ttl)
+		if wait := time.Until(next); wait > 0 {
+			t := time.NewTimer(min(wait, time.Until(deadline)))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		sent := time.Now()
+		if !sent.Before(deadline) {
+			why := fmt.Sprintf("Temporal unreachable: no heartbeat accepted for %s (lease TTL %s, counted from the send time of the last accepted heartbeat)",
+				sent.Sub(base).Round(time.Millisecond), ttl)
+			if lastErr != nil {
+				why += ": " + lastErr.Error()
+			}
+			onLost(why, false)
+			return
+		}
 		e.seq++
-		reached, err := e.beat(ctx, e.seq, interval)
-		if reached {
-			lastContact = time.Now()
+		tryEnd := sent.Add(retry)
+		if deadline.Before(tryEnd) {
+			tryEnd = deadline
+		}
+		accepted, err := e.beat(ctx, e.seq, tryEnd)
+		if ctx.Err() != nil {
+			return
+		}
+		if accepted {
+			e.lastAccepted = sent
+			next = sent.Add(interval)
+			if !failingSince.IsZero() {
+				e.log.Info("heartbeat accepted again", "failing_for", sent.Sub(failingSince).Round(time.Millisecond))
+				failingSince = time.Time{}
+			}
+		} else {
+			next = sent.Add(retry)
+			if failingSince.IsZero() {
+				failingSince = sent
+				e.log.Warn("heartbeat failed; retrying every "+retry.String(), "error", err,
+					"gives_up_in", time.Until(deadline).Round(time.Millisecond))
+			} else {
+				e.log.Debug("heartbeat failed", "error", err)
+			}
+			lastErr = err
 		}
 		switch {
-		case ctx.Err() != nil:
-			return
 		case errors.Is(err, errFenced):
 			onLost(err.Error(), true)
 			return
-		case err != nil:
+		case accepted && err != nil:
 			e.log.Warn("heartbeat", "error", err)
-			if time.Since(lastContact) >= ttl {
-				onLost(fmt.Sprintf("Temporal unreachable for %s (lease TTL %s): %v", time.Since(lastContact).Round(time.Millisecond), ttl, err), false)
-				return
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(interval):
 		}
 	}
 }
 
 var errFenced = errors.New("fenced")
 
-// beat sends one heartbeat and checks the fence. reached reports whether
-// the heartbeat got to Temporal.
-func (e *Execution) beat(ctx context.Context, seq int64, timeout time.Duration) (reached bool, err error) {
-	cctx, cancel := context.WithTimeout(ctx, timeout)
+// beat sends one heartbeat and checks the fence, both before tryEnd.
+// accepted reports whether Temporal took the heartbeat signal.
+func (e *Execution) beat(ctx context.Context, seq int64, tryEnd time.Time) (accepted bool, err error) {
+	cctx, cancel := context.WithDeadline(ctx, tryEnd)
 	defer cancel()
 	err = e.opts.Control.Heartbeat(cctx, api.LeaseHeartbeatSignal{Claim: e.claim, Seq: seq})
 	if errors.Is(err, ErrTaskGone) {
@@ -610,15 +717,14 @@ func (e *Execution) beat(ctx context.Context, seq int64, timeout time.Duration) 
 	if err != nil {
 		return false, err
 	}
-	view, err := e.opts.Control.Lease(cctx, e.claim.TaskID)
-	if errors.Is(err, ErrTaskGone) {
+	var rej *Rejected
+	switch err := CheckLease(cctx, e.opts.Control, e.claim); {
+	case errors.Is(err, ErrTaskGone):
 		return true, fmt.Errorf("%w: %v", errFenced, err)
-	}
-	if err != nil {
-		return true, fmt.Errorf("lease query (is the control plane running?): %w", err)
-	}
-	if rej := lease.Check(view.Lease, e.claim); rej != nil {
+	case errors.As(err, &rej):
 		return true, fmt.Errorf("%w: lease lost: %v", errFenced, rej)
+	case err != nil:
+		return true, fmt.Errorf("lease query (is the control plane running?): %w", err)
 	}
 	return true, nil
 }

@@ -33,21 +33,63 @@ type fakeControl struct {
 	// submitDelay holds a submission before it is accepted.
 	submitDelay time.Duration
 	heartbeats  []api.LeaseHeartbeatSignal
-	submitted   []api.SubmitResultInput
-	failures    []api.AttemptFailedSignal
+	// hang makes heartbeats and queries block until their context ends
+	// (a connection that silently drops everything).
+	hang bool
+	// replyDelay delays the answer to a heartbeat Temporal already took.
+	replyDelay time.Duration
+	// tries are the times of every heartbeat call, accepted or not;
+	// acceptedAt those of the accepted ones.
+	tries, acceptedAt []time.Time
+	// expiresAt is when the control plane would expire the lease (renewed
+	// TTL after each accepted heartbeat); lapses counts heartbeats that
+	// arrived after it (the lease would have expired).
+	expiresAt time.Time
+	lapses    int
+	// queries counts answered lease queries.
+	queries   int
+	submitted []api.SubmitResultInput
+	failures  []api.AttemptFailedSignal
 }
 
 func (f *fakeControl) Heartbeat(ctx context.Context, hb api.LeaseHeartbeatSignal) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.hbErr != nil {
-		return f.hbErr
+	now := time.Now()
+	f.tries = append(f.tries, now)
+	hang, delay, err := f.hang, f.replyDelay, f.hbErr
+	if !hang && err == nil {
+		// Temporal takes the signal now; the lease is renewed now.
+		f.heartbeats = append(f.heartbeats, hb)
+		f.acceptedAt = append(f.acceptedAt, now)
+		if !f.expiresAt.IsZero() && now.After(f.expiresAt) {
+			f.lapses++
+		}
+		f.expiresAt = now.Add(f.lease.TTL)
 	}
-	f.heartbeats = append(f.heartbeats, hb)
-	return nil
+	f.mu.Unlock()
+	switch {
+	case hang:
+		<-ctx.Done()
+		return ctx.Err()
+	case err != nil:
+		return err
+	}
+	select {
+	case <-time.After(delay):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (f *fakeControl) Lease(ctx context.Context, taskID string) (api.TaskView, error) {
+	f.mu.Lock()
+	hang := f.hang
+	f.mu.Unlock()
+	if hang {
+		<-ctx.Done()
+		return api.TaskView{}, ctx.Err()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.hbErr != nil {
@@ -56,6 +98,7 @@ func (f *fakeControl) Lease(ctx context.Context, taskID string) (api.TaskView, e
 	if f.queryErr != nil {
 		return api.TaskView{}, f.queryErr
 	}
+	f.queries++
 	l := *f.lease
 	return api.TaskView{TaskID: taskID, State: api.TaskLeased, Lease: &l}, nil
 }
@@ -86,6 +129,12 @@ func (f *fakeControl) ReportFailure(ctx context.Context, fl api.AttemptFailedSig
 	defer f.mu.Unlock()
 	f.failures = append(f.failures, fl)
 	return nil
+}
+
+func (f *fakeControl) set(edit func(*fakeControl)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	edit(f)
 }
 
 func (f *fakeControl) setLease(edit func(*lease.Lease)) {
@@ -134,6 +183,9 @@ func (f *fixture) start(mod func(*Options)) *Execution {
 	if mod != nil {
 		mod(&opts)
 	}
+	f.ctl.mu.Lock()
+	f.ctl.expiresAt = time.Now().Add(f.lease.TTL) // granted now
+	f.ctl.mu.Unlock()
 	ex, err := Start(opts)
 	require.NoError(f.t, err)
 	return ex
@@ -391,4 +443,90 @@ func TestNothingOutlivesTheAttempt(t *testing.T) {
 	rep := f.wait(ex)
 	assert.Equal(t, OutcomeAccepted, rep.Outcome)
 	assertGroupDead(t, f, ex)
+}
+
+// A connection that silently drops everything for a while shorter than
+// TTL − 2 × interval costs nothing: heartbeats are retried every
+// interval/4 (each try cut off after interval/4), so the first one after
+// the heal renews the lease before the control plane would expire it.
+func TestShortOutageIsRiddenOut(t *testing.T) {
+	f := newFixture(t, `sleep 2.6; echo ok > outputs/ok`, nil)
+	f.lease.TTL = 2 * time.Second
+	f.ctl.lease.TTL = 2 * time.Second
+	interval := 400 * time.Millisecond
+	ex := f.start(func(o *Options) { o.Attempt.HeartbeatInterval = interval })
+	time.Sleep(500 * time.Millisecond)
+	f.ctl.set(func(c *fakeControl) { c.hang = true })
+	cut := time.Now()
+	time.Sleep(time.Second) // < TTL − 2 × interval = 1.2 s
+	f.ctl.set(func(c *fakeControl) { c.hang = false })
+	healed := time.Now()
+	rep := f.wait(ex)
+	assert.Equal(t, OutcomeAccepted, rep.Outcome, "%+v", rep)
+
+	f.ctl.mu.Lock()
+	defer f.ctl.mu.Unlock()
+	assert.Zero(t, f.ctl.lapses, "the lease would have expired during the outage")
+	during := 0
+	for _, at := range f.ctl.tries {
+		if at.After(cut) && at.Before(healed) {
+			during++
+		}
+	}
+	// Every 100 ms: about 10 tries; retrying once an interval after a
+	// timed-out try would make 1 or 2.
+	assert.GreaterOrEqual(t, during, 4, "heartbeat tries during a 1 s outage")
+	var recovered time.Time
+	for _, at := range f.ctl.acceptedAt {
+		if at.After(healed) {
+			recovered = at
+			break
+		}
+	}
+	require.False(t, recovered.IsZero())
+	t.Logf("%d tries during the outage; first heartbeat accepted %s after the heal", during, recovered.Sub(healed).Round(time.Millisecond))
+}
+
+// The self-fencing deadline counts from the send time of the last accepted
+// heartbeat, not from when its answer came back: with slow answers the
+// command is still killed no later than the control plane would expire the
+// lease (a TTL after Temporal took that heartbeat).
+func TestSelfFenceCountsFromTheSendTime(t *testing.T) {
+	f := newFixture(t, `sleep 30`, nil)
+	ttl := 3 * time.Second
+	f.lease.TTL = ttl
+	f.ctl.lease.TTL = ttl
+	f.ctl.replyDelay = 400 * time.Millisecond // within a try (interval/4 = 500 ms)
+	ex := f.start(func(o *Options) { o.Attempt.HeartbeatInterval = 2 * time.Second })
+	time.Sleep(2500 * time.Millisecond) // two heartbeats accepted
+	f.ctl.set(func(c *fakeControl) { c.hang = true })
+	rep := f.wait(ex)
+	assert.Equal(t, OutcomeSelfFenced, rep.Outcome, "%+v", rep)
+	assert.Contains(t, rep.Message, "Temporal unreachable")
+
+	f.ctl.mu.Lock()
+	defer f.ctl.mu.Unlock()
+	require.GreaterOrEqual(t, len(f.ctl.acceptedAt), 2)
+	expiry := f.ctl.acceptedAt[len(f.ctl.acceptedAt)-1].Add(ttl)
+	// Counting from the answer would kill 400 ms after the expiry at the
+	// earliest; 200 ms absorbs scheduling delays on a busy machine.
+	assert.True(t, rep.FinishedAt.Before(expiry.Add(200*time.Millisecond)),
+		"command ended %s after the lease would have expired", rep.FinishedAt.Sub(expiry))
+	t.Logf("command ended %s relative to the expiry", rep.FinishedAt.Sub(expiry).Round(time.Millisecond))
+}
+
+// An executor frozen after its command exited for longer than the lease
+// TTL still submits the result when it thaws: nothing is left to fence,
+// and the control plane's fence check gives the answer (here: accepted).
+func TestFrozenPastTheTTLStillSubmits(t *testing.T) {
+	f := newFixture(t, `echo done > outputs/done`, nil)
+	f.lease.TTL = time.Second
+	f.ctl.lease.TTL = time.Second
+	rep := f.wait(f.start(func(o *Options) {
+		o.Faults.Freeze = func(lease.Claim) { time.Sleep(1500 * time.Millisecond) }
+	}))
+	assert.Equal(t, OutcomeAccepted, rep.Outcome, "%+v", rep)
+	f.ctl.mu.Lock()
+	defer f.ctl.mu.Unlock()
+	assert.Len(t, f.ctl.submitted, 1)
 }

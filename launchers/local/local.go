@@ -67,6 +67,19 @@ func New(opts Options) (*Launcher, error) {
 
 // Submit starts the attempt's executor and returns its task directory and
 // process group. Submitting an attempt that already runs returns it again.
+//
+// Right before the command starts (after the inputs are in place) Submit
+// makes sure the attempt may still run, and otherwise starts nothing and
+// leaves no task directory: ctx must not be done or past its deadline (the
+// launch activity's schedule-to-close deadline; the control plane has
+// given up on the launch), and one lease query judged by lease.Check
+// (executor.CheckLease) must say the attempt's claim holds the current
+// ACTIVE lease. A query that fails refuses the launch too: an attempt
+// whose lease cannot be verified may have been revoked, and running a
+// revoked attempt is worse than retrying the task. Errors: those of
+// executor.Start, a *executor.Rejected (stale_fence, lease_not_active, ...),
+// executor.ErrTaskGone, executor.ErrLeaseUnverified, or ErrLaunchExpired
+// (all wrapped).
 func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.Submission, error) {
 	claim := a.Claim()
 	if claim.WorkerID != l.opts.WorkerID {
@@ -80,8 +93,18 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 	ex, err := executor.Start(executor.Options{
 		Attempt: a, Root: l.opts.WorkDir, Blobs: l.opts.Blobs, Control: l.opts.Control,
 		Limits: l.opts.Limits, Faults: l.opts.Faults, Logger: l.opts.Logger, OnReport: l.opts.OnReport,
+		BeforeExec: func() error {
+			if err := launchers.CheckDeadline(ctx); err != nil {
+				return err
+			}
+			if err := executor.CheckLease(ctx, l.opts.Control, claim); err != nil {
+				return fmt.Errorf("attempt %s not started: %w", claim, err)
+			}
+			return nil
+		},
 	})
 	if err != nil {
+		l.opts.Logger.Warn("launch refused", "task", claim.TaskID, "attempt", claim.Attempt, "fence", claim.Fence, "error", err)
 		return launchers.Submission{}, err
 	}
 	l.attempts[claim] = ex
