@@ -428,6 +428,10 @@ type RunTask struct {
 	// EndDetail says how a task that ended without reporting ended (e.g.
 	// "workflow TERMINATED"); empty otherwise.
 	EndDetail string `json:"end_detail,omitempty"`
+	// WorkerID is the worker holding the task's current lease. The run
+	// itself does not track it: `wdc runs status` fills it, with the live
+	// State and Attempts of a task that has not ended, from visibility.
+	WorkerID string `json:"worker_id,omitempty"`
 }
 
 // Event is an entry of the run's event log.

@@ -140,7 +140,7 @@ func (a *app) newRunsStatusCommand() *cobra.Command {
 		Args:    cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			return a.withControlPlane(c.Context(), func(wc *wdcclient.Client) error {
-				v, err := wc.Run(c.Context(), args[0])
+				v, err := wc.RunWithLiveTasks(c.Context(), args[0])
 				if err != nil {
 					return err
 				}
@@ -148,9 +148,13 @@ func (a *app) newRunsStatusCommand() *cobra.Command {
 					fmt.Fprintf(w, "run          %s (world %s)\nstatus       %s%s\nevidence     %d\nparent_time  %d\ntcd digest   %s\n",
 						v.RunID, v.WorldID, v.Status, map[bool]string{true: ", closed", false: ""}[v.Closed], v.Evidence, v.ParentTime, v.TCDDigest)
 					tw := table(w)
-					fmt.Fprintln(tw, "TASK\tSTATE\tATTEMPTS\tENVELOPE")
+					fmt.Fprintln(tw, "TASK\tSTATE\tATTEMPTS\tWORKER\tENVELOPE")
 					for _, t := range v.Tasks {
-						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", t.TaskID, t.State, t.Attempts, t.EnvelopeDigest)
+						state := string(t.State)
+						if t.EndDetail != "" {
+							state += " (" + t.EndDetail + ")"
+						}
+						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", t.TaskID, state, t.Attempts, orDash(t.WorkerID), t.EnvelopeDigest)
 					}
 					if err := tw.Flush(); err != nil {
 						return err
@@ -236,4 +240,12 @@ func (a *app) newRunsCloseCommand() *cobra.Command {
 			})
 		},
 	}
+}
+
+// orDash shows an empty table cell as "-".
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -85,6 +85,12 @@ func TestLeaseLoopPhasesOnTheRealServer(t *testing.T) {
 		api.WorkerLostSignal{WorkerID: first.WorkerID, TaskID: env.TaskID, Fence: first.Fence, State: "STALE"}))
 	second := waitLaunched(t, wc, env.TaskID, 2)
 	require.NotEqual(t, first.WorkerID, second.WorkerID, "the retry avoids the lost worker")
+	// runs status shows the live state and attempt of a task still running.
+	waitFor(t, 10*time.Second, "runs status shows attempt 2 LEASED on the second worker", func() bool {
+		run, err := wc.RunWithLiveTasks(ctx, env.RunID)
+		return err == nil && len(run.Tasks) == 1 && run.Tasks[0].State == api.TaskLeased &&
+			run.Tasks[0].Attempts == 2 && run.Tasks[0].WorkerID == second.WorkerID
+	})
 
 	// Stage a file whose bytes do not match the declared digest.
 	staging := suite.blobs.StagingDir(env.TaskID, second.Attempt, second.Fence)

@@ -216,6 +216,39 @@ func (c *Client) Run(ctx context.Context, runID string) (api.RunView, error) {
 	return v, wrap("run "+runID, err)
 }
 
+// RunWithLiveTasks is Run with each task that has not ended shown live:
+// its state, attempt and worker from visibility (the run records a task's
+// state and attempts only when it ends). A visibility error leaves the
+// run's own record.
+func (c *Client) RunWithLiveTasks(ctx context.Context, runID string) (api.RunView, error) {
+	v, err := c.Run(ctx, runID)
+	if err != nil {
+		return v, err
+	}
+	live, err := c.ListTasks(ctx, "", runID)
+	if err != nil {
+		return v, nil
+	}
+	byID := make(map[string]TaskSummary, len(live))
+	for _, s := range live {
+		byID[s.TaskID] = s
+	}
+	for i := range v.Tasks {
+		t := &v.Tasks[i]
+		s, ok := byID[t.TaskID]
+		if !ok {
+			continue
+		}
+		if !t.State.Terminal() && s.State != "" {
+			t.State, t.Attempts = s.State, s.Attempt
+		}
+		if !t.State.Terminal() {
+			t.WorkerID = s.WorkerID
+		}
+	}
+	return v, nil
+}
+
 // Commit commits worker results as evidence. Errors: a conflict *Error for
 // a run that has ended.
 func (c *Client) Commit(ctx context.Context, runID string, in api.CommitInput) (api.CommitResult, error) {
