@@ -111,7 +111,7 @@ an earlier agent of this work directory left behind.`,
 	f := c.Flags()
 	f.StringVar(&dataDir, "data-dir", "", dataDirHelp)
 	f.StringVar(&workDir, "work-dir", "", "root of task directories (default <data-dir>/work/<worker-id>)")
-	f.DurationVar(&heartbeat, "heartbeat-interval", 0, "worker heartbeat period (default: --stale-after / 3)")
+	f.DurationVar(&heartbeat, "heartbeat-interval", 0, "worker heartbeat period (default: --stale-after / 4, 2s with the default --stale-after)")
 	f.Int64Var(&maxFile, "max-output-file-bytes", 0, "largest output file in bytes (default 1 GiB)")
 	f.Int64Var(&maxTotal, "max-output-bytes", 0, "largest total of an attempt's outputs in bytes (default 4 GiB)")
 	f.IntVar(&maxFiles, "max-output-files", 0, "most output files per attempt (default 1000, at most 10000)")

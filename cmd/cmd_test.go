@@ -69,6 +69,8 @@ func TestBadInputIsExitTwoWithOneLineNamingTheProblem(t *testing.T) {
 		{"bad lease ttl", []string{"tasks", "submit", bad, "--lease-ttl", "10ms"}, "--lease-ttl"},
 		{"heartbeat over ttl", []string{"tasks", "submit", bad, "--lease-ttl", "10s", "--heartbeat-interval", "20s"}, "--heartbeat-interval"},
 		{"zero attempts", []string{"tasks", "submit", bad, "--max-attempts", "0"}, "--max-attempts"},
+		{"too many attempts", []string{"tasks", "submit", bad, "--max-attempts", "101"}, "between 1 and 100"},
+		{"heartbeat too often", []string{"tasks", "submit", bad, "--heartbeat-interval", "50ms"}, "at least 100ms"},
 		{"too many args", []string{"tasks", "status", "a", "b"}, "accepts 1 arg"},
 		{"start-dev bad port", []string{"server", "start-dev", "--port", "70000"}, "--port 70000"},
 		{"start-dev bad ip", []string{"server", "start-dev", "--ip", "localhost"}, "not an IP address"},

@@ -41,11 +41,28 @@ func soakEnv(t *testing.T) (client.Client, *wdcclient.Client) {
 	c, err := client.Dial(client.Options{HostPort: suite.srv.FrontendHostPort(), Namespace: soakNamespace, Logger: quietLogger{}})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
-	cp := worker.NewControlPlane(c, suite.blobs)
-	require.NoError(t, cp.Start())
-	t.Cleanup(cp.Stop)
+	startControlPlane(t, c)
 	return c, &wdcclient.Client{C: c}
 }
+
+// startControlPlane starts a control plane on c's namespace, stopped when
+// the test ends unless the caller stops it first.
+func startControlPlane(t *testing.T, c client.Client) sdkworker.Worker {
+	t.Helper()
+	cp := worker.NewControlPlane(c, suite.blobs)
+	require.NoError(t, cp.Start())
+	var once sync.Once
+	t.Cleanup(func() { once.Do(cp.Stop) })
+	return stopOnce{cp, &once}
+}
+
+// stopOnce lets a test stop a control plane that its cleanup also stops.
+type stopOnce struct {
+	sdkworker.Worker
+	once *sync.Once
+}
+
+func (s stopOnce) Stop() { s.once.Do(s.Worker.Stop) }
 
 // runCount counts the runs (continue-as-new generations) of a workflow.
 func runCount(t *testing.T, c client.Client, wfID string) int {

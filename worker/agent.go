@@ -78,7 +78,7 @@ func StartAgent(ctx context.Context, c client.Client, opts AgentOptions) (*Agent
 		if stale == 0 {
 			stale = fleet.DefaultStaleAfter
 		}
-		opts.HeartbeatInterval = stale / 3
+		opts.HeartbeatInterval = stale / fleet.HeartbeatsPerStaleWindow
 	}
 	log := opts.Logger.With("worker", reg.WorkerID)
 	wc := &wdcclient.Client{C: c}

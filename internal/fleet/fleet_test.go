@@ -215,14 +215,14 @@ func TestValidateID(t *testing.T) {
 
 func TestLivenessDefaultsDeriveFromTheHeartbeatInterval(t *testing.T) {
 	assert.Equal(t, 2*time.Second, DefaultHeartbeatInterval)
-	assert.Equal(t, 6*time.Second, DefaultStaleAfter)
+	assert.Equal(t, 8*time.Second, DefaultStaleAfter)
 	assert.Equal(t, 30*time.Second, DefaultOfflineAfter)
-	assert.Equal(t, DefaultHeartbeatInterval, DefaultStaleAfter/HeartbeatsPerStaleWindow, "an agent heartbeats every StaleAfter/3")
+	assert.Equal(t, DefaultHeartbeatInterval, DefaultStaleAfter/HeartbeatsPerStaleWindow, "an agent heartbeats every StaleAfter/4")
 	var w Worker
 	w.Register(reg("w-1"), t0)
 	assert.Equal(t, DefaultHeartbeatInterval, w.HeartbeatPeriod())
 	r := reg("w-2")
-	r.StaleAfter, r.OfflineAfter = 9*time.Second, time.Minute
+	r.StaleAfter, r.OfflineAfter = 12*time.Second, time.Minute
 	w.Register(r, t0)
 	assert.Equal(t, 3*time.Second, w.HeartbeatPeriod(), "derived from a configured stale window")
 	r.HeartbeatInterval = time.Second
@@ -271,7 +271,7 @@ func TestSlots(t *testing.T) {
 
 // A record carried from before slots and heartbeat intervals existed
 // decodes and behaves like a new one: slots per core, one slot per held
-// reservation, heartbeat period StaleAfter/3.
+// reservation, heartbeat period StaleAfter/4.
 func TestRecordFromBeforeSlotsDecodes(t *testing.T) {
 	old := `{"worker_id":"w-old","incarnation":3,"state":"ACTIVE",
 		"capacity":{"cpu_millis":2000,"memory_bytes":1073741824},
@@ -280,7 +280,7 @@ func TestRecordFromBeforeSlotsDecodes(t *testing.T) {
 		"reservations":[{"task_id":"t1","fence":1,"resources":{"cpu_millis":100}}]}`
 	var w Worker
 	require.NoError(t, json.Unmarshal([]byte(old), &w))
-	assert.Equal(t, 5*time.Second, w.HeartbeatPeriod())
+	assert.Equal(t, 3750*time.Millisecond, w.HeartbeatPeriod())
 	assert.Equal(t, resource.List{CPUMillis: 1900, MemoryBytes: 1 << 30, Slots: 1}, w.Free())
 	assert.Equal(t, 0.5, w.Load())
 	require.NoError(t, Eligible(&w, Requirements{}))

@@ -33,17 +33,19 @@ const (
 // Liveness defaults, all derived from the heartbeat interval so that a
 // dead worker is noticed within a few seconds, below the lease TTLs tasks
 // use (seconds): an agent heartbeats every DefaultHeartbeatInterval (2 s),
-// a worker silent for HeartbeatsPerStaleWindow intervals (6 s) is STALE,
-// and one silent for 15 intervals (30 s) is OFFLINE.
+// a worker silent for HeartbeatsPerStaleWindow intervals (8 s) is STALE,
+// and one silent for 15 intervals (30 s) is OFFLINE. Four intervals let a
+// worker ride out a network partition of about TTL/2 of a 6 s lease (3 s)
+// plus a missed heartbeat and the reconnect, without going STALE.
 const (
 	// DefaultHeartbeatInterval is the agent's heartbeat period when neither
 	// the heartbeat interval nor the stale window is configured.
 	DefaultHeartbeatInterval = 2 * time.Second
 	// HeartbeatsPerStaleWindow is how many heartbeat intervals fit in the
-	// stale window: an agent heartbeats every StaleAfter/3, so a worker goes
-	// STALE only after missing about three heartbeats in a row.
-	HeartbeatsPerStaleWindow = 3
-	// DefaultStaleAfter is the default stale window, 6 s (3 intervals).
+	// stale window: an agent heartbeats every StaleAfter/4, so a worker goes
+	// STALE only after missing about four heartbeats in a row.
+	HeartbeatsPerStaleWindow = 4
+	// DefaultStaleAfter is the default stale window, 8 s (4 intervals).
 	DefaultStaleAfter = HeartbeatsPerStaleWindow * DefaultHeartbeatInterval
 	// DefaultOfflineAfter is the default offline window, 30 s (15
 	// intervals; it must be longer than the stale window).
@@ -141,7 +143,7 @@ type Registration struct {
 	// Capabilities are names a task may require, e.g. "docker", "cuda12".
 	Capabilities []string `json:"capabilities,omitempty"`
 	// StaleAfter and OfflineAfter are the liveness windows (nanoseconds in
-	// JSON); zero means the defaults (DefaultStaleAfter 6 s,
+	// JSON); zero means the defaults (DefaultStaleAfter 8 s,
 	// DefaultOfflineAfter 30 s).
 	StaleAfter   time.Duration `json:"stale_after,omitempty"`
 	OfflineAfter time.Duration `json:"offline_after,omitempty"`
