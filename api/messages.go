@@ -230,6 +230,8 @@ type TaskCarry struct {
 	CancelReason string `json:"cancel_reason,omitempty"`
 	// Pending is a retry directive whose backoff has not yet been waited.
 	Pending *lease.RetryDirective `json:"pending,omitempty"`
+	// AttemptDir is the ACTIVE lease's task directory, once launched.
+	AttemptDir string `json:"attempt_dir,omitempty"`
 }
 
 // TaskStats counts messages the task ignored or refused.

@@ -152,6 +152,7 @@ func newTaskWorkflow(in api.TaskInput) *taskWorkflow {
 		t.carry.Ledger = lease.NewLedger(in.Envelope.TaskID, in.EnvelopeDigest)
 	}
 	t.ledger = &t.carry.Ledger
+	t.attemptDir = t.carry.AttemptDir
 	t.selectInterval = t.opts.SelectInterval
 	return t
 }
@@ -851,6 +852,10 @@ func (t *taskWorkflow) settleForContinueAsNew(ctx workflow.Context) bool {
 // is re-armed by the new run from the carried expiry).
 func (t *taskWorkflow) continueAsNew(ctx workflow.Context) error {
 	t.carry.Stats.ContinuedAsNew++
+	t.carry.AttemptDir = ""
+	if cur := t.ledger.Current(); cur != nil && cur.State == lease.Active {
+		t.carry.AttemptDir = t.attemptDir
+	}
 	carry := t.carry
 	return workflow.NewContinueAsNewError(ctx, WdcTask, api.TaskInput{
 		Envelope: t.env, EnvelopeDigest: t.digest, Options: t.opts, Carry: &carry,

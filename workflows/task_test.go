@@ -469,6 +469,7 @@ func (s *taskSuite) TestContinueAsNewWithActiveLeaseKeepsLease() {
 	s.Equal(lease.Active, cur.State)
 	s.Equal(int64(1), cur.Fence)
 	s.Equal(int64(2), next.Carry.Stats.HeartbeatsAccepted)
+	s.Equal("/tmp/x", next.Carry.AttemptDir, "the launched attempt's directory is carried")
 }
 
 // A worker-lost report that does not name the current lease (another
