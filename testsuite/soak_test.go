@@ -207,6 +207,15 @@ func TestSoakTaskContinueAsNewWithActiveLease(t *testing.T) {
 		sent++
 		time.Sleep(25 * time.Millisecond)
 	}
+	// Every heartbeat sent is applied (none lost to a continue-as-new)
+	// before the result is submitted; one that raced the submission would
+	// rightly be refused, the lease's result being pending.
+	var applied int64
+	waitFor(t, 20*time.Second, "every heartbeat applied", func() bool {
+		v, err := wc.Task(ctx, env.TaskID)
+		applied = v.Stats.HeartbeatsAccepted
+		return err == nil && applied >= sent
+	})
 	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		WorkflowID: api.TaskWorkflowID(env.TaskID), UpdateID: api.SubmitResultUpdateID(claim), UpdateName: api.UpdateSubmitResult,
 		Args: []any{api.SubmitResultInput{Claim: claim}}, WaitForStage: client.WorkflowUpdateStageCompleted,
