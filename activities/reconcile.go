@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
@@ -40,9 +41,17 @@ func (c *Control) ReconcileTasks(ctx context.Context, in api.ReconcileTasksInput
 		rt := api.ReconciledTask{TaskID: id, Status: statusName(status)}
 		if status == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
 			var out api.TaskOutcome
-			if err := c.Client.GetWorkflow(ctx, wfID, "").Get(ctx, &out); err == nil {
-				rt.Outcome = &out
+			if err := c.Client.GetWorkflow(ctx, wfID, "").Get(ctx, &out); err != nil {
+				return res, fmt.Errorf("result of %s: %w", wfID, err)
 			}
+			if out.Result != nil {
+				ref, err := api.ResultRefOf(*out.Result)
+				if err != nil {
+					return res, fmt.Errorf("result of %s: %w", wfID, err)
+				}
+				out.Result, out.Ref = nil, &ref
+			}
+			rt.Outcome = &out
 		}
 		res.Closed = append(res.Closed, rt)
 	}
@@ -61,7 +70,9 @@ func (c *Control) CheckReservations(ctx context.Context, in api.CheckReservation
 	var res api.CheckReservationsResult
 	for i, r := range in.Reservations {
 		activity.RecordHeartbeat(ctx, i)
-		v, err := wc.Task(ctx, r.TaskID)
+		qctx, cancel := context.WithTimeout(ctx, checkQueryTimeout)
+		v, err := wc.Task(qctx, r.TaskID)
+		cancel()
 		if errors.Is(err, wdcclient.ErrNotFound) {
 			res.Stale = append(res.Stale, api.StaleReservation{ReservationRef: r, Why: "no such task"})
 			continue
@@ -76,6 +87,10 @@ func (c *Control) CheckReservations(ctx context.Context, in api.CheckReservation
 	}
 	return res, nil
 }
+
+// checkQueryTimeout bounds each task query of CheckReservations, so one
+// task that does not answer does not fail the whole check.
+const checkQueryTimeout = 10 * time.Second
 
 // staleReservation says why worker's reservation under fence no longer
 // belongs to task view v, or "" when it still does.

@@ -95,7 +95,8 @@ type ReconciledTask struct {
 	// "COMPLETED", or "NOT_FOUND".
 	Status string `json:"status"`
 	// Outcome is the task's own outcome when its workflow COMPLETED (the
-	// task-ended signal may have been lost); nil otherwise.
+	// task-ended signal may have been lost), with the compact Ref instead
+	// of the full Result; nil otherwise.
 	Outcome *TaskOutcome `json:"outcome,omitempty"`
 }
 

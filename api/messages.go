@@ -473,6 +473,29 @@ type ResultRef struct {
 	ResultDigest string `json:"result_digest"`
 }
 
+// ResultRefOf is the run's compact record of an accepted result: counts
+// and sizes instead of the artifact list, the output error cut to
+// MaxRefOutputErrorBytes, and ResultDigest pinning the whole result.
+// Errors: the result cannot be encoded as JSON.
+func ResultRefOf(r TaskResult) (ResultRef, error) {
+	digest, err := envelope.DigestOf(r)
+	if err != nil {
+		return ResultRef{}, err
+	}
+	ref := ResultRef{
+		TaskID: r.TaskID, WorkerID: r.WorkerID, Attempt: r.Attempt, Fence: r.Fence,
+		EnvelopeDigest: r.EnvelopeDigest, ExitCode: r.ExitCode, OutputError: r.OutputError,
+		Artifacts: len(r.Artifacts), ResultDigest: digest,
+	}
+	if len(ref.OutputError) > MaxRefOutputErrorBytes {
+		ref.OutputError = ref.OutputError[:MaxRefOutputErrorBytes]
+	}
+	for _, a := range r.Artifacts {
+		ref.Bytes += a.SizeBytes
+	}
+	return ref, nil
+}
+
 // Limits that keep a run's state (its query answer and continue-as-new
 // input) well inside Temporal's 2 MB payload limit.
 const (

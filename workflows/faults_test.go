@@ -184,3 +184,76 @@ func (s *taskSuite) TestFault9TaskDoesNotRevalidateItsInput() {
 	res := s.execute(api.TaskOptions{MaxAttempts: api.MaxAttemptsLimit + 1})
 	s.Equal(api.TaskCompleted, res.State)
 }
+
+// A worker-lost (or attempt-failed) for the current lease and a cancel in
+// one workflow task: the lost lease is released once and the task ends
+// CANCELLED. (Found in review: the watch took the cancel branch on a lease
+// that had already ended and looped without yielding.)
+func (s *taskSuite) TestLostOrFailedAndCancelInOneWorkflowTask() {
+	for _, msg := range []struct {
+		name string
+		arg  any
+	}{
+		{api.SignalWorkerLost, api.WorkerLostSignal{WorkerID: "worker-a", TaskID: "t1", Fence: 1, State: "STALE"}},
+		{api.SignalAttemptFailed, api.AttemptFailedSignal{Claim: s.claim("worker-a", 1), Reason: lease.ReasonInfraKilled}},
+	} {
+		s.Run(msg.name, func() {
+			s.SetupTest()
+			can := &updateOutcome{}
+			s.env.RegisterDelayedCallback(func() {
+				s.env.SignalWorkflowSkippingWorkflowTask(msg.name, msg.arg)
+				s.cancelNow(can)
+			}, 5*time.Second)
+			res := s.execute(api.TaskOptions{})
+			s.Equal(api.TaskCancelled, res.State)
+			s.True(can.completed)
+			s.cancelled(1)
+			s.Equal([]api.ReleaseSignal{{TaskID: "t1", Fence: 1}}, s.releases, "released once")
+		})
+	}
+}
+
+// Cancelling the workflow while a result is being ingested: the ingest
+// goes on, the task completes with that result, and the submission is
+// answered with it (not with "canceled").
+func (s *taskSuite) TestWorkflowCancelDuringIngestAnswersTheSubmission() {
+	s.env = s.NewTestWorkflowEnvironment()
+	s.ingestAfter = 10 * time.Second
+	s.SetupTestWith(nil)
+	sub := s.submit(2*time.Second, "t1/1/1", s.claim("worker-a", 1))
+	s.env.RegisterDelayedCallback(func() { s.env.CancelWorkflow() }, 5*time.Second)
+	res := s.execute(api.TaskOptions{LeaseTTL: time.Hour})
+	s.Equal(api.TaskCompleted, res.State)
+	s.True(sub.completed)
+	s.NoError(sub.err)
+	s.Require().NotNil(sub.submitted)
+	s.True(sub.submitted.Accepted)
+	s.Equal(int64(1), sub.submitted.Result.Fence)
+}
+
+// A task cancelled while its worker was being reserved is not granted:
+// the reservation is handed back and nothing is launched.
+func (s *taskSuite) TestCancelDuringSelectionGrantsNothing() {
+	s.env = s.NewTestWorkflowEnvironment()
+	s.selectAfter = 3 * time.Second
+	s.SetupTestWith(nil)
+	can := &updateOutcome{}
+	s.env.RegisterDelayedCallback(func() { s.cancelNow(can) }, time.Second)
+	res := s.execute(api.TaskOptions{})
+	s.Equal(api.TaskCancelled, res.State)
+	s.Equal(int64(0), res.Attempts, "no lease was granted")
+	s.Empty(s.launches)
+	s.Equal([]api.ReleaseSignal{{TaskID: "t1", Fence: 1}}, s.releases, "the reservation is handed back")
+}
+
+// An executor's report is an infrastructure kill or a failed launch;
+// any other reason it names is taken as an infrastructure kill.
+func (s *taskSuite) TestAttemptFailedReasonIsNotTakenOnTrust() {
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(api.SignalAttemptFailed, api.AttemptFailedSignal{Claim: s.claim("worker-a", 1), Reason: lease.ReasonWorkerLost})
+	}, 2*time.Second)
+	s.submit(10*time.Second, "t1/2/2", s.claim("worker-b", 2))
+	res := s.execute(api.TaskOptions{LeaseTTL: time.Hour})
+	s.Equal(api.TaskCompleted, res.State)
+	s.Equal(lease.ReasonInfraKilled, s.lastView().Directives[0].Reason)
+}

@@ -77,26 +77,6 @@ func NextTCD(prev string, parentTime int64, committed []api.ResultRef) (string, 
 	}{prev, parentTime, committed})
 }
 
-// ResultRefOf is the run's compact record of an accepted result.
-func ResultRefOf(r api.TaskResult) (api.ResultRef, error) {
-	digest, err := envelope.DigestOf(r)
-	if err != nil {
-		return api.ResultRef{}, err
-	}
-	ref := api.ResultRef{
-		TaskID: r.TaskID, WorkerID: r.WorkerID, Attempt: r.Attempt, Fence: r.Fence,
-		EnvelopeDigest: r.EnvelopeDigest, ExitCode: r.ExitCode, OutputError: r.OutputError,
-		Artifacts: len(r.Artifacts), ResultDigest: digest,
-	}
-	if len(ref.OutputError) > api.MaxRefOutputErrorBytes {
-		ref.OutputError = ref.OutputError[:api.MaxRefOutputErrorBytes]
-	}
-	for _, a := range r.Artifacts {
-		ref.Bytes += a.SizeBytes
-	}
-	return ref, nil
-}
-
 func newRunWorkflow(in api.RunInput) (*runWorkflow, error) {
 	if in.Carry != nil {
 		return &runWorkflow{st: *in.Carry}, nil
@@ -231,7 +211,6 @@ func (r *runWorkflow) reconcileUnwatched(ctx workflow.Context) {
 // timed out. The task-ended signal normally arrives first; the later of
 // the two is ignored.
 func (r *runWorkflow) watchChild(ctx workflow.Context, taskID string, child workflow.ChildWorkflowFuture) {
-	r.watched[taskID] = true
 	workflow.Go(ctx, func(gctx workflow.Context) {
 		var out api.TaskOutcome
 		if err := child.Get(gctx, &out); err != nil || !out.State.Terminal() {
@@ -290,6 +269,9 @@ func (r *runWorkflow) addTask(ctx workflow.Context, in api.AddTaskInput) (api.Ad
 		return res, nil
 	}
 	r.st.Tasks = append(r.st.Tasks, api.RunTask{TaskID: in.Envelope.TaskID, EnvelopeDigest: in.EnvelopeDigest, State: api.TaskPending})
+	// Watched from now on: a task still starting is never looked up (and
+	// taken for missing) by the reconcile.
+	r.watched[in.Envelope.TaskID] = true
 	r.starting++
 	defer func() { r.starting--; r.wake.SendAsync(true) }()
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
@@ -310,6 +292,7 @@ func (r *runWorkflow) addTask(ctx workflow.Context, in api.AddTaskInput) (api.Ad
 	})
 	if err := child.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
 		r.removeTask(in.Envelope.TaskID)
+		delete(r.watched, in.Envelope.TaskID)
 		return api.AddTaskResult{}, temporal.NewApplicationError(
 			fmt.Sprintf("start task %s: %v (task IDs cannot be reused)", in.Envelope.TaskID, err), api.ErrTypeConflict)
 	}
@@ -345,7 +328,7 @@ func (r *runWorkflow) onTaskEndedDetail(ctx workflow.Context, out api.TaskEndedS
 	if out.State == api.TaskCompleted {
 		ref := out.Ref
 		if ref == nil && out.Result != nil {
-			r, err := ResultRefOf(*out.Result)
+			r, err := api.ResultRefOf(*out.Result)
 			if err != nil {
 				workflow.GetLogger(ctx).Error("result reference", "task", out.TaskID, "error", err)
 			} else {
@@ -470,9 +453,11 @@ func (r *runWorkflow) publish(ctx workflow.Context) {
 }
 
 // continueAsNew waits for update handlers, applies every buffered
-// task-ended report (signals and watched children), and carries the state.
-// Nothing blocks between the drain and the continue-as-new; tasks whose
-// child can no longer be watched are reconciled by the next run.
+// task-ended signal and every child outcome already delivered, and carries
+// the state. Nothing blocks between the drain and the continue-as-new. A
+// child that completes in the same workflow task may be missed here (its
+// watcher runs after the drain); the next run's reconcile finds it, as it
+// finds every task whose child it cannot watch.
 func (r *runWorkflow) continueAsNew(ctx workflow.Context) error {
 	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 		return err

@@ -85,7 +85,7 @@ func TestStateStaysUnderPayloadLimit(t *testing.T) {
 	for i := 0; i < api.MaxTasksPerRun; i++ {
 		id := fmt.Sprintf("%s-%d", long[:50], i)
 		st.Tasks = append(st.Tasks, api.RunTask{TaskID: id, EnvelopeDigest: "sha256:" + strings.Repeat("b", 64), State: api.TaskCompleted, Attempts: api.MaxAttemptsLimit})
-		ref, err := ResultRefOf(api.TaskResult{TaskID: id, WorkerID: long, Attempt: 100, Fence: 100, EnvelopeDigest: "sha256:" + strings.Repeat("b", 64),
+		ref, err := api.ResultRefOf(api.TaskResult{TaskID: id, WorkerID: long, Attempt: 100, Fence: 100, EnvelopeDigest: "sha256:" + strings.Repeat("b", 64),
 			OutputError: strings.Repeat("e", 4096), Artifacts: make([]api.Artifact, 10)})
 		require.NoError(t, err)
 		st.Events = append(st.Events, api.Event{Seq: int64(i + 1), Type: api.EventWorkerResult, Time: time.Now(), Result: &ref})
@@ -109,4 +109,41 @@ func TestStateStaysUnderPayloadLimit(t *testing.T) {
 	require.NoError(t, err)
 	require.Less(t, len(b), limit, "task carry of %d attempts is %d bytes", api.MaxAttemptsLimit, len(b))
 	t.Logf("task of %d attempts: %d bytes", api.MaxAttemptsLimit, len(b))
+}
+
+// A task added just as the run's reconcile runs is still starting: the
+// reconcile does not look it up (it could be taken for missing and
+// recorded ABORTED while it runs). Found in review.
+func TestRunReconcileSkipsTasksBeingStarted(t *testing.T) {
+	h := newRunHarness(t)
+	h.env.RegisterActivity(&activities.Control{})
+	var asked []string
+	h.env.OnActivity(controlActs.ReconcileTasks, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in api.ReconcileTasksInput) (api.ReconcileTasksResult, error) {
+			asked = append(asked, in.TaskIDs...)
+			var res api.ReconcileTasksResult
+			for _, id := range in.TaskIDs {
+				if id != "t1" {
+					res.Closed = append(res.Closed, api.ReconciledTask{TaskID: id, Status: "NOT_FOUND"})
+				}
+			}
+			return res, nil
+		})
+	tcd, _ := InitialTCD("r1", "w1")
+	carry := api.RunState{RunID: "r1", WorldID: "w1", Status: api.RunRunning, TCDDigest: tcd, CloseWhenDone: true,
+		Tasks: []api.RunTask{{TaskID: "t1", State: api.TaskLeased}}, Events: []api.Event{}}
+	e3, d3 := runEnvelope(t, "t3")
+	var add3 updateOutcome
+	h.update(reconcileInterval-time.Nanosecond, api.UpdateAddTask, api.AddTaskInput{Envelope: e3, EnvelopeDigest: d3}, &add3, nil)
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(api.SignalTaskEnded, api.TaskOutcome{TaskID: "t1", RunID: "r1", State: api.TaskCancelled})
+	}, 95*time.Second)
+	h.finishTask(100*time.Second, "t3", api.TaskOutcome{State: api.TaskCompleted, Attempts: 1, Ref: &api.ResultRef{TaskID: "t3", Fence: 1}})
+	h.env.ExecuteWorkflow(api.RunWorkflowType, api.RunInput{RunID: "r1", WorldID: "w1", Carry: &carry, CloseWhenDone: true})
+	require.NoError(t, h.env.GetWorkflowError())
+	var final api.RunState
+	require.NoError(t, h.env.GetWorkflowResult(&final))
+	require.NotContains(t, asked, "t3", "a task being started is not looked up")
+	require.Equal(t, api.TaskCompleted, final.Tasks[1].State)
+	require.Equal(t, int64(1), final.WorkerResultEvents)
 }

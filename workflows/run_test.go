@@ -150,7 +150,7 @@ func TestRunIngestsOneWorkerResultPerAcceptedTaskAndOnlyCommitMovesEvidence(t *t
 
 	require.Equal(t, int64(1), afterCommit.Evidence)
 	require.Equal(t, int64(1), afterCommit.ParentTime)
-	ref, err := ResultRefOf(*result)
+	ref, err := api.ResultRefOf(*result)
 	require.NoError(t, err)
 	want, _ := NextTCD(initial, 1, []api.ResultRef{ref})
 	require.Equal(t, want, afterCommit.TCDDigest)

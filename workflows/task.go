@@ -293,6 +293,13 @@ func (t *taskWorkflow) selectAndGrant(ctx workflow.Context) error {
 	}
 	var res api.SelectWorkerResult
 	err := workflow.ExecuteActivity(actx, controlActs.SelectWorker, in).Get(ctx, &res)
+	if err == nil && res.WorkerID != "" && t.carry.Cancelled &&
+		workflow.GetVersion(ctx, versionNoGrantAfterCancel, workflow.DefaultVersion, 1) == 1 {
+		// Cancelled while the worker was being reserved: hand the
+		// reservation back instead of granting and launching.
+		t.release(ctx, lease.Lease{TaskID: t.env.TaskID, WorkerID: res.WorkerID, Fence: in.Fence})
+		return nil
+	}
 	if err == nil && res.WorkerID != "" {
 		t.waiting = ""
 		t.selectInterval = t.opts.SelectInterval
@@ -363,12 +370,14 @@ func (t *taskWorkflow) launchOptions(worker string) workflow.ActivityOptions {
 // cancel or a retry directive was recorded, and otherwise waits for one
 // event (a signal, the launch, the lease timer, an update's wake-up).
 func (t *taskWorkflow) watch(ctx workflow.Context) {
-	if t.carry.Cancelled {
-		t.endLease(ctx, nil)
-		return
-	}
+	// A lease that already ended with a directive is released first, even
+	// when a cancel arrived with it: decide then ends the cancelled task.
 	if t.directive != nil {
 		t.endLease(ctx, t.directive)
+		return
+	}
+	if t.carry.Cancelled {
+		t.endLease(ctx, nil)
 		return
 	}
 	t.armTimer(ctx)
@@ -525,8 +534,11 @@ func (t *taskWorkflow) onAttemptFailed(ctx workflow.Context, f api.AttemptFailed
 	if rej := lease.Check(t.ledger.Current(), f.Claim); rej != nil {
 		return
 	}
+	// An executor reports only what it can know: the attempt was killed
+	// or could not start. Expiry and worker loss are the task's own
+	// judgement, never taken from a report.
 	reason := f.Reason
-	if !reason.Valid() {
+	if reason != lease.ReasonLaunchFailed {
 		reason = lease.ReasonInfraKilled
 	}
 	t.revoke(ctx, reason, f.Detail)
@@ -612,6 +624,9 @@ const (
 	// versionAwaitReleases: an ending task waits until its reservation
 	// releases are delivered.
 	versionAwaitReleases = "await-releases-at-end"
+	// versionNoGrantAfterCancel: a worker reserved for a task cancelled
+	// meanwhile is released, not granted.
+	versionNoGrantAfterCancel = "no-grant-after-cancel"
 )
 
 // validateSubmitResult is the submit-result validator: the shared fence
@@ -670,7 +685,11 @@ func (t *taskWorkflow) submitResult(ctx workflow.Context, in api.SubmitResultInp
 	sub := &submission{in: in}
 	t.sub = sub
 	t.wake.SendAsync(true)
-	if err := workflow.Await(ctx, func() bool { return sub.done }); err != nil {
+	// Wait on a context that cancelling the workflow does not reach: the
+	// ingest goes on after a cancel request, and the submission must get
+	// its outcome, not "canceled".
+	wctx, _ := workflow.NewDisconnectedContext(ctx)
+	if err := workflow.Await(wctx, func() bool { return sub.done }); err != nil {
 		return api.SubmitResultResult{}, err
 	}
 	if sub.err != nil {
@@ -772,7 +791,7 @@ func (t *taskWorkflow) finish(ctx workflow.Context, state api.TaskState) (api.Ta
 	out := api.TaskOutcome{TaskID: t.env.TaskID, RunID: t.env.RunID, State: state, Attempts: t.ledger.Attempt, Result: t.result}
 	report := out
 	if t.result != nil {
-		if ref, err := ResultRefOf(*t.result); err == nil {
+		if ref, err := api.ResultRefOf(*t.result); err == nil {
 			report.Result, report.Ref = nil, &ref
 		}
 	}

@@ -48,8 +48,9 @@ type taskSuite struct {
 	// workers are handed out in turn by the SelectWorker mock, honouring
 	// AvoidWorker.
 	workers []string
-	// ingestAfter delays the Ingest mock (set before SetupTestWith).
-	ingestAfter time.Duration
+	// ingestAfter and selectAfter delay the Ingest and SelectWorker mocks
+	// (set before SetupTestWith).
+	ingestAfter, selectAfter time.Duration
 	// ingestErr, when set, decides the Ingest mock's error per input.
 	ingestErr func(api.IngestInput) error
 }
@@ -58,7 +59,7 @@ func TestTaskWorkflow(t *testing.T) { suite.Run(t, new(taskSuite)) }
 
 func (s *taskSuite) SetupTest() {
 	s.env = s.NewTestWorkflowEnvironment()
-	s.ingestAfter, s.ingestErr = 0, nil
+	s.ingestAfter, s.selectAfter, s.ingestErr = 0, 0, nil
 	s.SetupTestWith(nil)
 	s.env.SetTestTimeout(20 * time.Second)
 }
@@ -73,7 +74,7 @@ func (s *taskSuite) SetupTestWith(launch func(env *testsuite.TestWorkflowEnviron
 	s.grants, s.launches, s.ingests, s.cancels, s.releases, s.ended = nil, nil, nil, nil, nil, nil
 	s.workers = []string{"worker-a", "worker-b"}
 
-	s.env.OnActivity(controlActs.SelectWorker, mock.Anything, mock.Anything).Return(
+	s.env.OnActivity(controlActs.SelectWorker, mock.Anything, mock.Anything).After(s.selectAfter).Return(
 		func(_ context.Context, in api.SelectWorkerInput) (api.SelectWorkerResult, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
