@@ -63,6 +63,13 @@ func TestShortPartitionsCostNoLease(t *testing.T) {
 			after = currentLease(t, env.TaskID)
 			return after.State != lease.Active || after.RenewedAt.After(healed)
 		})
+		// Each partition is a short one: the link stays up until the
+		// worker's own heartbeat has also got through (back-to-back cuts
+		// would be one long partition, in which going STALE is right).
+		waitFor(t, ttl, "a worker heartbeat after the heal", func() bool {
+			w, err := suite.wdc.Worker(context.Background(), "partition-short-a")
+			return err == nil && w.LastHeartbeatAt.After(healed)
+		})
 		require.Equal(t, lease.Active, after.State, "cut %d: the lease ended: %s", i+1, after.EndReason)
 		require.Equal(t, int64(1), after.Fence)
 		recovery, margin := after.RenewedAt.Sub(healed), before.ExpiresAt.Sub(after.RenewedAt)
