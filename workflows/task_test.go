@@ -139,19 +139,7 @@ func (s *taskSuite) claim(worker string, n int64) api.Claim {
 
 func (s *taskSuite) submit(delay time.Duration, id string, c api.Claim) *updateOutcome {
 	out := &updateOutcome{}
-	s.env.RegisterDelayedCallback(func() {
-		s.env.UpdateWorkflow(api.UpdateSubmitResult, id, &testsuite.TestUpdateCallback{
-			OnAccept: func() { out.accepted = true },
-			OnReject: func(err error) { out.rejected = true; out.err = err },
-			OnComplete: func(v any, err error) {
-				out.completed = true
-				out.err = err
-				if r, ok := v.(api.SubmitResultResult); ok {
-					out.submitted = &r
-				}
-			},
-		}, api.SubmitResultInput{Claim: c, ExitCode: 0, Artifacts: []api.Artifact{{Name: "summary.json", Digest: testArtifactDigest, SizeBytes: 10}}})
-	}, delay)
+	s.env.RegisterDelayedCallback(func() { s.submitNow(id, c, out) }, delay)
 	return out
 }
 
