@@ -165,11 +165,11 @@ func (c *Client) hasPoller(ctx context.Context, taskQueue string) (bool, error) 
 // may cancel the call a moment before the local timer fires.
 func (c *Client) within(ctx context.Context, op string, f func(context.Context) error) error {
 	if c.CallTimeout <= 0 {
-		return f(ctx)
+		return retryNotReady(ctx, f)
 	}
 	cctx, cancel := context.WithTimeout(ctx, c.CallTimeout)
 	defer cancel()
-	err := f(cctx)
+	err := retryNotReady(cctx, f)
 	// The bound is the effective deadline unless the caller's is earlier.
 	bound, _ := cctx.Deadline()
 	parent, hasParent := ctx.Deadline()
@@ -196,4 +196,31 @@ func timedOut(err error) bool {
 		return true
 	}
 	return false
+}
+
+// notReadyTries bounds how often a call answered "workflow not ready" is
+// tried, 100 ms apart and doubling (about 1.5 s in all).
+const notReadyTries = 5
+
+// retryNotReady calls f again when Temporal answers WorkflowNotReady: the
+// workflow task that was to take an update failed and is retried by the
+// server (for example a run that completes just as a child's completion
+// arrives fails its task with UnhandledCommand), or a query came before
+// the workflow's first task. Nothing of the failed task was applied, so
+// sending the update again is safe.
+func retryNotReady(ctx context.Context, f func(context.Context) error) error {
+	wait := 100 * time.Millisecond
+	for try := 1; ; try++ {
+		err := f(ctx)
+		var notReady *serviceerror.WorkflowNotReady
+		if !errors.As(err, &notReady) || try == notReadyTries {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
 }

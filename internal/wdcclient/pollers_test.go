@@ -149,3 +149,27 @@ func TestWithinLeavesTheCallersDeadlineAndOtherErrorsAlone(t *testing.T) {
 	}))
 	assert.True(t, called, "CallTimeout 0 adds no deadline")
 }
+
+func TestRetryNotReady(t *testing.T) {
+	notReady := serviceerror.NewWorkflowNotReady("Unable to perform workflow execution update due to unexpected workflow task failure.")
+	calls := 0
+	err := retryNotReady(context.Background(), func(context.Context) error {
+		calls++
+		if calls < 3 {
+			return notReady
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, 3, calls, "tried again until the workflow took it")
+
+	calls = 0
+	err = retryNotReady(context.Background(), func(context.Context) error { calls++; return notReady })
+	require.ErrorAs(t, err, &notReady)
+	require.Equal(t, notReadyTries, calls, "bounded")
+
+	calls = 0
+	other := errors.New("invalid argument")
+	require.ErrorIs(t, retryNotReady(context.Background(), func(context.Context) error { calls++; return other }), other)
+	require.Equal(t, 1, calls, "other errors are not retried")
+}
