@@ -38,7 +38,7 @@ func (r *registrationFlags) bind(f *pflag.FlagSet) {
 	f.StringVar(&r.cpu, "cpu", "", `CPU capacity in cores or millicores, Kubernetes quantity syntax: "4", "1.5", "500m" (default: this machine's cores)`)
 	f.StringVar(&r.memory, "memory", "", `memory capacity, Kubernetes quantity syntax: "8Gi", "512Mi", "1e9" bytes (default: this machine's memory)`)
 	f.Int64Var(&r.gpus, "gpus", 0, "whole GPUs the worker offers")
-	f.Int64Var(&r.slots, "slots", 0, "how many tasks may run at once; a task takes one slot unless it asks for more (default: one per whole CPU core, at least 1)")
+	f.Int64Var(&r.slots, "slots", 0, "how many tasks may run at once; a task takes one slot unless it asks for more (0 or unset: one per whole CPU core, at least 1)")
 	f.StringArrayVar(&r.resources, "resource", nil, "custom resource NAME=COUNT, e.g. licenses=2 (repeatable)")
 	f.StringArrayVar(&r.labels, "label", nil, "label KEY=VALUE matched by task selectors, Kubernetes label syntax (repeatable)")
 	f.StringArrayVar(&r.capabilities, "capability", nil, "capability a task may require, e.g. docker (repeatable)")

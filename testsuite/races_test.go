@@ -196,3 +196,46 @@ func TestFault5LaunchFailureAndResultInOneWorkflowTask(t *testing.T) {
 	require.Equal(t, int64(1), out.Attempts)
 	require.Empty(t, final.Directives)
 }
+
+// A control plane that is down longer than a worker's offline window,
+// while the worker's agent keeps heartbeating: when it comes back, the
+// heartbeats held by the server are applied before the liveness windows
+// are judged, so the worker stays ACTIVE and keeps its reservation (a
+// control-plane deploy must not take the fleet OFFLINE).
+func TestControlPlaneOutageKeepsALiveWorkerActive(t *testing.T) {
+	c, wc, cp, _ := raceEnv(t, "outage-w", &soakLauncher{})
+	ctx := context.Background()
+	reg, err := wc.RegisterWorker(ctx, fleet.Registration{WorkerID: "outage-w2", Capacity: resource.List{CPUMillis: 1000, MemoryBytes: 1 << 30},
+		StaleAfter: 2 * time.Second, OfflineAfter: 4 * time.Second, HeartbeatInterval: 500 * time.Millisecond})
+	require.NoError(t, err)
+	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID: api.WorkerWorkflowID("outage-w2"), UpdateName: api.UpdateReserve, WaitForStage: client.WorkflowUpdateStageCompleted,
+		Args: []any{api.ReserveInput{TaskID: "outage-task", Fence: 1}},
+	})
+	require.NoError(t, err)
+	require.NoError(t, h.Get(ctx, nil))
+	stop := make(chan struct{})
+	beats := make(chan struct{})
+	go func() { // the agent's heartbeats, every 500 ms, through the outage
+		defer close(beats)
+		for seq := int64(1); ; seq++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			_ = wc.WorkerHeartbeat(ctx, api.WorkerHeartbeatSignal{WorkerID: "outage-w2", Incarnation: reg.Incarnation, Seq: seq})
+		}
+	}()
+	cp.Stop()
+	time.Sleep(10 * time.Second) // more than twice the offline window
+	startControlPlane(t, c)
+	time.Sleep(2 * time.Second)
+	close(stop)
+	<-beats
+	v, err := wc.Worker(ctx, "outage-w2")
+	require.NoError(t, err)
+	require.Equal(t, fleet.Active, v.State, "a worker that kept heartbeating is not taken for dead")
+	require.Equal(t, reg.Incarnation, v.Incarnation)
+	require.True(t, v.HasReservation("outage-task", 1), "its reservation was not reported lost")
+}

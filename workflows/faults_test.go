@@ -257,3 +257,21 @@ func (s *taskSuite) TestAttemptFailedReasonIsNotTakenOnTrust() {
 	s.Equal(api.TaskCompleted, res.State)
 	s.Equal(lease.ReasonInfraKilled, s.lastView().Directives[0].Reason)
 }
+
+// After a control-plane outage the lease timer and the heartbeats the
+// executor kept sending arrive in one workflow task: the heartbeats are
+// applied first, so a lease that was kept alive does not expire.
+func (s *taskSuite) TestHeartbeatsHeldDuringAnOutageKeepTheLease() {
+	c := s.claim("worker-a", 1)
+	for i := int64(1); i <= 5; i++ {
+		seq := i
+		s.env.RegisterDelayedCallback(func() {
+			s.env.SignalWorkflowSkippingWorkflowTask(api.SignalLeaseHeartbeat, api.LeaseHeartbeatSignal{Claim: c, Seq: seq})
+		}, time.Duration(20+2*i)*time.Second) // 22 s .. 30 s: the control plane is down, TTL 30 s
+	}
+	s.submit(45*time.Second, "t1/1/1", c)
+	res := s.execute(api.TaskOptions{})
+	s.Equal(api.TaskCompleted, res.State)
+	s.Equal(int64(1), res.Attempts, "the lease did not expire")
+	s.Equal(int64(5), s.lastView().Stats.HeartbeatsAccepted)
+}

@@ -430,6 +430,13 @@ func (t *taskWorkflow) stopTimer() {
 }
 
 func (t *taskWorkflow) onTimer(ctx workflow.Context) {
+	// Heartbeats already delivered are applied before the expiry is
+	// judged: after the control plane was down, the timer and the
+	// heartbeats the executor sent meanwhile arrive together, and taking
+	// the timer first would expire a lease that was kept alive.
+	if workflow.GetVersion(ctx, versionHeartbeatsBeforeExpiry, workflow.DefaultVersion, 1) == 1 {
+		t.drainHeartbeats(ctx)
+	}
 	d, err := t.ledger.Expire(workflow.Now(ctx))
 	if err != nil {
 		// Renewed meanwhile (armTimer re-arms for the remainder), ended,
@@ -473,15 +480,20 @@ func (t *taskWorkflow) addSignals(ctx workflow.Context, sel workflow.Selector) {
 	sel.AddReceive(t.wake, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) })
 }
 
-// drainSignals applies every buffered signal without blocking.
-func (t *taskWorkflow) drainSignals(ctx workflow.Context) {
+// drainHeartbeats applies every buffered lease heartbeat without blocking.
+func (t *taskWorkflow) drainHeartbeats(ctx workflow.Context) {
 	for {
 		var hb api.LeaseHeartbeatSignal
 		if !t.heartbeatCh.ReceiveAsync(&hb) {
-			break
+			return
 		}
 		t.onHeartbeat(ctx, hb)
 	}
+}
+
+// drainSignals applies every buffered signal without blocking.
+func (t *taskWorkflow) drainSignals(ctx workflow.Context) {
+	t.drainHeartbeats(ctx)
 	for {
 		var lost api.WorkerLostSignal
 		if !t.lostCh.ReceiveAsync(&lost) {
@@ -627,6 +639,9 @@ const (
 	// versionNoGrantAfterCancel: a worker reserved for a task cancelled
 	// meanwhile is released, not granted.
 	versionNoGrantAfterCancel = "no-grant-after-cancel"
+	// versionHeartbeatsBeforeExpiry: buffered heartbeats are applied
+	// before the lease timer is judged.
+	versionHeartbeatsBeforeExpiry = "heartbeats-before-expiry"
 )
 
 // validateSubmitResult is the submit-result validator: the shared fence

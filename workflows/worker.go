@@ -62,6 +62,10 @@ type workerWorkflow struct {
 	reconcile      bool
 	reconcileTimer workflow.Future
 	reconciledAt   time.Time
+
+	// heartbeatsFirst applies every buffered heartbeat before the
+	// liveness windows are judged (histories recorded before it did not).
+	heartbeatsFirst bool
 	// saState is the state last written to the search attributes.
 	saState fleet.State
 
@@ -134,6 +138,7 @@ func (w *workerWorkflow) setup(ctx workflow.Context) error {
 
 func (w *workerWorkflow) run(ctx workflow.Context) error {
 	w.reconcile = workflow.GetVersion(ctx, versionReservationCheck, workflow.DefaultVersion, 1) == 1
+	w.heartbeatsFirst = workflow.GetVersion(ctx, versionHeartbeatsBeforeLiveness, workflow.DefaultVersion, 1) == 1
 	w.publish(ctx)
 	w.sendLost(ctx) // carried from the previous run
 	for {
@@ -171,6 +176,9 @@ func (w *workerWorkflow) run(ctx workflow.Context) error {
 			return temporal.NewCanceledError("worker workflow cancelled")
 		}
 
+		if w.heartbeatsFirst {
+			w.drainHeartbeats(ctx)
+		}
 		w.evaluate(ctx)
 		w.sendLost(ctx)
 		w.publish(ctx)
@@ -247,11 +255,28 @@ func (w *workerWorkflow) checkReservations(ctx workflow.Context) {
 	}
 }
 
+// drainHeartbeats applies every heartbeat already delivered. After the
+// control plane was down, the liveness timer and the heartbeats the agent
+// sent meanwhile arrive together; judging the timer first would take a
+// live worker for OFFLINE and revoke every lease it holds.
+func (w *workerWorkflow) drainHeartbeats(ctx workflow.Context) {
+	for {
+		var hb api.WorkerHeartbeatSignal
+		if !w.heartbeatCh.ReceiveAsync(&hb) {
+			return
+		}
+		w.onHeartbeat(ctx, hb)
+	}
+}
+
 // Change IDs for workflow.GetVersion in WdcWorker.
 const (
 	// versionReservationCheck: the registry checks old reservations
 	// against their tasks.
 	versionReservationCheck = "reservation-check"
+	// versionHeartbeatsBeforeLiveness: buffered heartbeats are applied
+	// before the liveness windows are judged.
+	versionHeartbeatsBeforeLiveness = "heartbeats-before-liveness"
 )
 
 // evaluate applies the liveness windows at the current workflow time.
@@ -426,13 +451,7 @@ func (w *workerWorkflow) continueAsNew(ctx workflow.Context) error {
 	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 		return err
 	}
-	for {
-		var hb api.WorkerHeartbeatSignal
-		if !w.heartbeatCh.ReceiveAsync(&hb) {
-			break
-		}
-		w.onHeartbeat(ctx, hb)
-	}
+	w.drainHeartbeats(ctx)
 	for {
 		var r api.ReleaseSignal
 		if !w.releaseCh.ReceiveAsync(&r) {

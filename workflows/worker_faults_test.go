@@ -97,3 +97,24 @@ func (s *workerSuite) TestFault7StaleReservationsAreReconciled() {
 }
 
 func resourceCPU(millis int64) resource.List { return resource.List{CPUMillis: millis} }
+
+// After a control-plane outage longer than the offline window, the
+// liveness timer and the heartbeats the agent kept sending arrive in one
+// workflow task: the heartbeats are applied first, so the worker stays
+// ACTIVE and keeps its reservations (before: OFFLINE, every lease revoked).
+func (s *workerSuite) TestHeartbeatsHeldDuringAnOutageKeepTheWorkerActive() {
+	s.update(0, api.UpdateRegister, testRegistration("w1")) // stale 15 s, offline 60 s
+	s.update(time.Second, api.UpdateReserve, api.ReserveInput{TaskID: "t1", Fence: 1})
+	for i := int64(1); i <= 40; i++ {
+		seq := i
+		s.env.RegisterDelayedCallback(func() {
+			s.env.SignalWorkflowSkippingWorkflowTask(api.SignalWorkerHeartbeat, api.WorkerHeartbeatSignal{WorkerID: "w1", Incarnation: 1, Seq: seq})
+		}, time.Duration(2*i)*time.Second) // every 2 s for 80 s, none processed until the timer fires
+	}
+	var v api.WorkerView
+	s.query(81*time.Second, &v)
+	s.run(82 * time.Second)
+	s.Equal(fleet.Active, v.State)
+	s.Len(v.Reservations, 1, "the reservation was not reported lost")
+	s.Empty(s.lost)
+}

@@ -554,6 +554,10 @@ func (e *Execution) finish(rep *Report) {
 		if why != "" {
 			rep.Message = why
 		}
+		// The submission may have reached Temporal and still be delivered
+		// when the control plane is back: keep the staged outputs for its
+		// ingest. The task removes its staging when it ends.
+		return
 	}
 	_ = e.opts.Blobs.RemoveStaging(e.claim.TaskID, e.claim.Attempt, e.claim.Fence)
 	_ = os.Remove(e.opts.Blobs.TaskStagingDir(e.claim.TaskID)) // only if empty

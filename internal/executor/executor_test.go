@@ -530,3 +530,22 @@ func TestFrozenPastTheTTLStillSubmits(t *testing.T) {
 	defer f.ctl.mu.Unlock()
 	assert.Len(t, f.ctl.submitted, 1)
 }
+
+// A result that could not be handed over (Temporal unreachable until the
+// executor gave up) keeps its staged outputs: the submission may still be
+// delivered when the control plane is back, and its ingest needs them.
+func TestUndeliveredResultKeepsItsStaging(t *testing.T) {
+	f := newFixture(t, `echo hi > outputs/a.txt`, nil)
+	f.lease.TTL = time.Second
+	f.ctl.lease.TTL = time.Second
+	f.ctl.mu.Lock()
+	f.ctl.hbErr = errors.New("connection refused")
+	f.ctl.submitErr = errors.New("connection refused")
+	f.ctl.mu.Unlock()
+	rep := f.wait(f.start(nil))
+	assert.Equal(t, OutcomeSubmitFailed, rep.Outcome)
+	staged := filepath.Join(f.blobs.StagingDir(f.lease.TaskID, f.lease.Attempt, f.lease.Fence), "a.txt")
+	b, err := os.ReadFile(staged)
+	require.NoError(t, err, "the staged output is kept")
+	assert.Equal(t, "hi\n", string(b))
+}
