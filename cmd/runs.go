@@ -146,7 +146,7 @@ func (a *app) newRunsStatusCommand() *cobra.Command {
 				}
 				return a.emit(v, func(w io.Writer) error {
 					fmt.Fprintf(w, "run          %s (world %s)\nstatus       %s%s\nevidence     %d\nparent_time  %d\ntcd digest   %s\n",
-						v.RunID, v.WorldID, v.Status, map[bool]string{true: ", closed", false: ""}[v.Closed], v.Evidence, v.ParentTime, v.TCDDigest)
+						v.RunID, v.WorldID, v.Status, map[bool]string{true: ", closed", false: ", open (takes tasks and commits until closed)"}[v.Closed], v.Evidence, v.ParentTime, v.TCDDigest)
 					tw := table(w)
 					fmt.Fprintln(tw, "TASK\tSTATE\tATTEMPTS\tWORKER\tENVELOPE")
 					for _, t := range v.Tasks {
