@@ -92,7 +92,7 @@ func runSuite(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	suite.dataDir = dir
-	if suite.blobs, err = blobstore.Open(dir); err != nil {
+	if suite.blobs, err = blobstore.OpenDir(context.Background(), dir); err != nil {
 		return 1
 	}
 	cp := worker.NewControlPlane(c, suite.blobs)
