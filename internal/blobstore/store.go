@@ -102,8 +102,8 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 		}
 		u.RawQuery = q.Encode()
 		s.dir = filepath.FromSlash(u.Path)
-		if s.dir == "" {
-			return nil, fmt.Errorf("blob store %s: no directory (file:///abs/dir)", s.where)
+		if (u.Host != "" && u.Host != "localhost") || !filepath.IsAbs(s.dir) {
+			return nil, fmt.Errorf("blob store %s: want an absolute directory (file:///abs/dir)", s.where)
 		}
 		if err := os.MkdirAll(s.dir, 0o755); err != nil {
 			return nil, fmt.Errorf("blob store %s: %w", s.where, err)

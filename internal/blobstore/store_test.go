@@ -41,6 +41,10 @@ func TestOpenRefusesBadURLsAndKeepsSecretsOut(t *testing.T) {
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "hunter2")
 	assert.Contains(t, err.Error(), "nosuch://host/b")
+	for _, rel := range []string{"file://relative/dir", "file:relative", "file://"} {
+		_, err = Open(context.Background(), rel)
+		assert.ErrorContains(t, err, "absolute", rel)
+	}
 	assert.Equal(t, "s3://b?access_key_id=REDACTED&endpoint=http%3A%2F%2Fx", Redact("s3://u:p@b?endpoint=http://x&access_key_id=AKIA"))
 }
 
