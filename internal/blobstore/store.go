@@ -211,13 +211,24 @@ func (s *Store) fail(op, key string, err error) error {
 	return fmt.Errorf("blob store %s: %s %s: %w", s.where, op, key, err)
 }
 
+// legacyKey is where the store before gocloud kept a blob under
+// <data-dir>/blobs: sha256/<2 hex>/<64 hex>. Blobs there are still read, so
+// an existing data dir keeps its results; new blobs go to ContentKey.
+func legacyKey(key string) string {
+	h := strings.TrimPrefix(key, "sha256/")
+	return "sha256/" + h[:2] + "/" + h
+}
+
 // Has reports whether the blob exists.
 func (s *Store) Has(ctx context.Context, digest string) bool {
 	key, err := ContentKey(digest)
 	if err != nil {
 		return false
 	}
-	ok, err := s.bucket.Exists(ctx, key)
+	if ok, err := s.bucket.Exists(ctx, key); err == nil && ok {
+		return true
+	}
+	ok, err := s.bucket.Exists(ctx, legacyKey(key))
 	return err == nil && ok
 }
 
@@ -393,6 +404,11 @@ func (s *Store) Open(ctx context.Context, digest string) (io.ReadCloser, error) 
 		return nil, err
 	}
 	r, err := s.bucket.NewReader(ctx, key, nil)
+	if gcerrors.Code(err) == gcerrors.NotFound {
+		if lr, lerr := s.bucket.NewReader(ctx, legacyKey(key), nil); lerr == nil {
+			return lr, nil
+		}
+	}
 	if err != nil {
 		return nil, s.fail("read", key, err)
 	}

@@ -111,3 +111,22 @@ func TestKeyRules(t *testing.T) {
 		assert.Error(t, err, bad)
 	}
 }
+
+// A data dir written before the gocloud store (blobs/sha256/<2 hex>/<hex>)
+// keeps its blobs readable.
+func TestLegacyBlobsStayReadable(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	h := strings.TrimPrefix(helloDigest, "sha256:")
+	old := filepath.Join(dir, "blobs", "sha256", h[:2], h)
+	require.NoError(t, os.MkdirAll(filepath.Dir(old), 0o755))
+	require.NoError(t, os.WriteFile(old, []byte("hello\n"), 0o444))
+	s, err := OpenDir(ctx, dir)
+	require.NoError(t, err)
+	defer s.Close()
+	assert.True(t, s.Has(ctx, helloDigest))
+	out := filepath.Join(t.TempDir(), "out")
+	require.NoError(t, s.CopyTo(ctx, helloDigest, out, 0o644))
+	b, _ := os.ReadFile(out)
+	assert.Equal(t, "hello\n", string(b))
+}
