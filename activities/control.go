@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"time"
 
@@ -213,46 +212,49 @@ func WaitingMessage(active int, passed []fleet.Ineligible) string {
 }
 
 // Ingest is parent ingest: each declared artifact is re-hashed from the
-// attempt's staging directory while it is copied into the blob store, and
-// promoted only when the hash matches. The staging directory is removed
+// attempt's staging keys while it is streamed into the blob store, and
+// promoted only when the hash matches. The attempt's staging is removed
 // afterwards.
 //
-// Errors: a non-retryable artifact_mismatch ApplicationError when a file is
-// missing, not regular, or hashes differently; nothing of that result is
-// then kept in the store under a wrong name (content-addressed blobs that
-// did verify may stay: they are valid content).
+// Errors: a non-retryable artifact_mismatch ApplicationError when an
+// object is missing or hashes differently; nothing of that result is then
+// kept in the store under a wrong name (content-addressed blobs that did
+// verify may stay: they are valid content).
 func (c *Control) Ingest(ctx context.Context, in api.IngestInput) (api.IngestResult, error) {
-	arts, err := c.promoteAll(ctx, c.Blobs.StagingDir(in.TaskID, in.Attempt, in.Fence), in.Artifacts)
+	arts, err := c.promoteAll(ctx, blobstore.StagingPrefix(in.TaskID, in.Attempt, in.Fence), in.Artifacts)
 	if err != nil {
 		return api.IngestResult{}, err
 	}
-	logs, err := c.promoteAll(ctx, c.Blobs.LogStagingDir(in.TaskID, in.Attempt, in.Fence), in.Logs)
+	logs, err := c.promoteAll(ctx, blobstore.LogStagingPrefix(in.TaskID, in.Attempt, in.Fence), in.Logs)
 	if err != nil {
 		return api.IngestResult{}, err
 	}
-	if err := c.Blobs.RemoveStaging(in.TaskID, in.Attempt, in.Fence); err != nil {
+	if err := c.Blobs.RemoveStaging(ctx, in.TaskID, in.Attempt, in.Fence); err != nil {
 		activity.GetLogger(ctx).Warn("remove staging", "error", err)
 	}
 	return api.IngestResult{Artifacts: arts, Logs: logs}, nil
 }
 
-// promoteAll re-hashes each staged file of dir into the blob store.
-func (c *Control) promoteAll(ctx context.Context, dir string, files []api.Artifact) ([]api.Artifact, error) {
+// promoteAll re-hashes each staged object under prefix into the blob store.
+func (c *Control) promoteAll(ctx context.Context, prefix string, files []api.Artifact) ([]api.Artifact, error) {
 	if len(files) == 0 {
 		return nil, nil
 	}
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		// Not this result's fault: this control plane does not see the
-		// agents' data dir. Retry (another control plane may) and say so.
-		return nil, fmt.Errorf("staging directory %s not found on this control plane (data dir %s): agents and control planes must share --data-dir", dir, c.Blobs.Root())
-	}
 	out := make([]api.Artifact, 0, len(files))
-	for _, a := range files {
-		src, err := stagedPath(dir, a.Name)
+	for i, a := range files {
+		src, err := blobstore.StagedKey(prefix, a.Name)
 		if err != nil {
-			return nil, temporal.NewNonRetryableApplicationError(err.Error(), api.ErrTypeArtifactMismatch, nil)
+			return nil, temporal.NewNonRetryableApplicationError("artifact name: "+err.Error(), api.ErrTypeArtifactMismatch, nil)
 		}
-		size, err := c.Blobs.Promote(src, a.Digest)
+		size, err := c.Blobs.Promote(ctx, src, a.Digest)
+		if i == 0 && errors.Is(err, blobstore.ErrNotFound) {
+			if keys, lerr := c.Blobs.List(ctx, prefix); lerr == nil && len(keys) == 0 {
+				// Not this result's fault: nothing at all is staged where
+				// this control plane looks. Retry (another control plane
+				// may see it) and say so.
+				return nil, fmt.Errorf("nothing staged under %s in blob store %s: agents and control planes must share --blob-url (or --data-dir)", prefix, c.Blobs)
+			}
+		}
 		if err != nil {
 			if errors.Is(err, blobstore.ErrDigestMismatch) || errors.Is(err, blobstore.ErrNotFound) {
 				return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("artifact %s: %v", a.Name, err), api.ErrTypeArtifactMismatch, nil)
@@ -271,5 +273,5 @@ func (c *Control) promoteAll(ctx context.Context, dir string, files []api.Artifa
 // CleanupStaging removes every attempt's staging of an ended task, so a
 // stale attempt's outputs never linger (they are never promoted).
 func (c *Control) CleanupStaging(ctx context.Context, in api.CleanupInput) error {
-	return c.Blobs.RemoveTaskStaging(in.TaskID)
+	return c.Blobs.RemoveTaskStaging(ctx, in.TaskID)
 }

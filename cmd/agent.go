@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -19,6 +20,7 @@ func (a *app) newAgentCommand() *cobra.Command {
 	var (
 		reg       registrationFlags
 		dataDir   string
+		blobURL   string
 		workDir   string
 		heartbeat time.Duration
 		maxFile   int64
@@ -34,8 +36,8 @@ wdc-agent/<worker-id> for Local attempts. Each attempt runs in
 <work-dir>/<task>/<attempt>-<fence>/ in its own process group, with only the
 envelope's environment plus WDC_TASK_ID, WDC_ATTEMPT, WDC_FENCE and WDC_TASK_DIR
 (nothing of the agent's environment); the command is killed if the agent dies.
-The agent must share --data-dir with the control plane (inputs and staged
-outputs pass through it).
+The agent must share the blob store (--blob-url, default under --data-dir)
+with the control plane: inputs and staged outputs pass through it.
 
 A control plane must be polling wdc-control (the agent registers through
 it): without one the agent exits 5 within a few seconds.
@@ -61,18 +63,25 @@ an earlier agent of this work directory left behind.`,
 			ctx := c.Context()
 			// Redial promptly after a network cut: attempt heartbeats must
 			// get through within a fraction of their interval.
-			tc, store, err := a.connect(ctx, dataDir, worker.AgentDialOptions()...)
+			tc, store, err := a.connect(ctx, dataDir, blobURL, worker.AgentDialOptions()...)
 			if err != nil {
 				return err
 			}
 			defer tc.Close()
+			defer store.Close()
 			// Registering is an update the control plane answers: without
 			// one the agent would hang before it says anything.
 			if err := a.wdcClient(tc).RequirePoller(ctx, api.ControlTaskQueue); err != nil {
 				return err
 			}
 			if workDir == "" {
-				workDir = defaultWorkDir(store.Root(), r.WorkerID)
+				if dataDir == "" {
+					dataDir = a.defaultDataDir()
+				}
+				if dataDir, err = filepath.Abs(dataDir); err != nil {
+					return err
+				}
+				workDir = defaultWorkDir(dataDir, r.WorkerID)
 			}
 			log := a.logger()
 			// StartAgent's ctx bounds its registration only.
@@ -110,6 +119,7 @@ an earlier agent of this work directory left behind.`,
 	reg.bind(c.Flags())
 	f := c.Flags()
 	f.StringVar(&dataDir, "data-dir", "", dataDirHelp)
+	f.StringVar(&blobURL, "blob-url", "", blobURLHelp)
 	f.StringVar(&workDir, "work-dir", "", "root of task directories (default <data-dir>/work/<worker-id>)")
 	f.DurationVar(&heartbeat, "heartbeat-interval", 0, "worker heartbeat period (default: --stale-after / 4, 2s with the default --stale-after)")
 	f.Int64Var(&maxFile, "max-output-file-bytes", 0, "largest output file in bytes (default 1 GiB)")
@@ -121,6 +131,7 @@ an earlier agent of this work directory left behind.`,
 func (a *app) newControlPlaneCommand() *cobra.Command {
 	var (
 		dataDir    string
+		blobURL    string
 		registerSA bool
 	)
 	c := &cobra.Command{
@@ -128,9 +139,9 @@ func (a *app) newControlPlaneCommand() *cobra.Command {
 		Short: "Run the control plane: every wdc workflow and the control activities (task queue wdc-control)",
 		Long: `Run a Temporal worker on task queue wdc-control with the WdcWorker, WdcTask and
 WdcRun workflows and the control activities: worker selection and reservation,
-parent ingest into the blob store under --data-dir, staging cleanup. Run several
-for availability; they share the task queue and must share --data-dir with
-each other and the agents. Stop with Ctrl-C.
+parent ingest into the blob store (--blob-url, default under --data-dir),
+staging cleanup. Run several for availability; they share the task queue and
+must share the blob store with each other and the agents. Stop with Ctrl-C.
 
 The namespace needs wdc's search attributes (WdcKind, WdcWorkerState,
 WdcTaskState, WdcWorkerID, WdcRunID: Keyword; WdcAttempt, WdcFence: Int);
@@ -140,11 +151,12 @@ to another server.`,
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			ctx := c.Context()
-			tc, store, err := a.connect(ctx, dataDir)
+			tc, store, err := a.connect(ctx, dataDir, blobURL)
 			if err != nil {
 				return err
 			}
 			defer tc.Close()
+			defer store.Close()
 			if err := wdcclient.CheckSearchAttributes(ctx, tc, a.global.namespace, registerSA); err != nil {
 				return err
 			}
@@ -152,13 +164,14 @@ to another server.`,
 			if err := w.Start(); err != nil {
 				return fmt.Errorf("start control plane: %w", err)
 			}
-			fmt.Fprintf(a.deps.Stdout, "control plane polling wdc-control on %s (namespace %s); blob store %s\n", a.global.address, a.global.namespace, store.Root())
+			fmt.Fprintf(a.deps.Stdout, "control plane polling wdc-control on %s (namespace %s); blob store %s\n", a.global.address, a.global.namespace, store)
 			<-ctx.Done()
 			w.Stop()
 			return nil
 		},
 	}
 	c.Flags().StringVar(&dataDir, "data-dir", "", dataDirHelp)
+	c.Flags().StringVar(&blobURL, "blob-url", "", blobURLHelp)
 	c.Flags().BoolVar(&registerSA, "register-search-attributes", false, "add wdc's search attributes to the namespace if missing (needs operator rights; 'wdc server start-dev' has them already)")
 	return c
 }

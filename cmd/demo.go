@@ -29,6 +29,7 @@ func (a *app) newDemoCommand() *cobra.Command {
 func (a *app) newDemoWorkerLeasesCommand() *cobra.Command {
 	var (
 		dataDir  string
+		blobURL  string
 		keep     bool
 		leaseTTL time.Duration
 	)
@@ -110,7 +111,10 @@ server; any control plane already polling the namespace must share the demo's
 					return err
 				}
 			}
-			res, err := demo.Run(ctx, demo.Options{Client: tc, DataDir: dataDir, Suffix: suffix, LeaseTTL: leaseTTL, Progress: progress, Logger: a.logger()})
+			if blobURL == "" {
+				blobURL = a.deps.Getenv("WDC_BLOB_URL")
+			}
+			res, err := demo.Run(ctx, demo.Options{Client: tc, DataDir: dataDir, BlobURL: blobURL, Suffix: suffix, LeaseTTL: leaseTTL, Progress: progress, Logger: a.logger()})
 			if err != nil {
 				return err
 			}
@@ -133,6 +137,7 @@ server; any control plane already polling the namespace must share the demo's
 		},
 	}
 	c.Flags().StringVar(&dataDir, "data-dir", "", "where the blob store and task directories go (default: a temporary directory, removed afterwards; with --address the standard data dir, shared with control planes there: env WDC_DATA_DIR)")
+	c.Flags().StringVar(&blobURL, "blob-url", "", blobURLHelp)
 	c.Flags().BoolVar(&keep, "keep", false, "keep the temporary data directory to inspect task dirs and blobs")
 	c.Flags().DurationVar(&leaseTTL, "lease-ttl", 3*time.Second, "the demo task's lease TTL")
 	return c

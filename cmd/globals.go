@@ -249,17 +249,13 @@ func emitTable[T any](a *app, rows []T, empty, header string, row func(T) string
 	})
 }
 
-// connect opens the data directory's blob store (default data dir when
-// empty) and dials Temporal with extra gRPC dial options; close releases
-// the connection.
-func (a *app) connect(ctx context.Context, dataDir string, extra ...grpc.DialOption) (c client.Client, store *blobstore.Store, err error) {
+// connect opens the blob store (see openStore) and dials Temporal with
+// extra gRPC dial options; close releases the connection.
+func (a *app) connect(ctx context.Context, dataDir, blobURL string, extra ...grpc.DialOption) (c client.Client, store *blobstore.Store, err error) {
 	if err := a.global.validate(); err != nil {
 		return nil, nil, err
 	}
-	if dataDir == "" {
-		dataDir = a.defaultDataDir()
-	}
-	if store, err = blobstore.Open(dataDir); err != nil {
+	if store, err = a.openStore(ctx, dataDir, blobURL); err != nil {
 		return nil, nil, err
 	}
 	if c, err = a.dial(ctx, extra...); err != nil {
@@ -271,6 +267,31 @@ func (a *app) connect(ctx context.Context, dataDir string, extra ...grpc.DialOpt
 // table writes aligned columns; call flush when done.
 func table(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+}
+
+// openStore opens the artifact store: blobURL (--blob-url), else
+// $WDC_BLOB_URL, else file://<data-dir>/blobs (the default data dir when
+// dataDir is empty).
+func (a *app) openStore(ctx context.Context, dataDir, blobURL string) (*blobstore.Store, error) {
+	if blobURL == "" {
+		blobURL = a.deps.Getenv("WDC_BLOB_URL")
+	}
+	if blobURL == "" {
+		if dataDir == "" {
+			dataDir = a.defaultDataDir()
+		}
+		u, err := blobstore.DefaultURL(dataDir)
+		if err != nil {
+			return nil, err
+		}
+		blobURL = u
+	}
+	return blobstore.Open(ctx, blobURL)
+}
+
+// putFile is a store's PutFile in the shape sealEnvelope takes.
+func putFile(ctx context.Context, store *blobstore.Store) func(string) (string, int64, error) {
+	return func(path string) (string, int64, error) { return store.PutFile(ctx, path) }
 }
 
 // defaultDataDir is $WDC_DATA_DIR, else $XDG_DATA_HOME/wdc, else
@@ -288,7 +309,9 @@ func (a *app) defaultDataDir() string {
 	return ".wdc"
 }
 
-const dataDirHelp = "data directory shared by the control plane and agents: blob store and staging (env WDC_DATA_DIR; default $XDG_DATA_HOME/wdc or ~/.local/share/wdc)"
+const dataDirHelp = "data directory shared by the control plane and agents: the blob store and staging unless --blob-url says otherwise (env WDC_DATA_DIR; default $XDG_DATA_HOME/wdc or ~/.local/share/wdc)"
+
+const blobURLHelp = "artifact store shared by the control plane and agents: file:///dir, or s3://BUCKET?endpoint=URL&region=R&use_path_style=true[&disable_https=true] with credentials from the AWS default chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY), never in the URL (env WDC_BLOB_URL; default file://<data-dir>/blobs)"
 
 // appError renders wdc refusals for the CLI: invalid input is a usage
 // error (exit 2).

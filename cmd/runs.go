@@ -44,6 +44,7 @@ func (a *app) newRunsStartCommand() *cobra.Command {
 		worldID       string
 		closeWhenDone bool
 		dataDir       string
+		blobURL       string
 		opts          taskOptionFlags
 	)
 	c := &cobra.Command{
@@ -95,14 +96,12 @@ func (a *app) newRunsStartCommand() *cobra.Command {
 					put := blobstore.HashFile
 					if hasInputPaths(env) {
 						if store == nil {
-							if dataDir == "" {
-								dataDir = a.defaultDataDir()
-							}
-							if store, err = blobstore.Open(dataDir); err != nil {
+							if store, err = a.openStore(ctx, dataDir, blobURL); err != nil {
 								return err
 							}
+							defer store.Close()
 						}
-						put = store.PutFile
+						put = putFile(ctx, store)
 					}
 					sealed, err := sealEnvelope(env, f.base, put)
 					if err != nil {
@@ -128,6 +127,7 @@ func (a *app) newRunsStartCommand() *cobra.Command {
 	c.Flags().StringVar(&worldID, "world-id", "", "the world the run belongs to (required)")
 	c.Flags().BoolVar(&closeWhenDone, "close-when-done", false, "end the run as soon as all given tasks have ended (it then takes no commits: leave it open to commit, then 'runs close')")
 	c.Flags().StringVar(&dataDir, "data-dir", "", dataDirHelp)
+	c.Flags().StringVar(&blobURL, "blob-url", "", blobURLHelp)
 	opts.bind(c)
 	return c
 }

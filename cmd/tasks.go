@@ -94,6 +94,7 @@ func (a *app) newTasksSubmitCommand() *cobra.Command {
 	var (
 		opts    taskOptionFlags
 		dataDir string
+		blobURL string
 		wait    bool
 	)
 	c := &cobra.Command{
@@ -103,9 +104,9 @@ func (a *app) newTasksSubmitCommand() *cobra.Command {
 is decoded strictly: unknown fields, wrong types and missing required fields are
 refused with the field named (exit 2), and nothing is started.
 
-Input files given by "path" are copied into the blob store under --data-dir and
-named by their SHA-256 digest in the sealed envelope, whose digest every attempt
-carries. The task joins run <run_id>, which is created if needed.
+Input files given by "path" are copied into the blob store (--blob-url, default
+under --data-dir) and named by their SHA-256 digest in the sealed envelope, whose
+digest every attempt carries. The task joins run <run_id>, which is created if needed.
 
 With --wait, progress lines follow the task: lease granted, attempt running,
 lease expired / worker lost, retry, result accepted. Exit codes: 0 when the
@@ -134,21 +135,19 @@ following goes on (the task resumes when a control plane is back).`,
 			if err != nil {
 				return err
 			}
-			if dataDir == "" {
-				dataDir = a.defaultDataDir()
-			}
 			ctx := c.Context()
 			return a.withControlPlane(ctx, func(wc *wdcclient.Client) error {
 				put := blobstore.HashFile
 				if len(env.Inputs) > 0 {
-					store, err := blobstore.Open(dataDir)
+					store, err := a.openStore(ctx, dataDir, blobURL)
 					if err != nil {
 						return err
 					}
-					put = store.PutFile
+					defer store.Close()
+					put = putFile(ctx, store)
 					for i, in := range env.Inputs {
-						if in.Digest != "" && !store.Has(in.Digest) {
-							return usagef("%s: inputs[%d].digest: %s is not in the blob store at %s (give a path instead, or use the data dir that holds it)", args[0], i, in.Digest, store.Root())
+						if in.Digest != "" && !store.Has(ctx, in.Digest) {
+							return usagef("%s: inputs[%d].digest: %s is not in the blob store %s (give a path instead, or use the blob store that holds it)", args[0], i, in.Digest, store)
 						}
 					}
 				}
@@ -191,6 +190,7 @@ following goes on (the task resumes when a control plane is back).`,
 	}
 	opts.bind(c)
 	c.Flags().StringVar(&dataDir, "data-dir", "", dataDirHelp)
+	c.Flags().StringVar(&blobURL, "blob-url", "", blobURLHelp)
 	c.Flags().BoolVar(&wait, "wait", false, "follow the task with progress lines until it ends")
 	return c
 }
@@ -587,7 +587,7 @@ func (a *app) newTasksListCommand() *cobra.Command {
 }
 
 func (a *app) newTasksResultCommand() *cobra.Command {
-	var outDir, dataDir string
+	var outDir, dataDir, blobURL string
 	c := &cobra.Command{
 		Use:   "result TASK_ID",
 		Short: "Show a completed task's accepted result; --output-dir copies its artifacts out of the blob store",
@@ -609,10 +609,12 @@ exit code or rejected outputs), 3 when there is no accepted result.`,
 					return exitError{ExitNoResult, fmt.Errorf("task %s has no accepted result (state %s)", v.TaskID, v.State)}
 				}
 				if outDir != "" {
-					if dataDir == "" {
-						dataDir = a.defaultDataDir()
+					store, err := a.openStore(c.Context(), dataDir, blobURL)
+					if err != nil {
+						return err
 					}
-					if err := copyArtifacts(dataDir, outDir, v.Result.Artifacts); err != nil {
+					defer store.Close()
+					if err := copyArtifacts(c.Context(), store, outDir, v.Result.Artifacts); err != nil {
 						return err
 					}
 				}
@@ -631,20 +633,17 @@ exit code or rejected outputs), 3 when there is no accepted result.`,
 	}
 	c.Flags().StringVar(&outDir, "output-dir", "", "copy the artifacts here (verified against their digests)")
 	c.Flags().StringVar(&dataDir, "data-dir", "", dataDirHelp)
+	c.Flags().StringVar(&blobURL, "blob-url", "", blobURLHelp)
 	return c
 }
 
-func copyArtifacts(dataDir, outDir string, arts []api.Artifact) error {
-	store, err := blobstore.Open(dataDir)
-	if err != nil {
-		return err
-	}
+func copyArtifacts(ctx context.Context, store *blobstore.Store, outDir string, arts []api.Artifact) error {
 	for _, art := range arts {
 		dst := filepath.Join(outDir, filepath.FromSlash(art.Name))
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return err
 		}
-		if err := store.CopyTo(art.Digest, dst, 0o644); err != nil {
+		if err := store.CopyTo(ctx, art.Digest, dst, 0o644); err != nil {
 			return fmt.Errorf("artifact %s: %w", art.Name, err)
 		}
 	}
@@ -655,13 +654,14 @@ func (a *app) newTasksLogsCommand() *cobra.Command {
 	var (
 		stderr  bool
 		dataDir string
+		blobURL string
 	)
 	c := &cobra.Command{
 		Use:   "logs TASK_ID",
 		Short: "Print the accepted attempt's stdout (or --stderr) from the blob store",
 		Long: `Print the command output of the attempt whose result was accepted: the last
 16 MiB of its stdout (or stderr with --stderr), kept with the result in the blob
-store under --data-dir. For a task still running, the live log is
+store (--blob-url, default under --data-dir). For a task still running, the live log is
 stdout.log/stderr.log in the attempt's task directory on its worker (shown).`,
 		Example: `  wdc tasks logs checksum-1
   wdc tasks logs checksum-1 --stderr`,
@@ -690,16 +690,14 @@ stdout.log/stderr.log in the attempt's task directory on its worker (shown).`,
 					if l.Name != name {
 						continue
 					}
-					if dataDir == "" {
-						dataDir = a.defaultDataDir()
-					}
-					store, err := blobstore.Open(dataDir)
+					store, err := a.openStore(c.Context(), dataDir, blobURL)
 					if err != nil {
 						return err
 					}
-					f, err := store.Open(l.Digest)
+					defer store.Close()
+					f, err := store.Open(c.Context(), l.Digest)
 					if err != nil {
-						return fmt.Errorf("%s of %s: %w (is --data-dir the control plane's?)", name, v.TaskID, err)
+						return fmt.Errorf("%s of %s: %w (is this the control plane's --blob-url / --data-dir?)", name, v.TaskID, err)
 					}
 					defer f.Close()
 					_, err = io.Copy(a.deps.Stdout, f)
@@ -711,6 +709,7 @@ stdout.log/stderr.log in the attempt's task directory on its worker (shown).`,
 	}
 	c.Flags().BoolVar(&stderr, "stderr", false, "print stderr instead of stdout")
 	c.Flags().StringVar(&dataDir, "data-dir", "", dataDirHelp)
+	c.Flags().StringVar(&blobURL, "blob-url", "", blobURLHelp)
 	return c
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/wdc-runtime/wdc/internal/devserver"
 	"github.com/wdc-runtime/wdc/internal/fleet"
 	"github.com/wdc-runtime/wdc/internal/resource"
+	"github.com/wdc-runtime/wdc/internal/s3test"
 	"github.com/wdc-runtime/wdc/internal/wdcclient"
 	"github.com/wdc-runtime/wdc/worker"
 )
@@ -29,6 +30,12 @@ import (
 // envRunCLI makes this test binary behave as the wdc binary (for agents
 // that run as real subprocesses).
 const envRunCLI = "WDC_TESTSUITE_RUN_CLI"
+
+// envBlobs=s3 runs the whole suite with its artifact store in a bucket of
+// the embedded S3 server (internal/s3test) instead of the data dir: agents
+// (in-process and subprocesses), the control plane and the CLI all reach
+// it by --blob-url's environment variable and the AWS default chain.
+const envBlobs = "WDC_TESTSUITE_BLOBS"
 
 var updateHistories = flag.Bool("update-histories", false, "rewrite the replay histories in testdata/ from a fresh demo run")
 
@@ -47,7 +54,17 @@ var suite struct {
 	client  client.Client
 	wdc     *wdcclient.Client
 	dataDir string
+	blobURL string // "" for the data dir's store
 	blobs   *blobstore.Store
+}
+
+// cliGetenv is the environment the in-process CLI sees: nothing but the
+// suite's blob URL.
+func cliGetenv(k string) string {
+	if k == "WDC_BLOB_URL" {
+		return suite.blobURL
+	}
+	return ""
 }
 
 func TestMain(m *testing.M) {
@@ -92,9 +109,32 @@ func runSuite(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	suite.dataDir = dir
-	if suite.blobs, err = blobstore.Open(dir); err != nil {
+	switch os.Getenv(envBlobs) {
+	case "", "file":
+		suite.blobs, err = blobstore.OpenDir(ctx, dir)
+	case "s3":
+		var s3 *s3test.Server
+		if s3, err = s3test.Start(); err != nil {
+			break
+		}
+		var bucket string
+		if bucket, err = s3.NewBucket("testsuite"); err != nil {
+			break
+		}
+		suite.blobURL = s3.URL(bucket)
+		for k, v := range s3.Env() {
+			os.Setenv(k, v)
+		}
+		os.Setenv("WDC_BLOB_URL", suite.blobURL) // for subprocess agents
+		suite.blobs, err = blobstore.Open(ctx, suite.blobURL)
+	default:
+		err = fmt.Errorf("%s=%q: want file or s3", envBlobs, os.Getenv(envBlobs))
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "blob store:", err)
 		return 1
 	}
+	fmt.Fprintln(os.Stderr, "blob store:", suite.blobs)
 	cp := worker.NewControlPlane(c, suite.blobs)
 	if err := cp.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, "control plane:", err)
@@ -109,7 +149,7 @@ func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	args = append(args, "--address", suite.srv.FrontendHostPort())
-	code = cmd.Main(cmd.Deps{Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }}, args)
+	code = cmd.Main(cmd.Deps{Stdout: &out, Stderr: &errb, Getenv: cliGetenv}, args)
 	return code, out.String(), errb.String()
 }
 

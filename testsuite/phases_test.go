@@ -2,8 +2,7 @@ package testsuite
 
 import (
 	"context"
-	"os"
-	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,9 +92,8 @@ func TestLeaseLoopPhasesOnTheRealServer(t *testing.T) {
 	})
 
 	// Stage a file whose bytes do not match the declared digest.
-	staging := suite.blobs.StagingDir(env.TaskID, second.Attempt, second.Fence)
-	require.NoError(t, os.MkdirAll(staging, 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(staging, "out.txt"), []byte("real bytes\n"), 0o644))
+	_, _, err = suite.blobs.Stage(ctx, blobstore.StagingPrefix(env.TaskID, second.Attempt, second.Fence)+"out.txt", strings.NewReader("real bytes\n"))
+	require.NoError(t, err)
 	good := blobstore.DigestBytes([]byte("real bytes\n"))
 	bad := blobstore.DigestBytes([]byte("other bytes\n"))
 	_, err = submitAs(t, c, "bad-digest", api.SubmitResultInput{Claim: second, Artifacts: []api.Artifact{{Name: "out.txt", Digest: bad, SizeBytes: 11}}})

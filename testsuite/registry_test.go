@@ -142,7 +142,7 @@ func TestReserveBeyondCapacityWritesNoHistory(t *testing.T) {
 func TestServerRestartKeepsTheRegistry(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "wdc.db")
 	dataDir := t.TempDir()
-	blobs, err := blobstore.Open(dataDir)
+	blobs, err := blobstore.OpenDir(context.Background(), dataDir)
 	require.NoError(t, err)
 	start := func() (*devserver.Server, client.Client, func()) {
 		srv, err := devserver.Start(context.Background(), devserver.Options{DBFilename: db, SearchAttributes: api.SearchAttributes()})
@@ -212,7 +212,7 @@ func TestListWorkersWithoutAControlPlane(t *testing.T) {
 	c, err := client.Dial(client.Options{HostPort: srv.FrontendHostPort(), Logger: quietLogger{}})
 	require.NoError(t, err)
 	defer c.Close()
-	blobs, err := blobstore.Open(t.TempDir())
+	blobs, err := blobstore.OpenDir(context.Background(), t.TempDir())
 	require.NoError(t, err)
 	cp := worker.NewControlPlane(c, blobs)
 	require.NoError(t, cp.Start())

@@ -99,7 +99,7 @@ func readArtifact(t *testing.T, res *api.TaskResult, name string) string {
 	require.NotNil(t, res)
 	for _, a := range res.Artifacts {
 		if a.Name == name {
-			f, err := suite.blobs.Open(a.Digest)
+			f, err := suite.blobs.Open(context.Background(), a.Digest)
 			require.NoError(t, err)
 			defer f.Close()
 			b := new(strings.Builder)
@@ -180,7 +180,7 @@ func TestOutputSymlinkIsRejectedWithAClearReason(t *testing.T) {
 	passwd, err := os.ReadFile("/etc/passwd")
 	require.NoError(t, err)
 	d := blobstore.DigestBytes(passwd)
-	assert.False(t, suite.blobs.Has(d))
+	assert.False(t, suite.blobs.Has(context.Background(), d))
 
 	code, stdout, _ := cli(t, "tasks", "result", env.TaskID)
 	assert.Equal(t, 4, code, "the result is shown; the exit code says the outputs were rejected")
@@ -267,10 +267,9 @@ func TestResultValidationAndDeduplication(t *testing.T) {
 	assert.Equal(t, timersBefore, countEvents(t, wfID, enumspb.EVENT_TYPE_TIMER_STARTED), "no timer per heartbeat")
 
 	// A real staged artifact, submitted twice under the same update ID.
-	staging := suite.blobs.StagingDir(env.TaskID, 1, 1)
-	require.NoError(t, os.MkdirAll(staging, 0o755))
 	content := []byte("result bytes\n")
-	require.NoError(t, os.WriteFile(filepath.Join(staging, "r.txt"), content, 0o644))
+	_, _, err = suite.blobs.Stage(context.Background(), blobstore.StagingPrefix(env.TaskID, 1, 1)+"r.txt", strings.NewReader(string(content)))
+	require.NoError(t, err)
 	d, n := blobstore.DigestBytes(content), int64(len(content))
 	in := api.SubmitResultInput{Claim: claim, ExitCode: 0, Artifacts: []api.Artifact{{Name: "r.txt", Digest: d, SizeBytes: n}}}
 	first, err := send(in, api.SubmitResultUpdateID(claim))
@@ -278,7 +277,7 @@ func TestResultValidationAndDeduplication(t *testing.T) {
 	second, err := send(in, api.SubmitResultUpdateID(claim))
 	require.NoError(t, err)
 	assert.Equal(t, first, second, "the resubmission returns the first outcome")
-	assert.True(t, suite.blobs.Has(d))
+	assert.True(t, suite.blobs.Has(context.Background(), d))
 
 	out, view := waitOutcome(t, env.TaskID)
 	assert.Equal(t, api.TaskCompleted, out.State)

@@ -1,30 +1,43 @@
 package blobstore
 
 import (
+	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
+	"gocloud.dev/blob"
+	_ "gocloud.dev/blob/fileblob" // file://
+	_ "gocloud.dev/blob/s3blob"   // s3://
+	"gocloud.dev/gcerrors"
+
 	"github.com/wdc-runtime/wdc/internal/envelope"
 )
 
-// Store is a blob store rooted at a data directory. Safe for concurrent use
-// by several processes on one filesystem (writes are rename-atomic).
+// Store is the artifact store behind one bucket URL. Safe for concurrent
+// use, also by several processes sharing the bucket.
 type Store struct {
-	root string
+	bucket *blob.Bucket
+	where  string // the URL without secrets, for messages
+	dir    string // the local directory of a file:// store, else ""
 }
 
 // ErrDigestMismatch: content did not hash to the declared digest.
 var ErrDigestMismatch = errors.New("digest mismatch")
 
-// ErrNotFound: no blob or staged file with that name.
+// ErrNotFound: no blob or staged object with that name.
 var ErrNotFound = errors.New("not found")
+
+// copyBuf is the streaming buffer size of every copy.
+const copyBuf = 1 << 20
 
 // DigestBytes is the content digest of b: "sha256:" + hex SHA-256.
 func DigestBytes(b []byte) string {
@@ -41,178 +54,379 @@ func HashFile(path string) (digest string, size int64, err error) {
 	}
 	defer f.Close()
 	h := sha256.New()
-	if size, err = io.Copy(h, f); err != nil {
+	if size, err = io.CopyBuffer(h, f, make([]byte, copyBuf)); err != nil {
 		return "", 0, err
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), size, nil
 }
 
-// Open returns the store at dataDir, creating its directories.
-func Open(dataDir string) (*Store, error) {
+// DefaultURL is the store URL of a data directory: file://<data-dir>/blobs.
+func DefaultURL(dataDir string) (string, error) {
 	if dataDir == "" {
-		return nil, errors.New("blob store: data dir is empty")
+		return "", errors.New("blob store: data dir is empty")
 	}
 	abs, err := filepath.Abs(dataDir)
 	if err != nil {
-		return nil, fmt.Errorf("blob store: %w", err)
+		return "", fmt.Errorf("blob store: %w", err)
 	}
-	for _, d := range []string{"blobs/sha256", "staging", "tmp"} {
-		if err := os.MkdirAll(filepath.Join(abs, d), 0o755); err != nil {
-			return nil, fmt.Errorf("blob store: %w", err)
-		}
-	}
-	return &Store{root: abs}, nil
+	return (&url.URL{Scheme: "file", Path: filepath.ToSlash(filepath.Join(abs, "blobs"))}).String(), nil
 }
 
-// Root is the data directory.
-func (s *Store) Root() string { return s.root }
+// OpenDir opens the default store of a data directory (DefaultURL).
+func OpenDir(ctx context.Context, dataDir string) (*Store, error) {
+	u, err := DefaultURL(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	return Open(ctx, u)
+}
 
-// BlobPath is where the blob with digest ("sha256:<hex>") lives. Errors: a
-// malformed digest.
-func (s *Store) BlobPath(digest string) (string, error) {
+// Open opens the store at rawURL: file:///dir (created when missing) or
+// s3://bucket?endpoint=…&region=…&use_path_style=true&disable_https=true
+// (credentials from the AWS default chain). Errors name the URL without
+// secrets.
+func Open(ctx context.Context, rawURL string) (*Store, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Scheme == "" {
+		return nil, fmt.Errorf("blob store: %q is not a URL (file:///dir or s3://bucket?…)", Redact(rawURL))
+	}
+	s := &Store{where: Redact(rawURL)}
+	if u.Scheme == "file" {
+		// Temp files beside their object (a rename never crosses
+		// filesystems), no metadata sidecars, and no setup needed.
+		q := u.Query()
+		for k, v := range map[string]string{"create_dir": "true", "no_tmp_dir": "true", "metadata": "skip"} {
+			if !q.Has(k) {
+				q.Set(k, v)
+			}
+		}
+		u.RawQuery = q.Encode()
+		s.dir = filepath.FromSlash(u.Path)
+		if (u.Host != "" && u.Host != "localhost") || !filepath.IsAbs(s.dir) {
+			return nil, fmt.Errorf("blob store %s: want an absolute directory (file:///abs/dir)", s.where)
+		}
+		if err := os.MkdirAll(s.dir, 0o755); err != nil {
+			return nil, fmt.Errorf("blob store %s: %w", s.where, err)
+		}
+	}
+	if s.bucket, err = blob.OpenBucket(ctx, u.String()); err != nil {
+		return nil, fmt.Errorf("blob store %s: open: %w", s.where, scrub(err, rawURL, s.where))
+	}
+	return s, nil
+}
+
+// Close releases the bucket.
+func (s *Store) Close() error { return s.bucket.Close() }
+
+// String is the store's URL without secrets.
+func (s *Store) String() string { return s.where }
+
+// LocalDir is the directory of a file:// store, "" for other stores.
+func (s *Store) LocalDir() string { return s.dir }
+
+// Redact returns rawURL without user info and with the values of
+// secret-looking query parameters replaced, for messages and logs.
+func Redact(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "<unparsable URL>"
+	}
+	u.User = nil
+	q := u.Query()
+	changed := false
+	for k := range q {
+		l := strings.ToLower(k)
+		for _, s := range []string{"secret", "password", "token", "credential", "signature", "key"} {
+			if strings.Contains(l, s) {
+				q.Set(k, "REDACTED")
+				changed = true
+				break
+			}
+		}
+	}
+	if changed {
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
+}
+
+// scrub replaces the raw URL in a driver's error message by its redacted
+// form (drivers may quote it).
+func scrub(err error, raw, redacted string) error {
+	if raw == redacted || !strings.Contains(err.Error(), raw) {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), raw, redacted))
+}
+
+// ContentKey is the key of the blob with digest "sha256:<hex>":
+// sha256/<hex>. Errors: a malformed digest.
+func ContentKey(digest string) (string, error) {
 	if !envelope.DigestPattern.MatchString(digest) {
 		return "", fmt.Errorf("blob store: %q is not a sha256 digest", digest)
 	}
-	hexd := strings.TrimPrefix(digest, "sha256:")
-	return filepath.Join(s.root, "blobs", "sha256", hexd[:2], hexd), nil
+	return "sha256/" + strings.TrimPrefix(digest, "sha256:"), nil
+}
+
+// TaskStagingPrefix is staging/<task>/. taskID must be a valid ID
+// (fleet.IDPattern), which the workflows guarantee; a "/" in it is refused
+// by keeping only its last element.
+func TaskStagingPrefix(taskID string) string {
+	if i := strings.LastIndexByte(taskID, '/'); i >= 0 {
+		taskID = taskID[i+1:]
+	}
+	return "staging/" + taskID + "/"
+}
+
+// StagingPrefix is where attempt (attempt, fence) of taskID stages its
+// outputs: staging/<task>/<attempt>-<fence>/.
+func StagingPrefix(taskID string, attempt, fence int64) string {
+	return TaskStagingPrefix(taskID) + strconv.FormatInt(attempt, 10) + "-" + strconv.FormatInt(fence, 10) + "/"
+}
+
+// LogStagingPrefix is where an attempt stages its stdout.log and
+// stderr.log: staging/<task>/<attempt>-<fence>.logs/ (beside the outputs,
+// so no output name can collide with them).
+func LogStagingPrefix(taskID string, attempt, fence int64) string {
+	p := StagingPrefix(taskID, attempt, fence)
+	return p[:len(p)-1] + ".logs/"
+}
+
+// StagedKey joins a prefix and a staged name after checking the name with
+// the output-path rule (clean, relative, no ".."), so no name leaves its
+// prefix.
+func StagedKey(prefix, name string) (string, error) {
+	if err := envelope.ValidateRelativePath(name); err != nil {
+		return "", fmt.Errorf("staged name %q: %w", name, err)
+	}
+	return prefix + name, nil
+}
+
+// fail wraps err with the store and the operation, mapping a missing
+// object to ErrNotFound.
+func (s *Store) fail(op, key string, err error) error {
+	if gcerrors.Code(err) == gcerrors.NotFound || errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("blob store %s: %s %s: %w", s.where, op, key, ErrNotFound)
+	}
+	return fmt.Errorf("blob store %s: %s %s: %w", s.where, op, key, err)
+}
+
+// legacyKey is where the store before gocloud kept a blob under
+// <data-dir>/blobs: sha256/<2 hex>/<64 hex>. Blobs there are still read, so
+// an existing data dir keeps its results; new blobs go to ContentKey.
+func legacyKey(key string) string {
+	h := strings.TrimPrefix(key, "sha256/")
+	return "sha256/" + h[:2] + "/" + h
 }
 
 // Has reports whether the blob exists.
-func (s *Store) Has(digest string) bool {
-	p, err := s.BlobPath(digest)
+func (s *Store) Has(ctx context.Context, digest string) bool {
+	key, err := ContentKey(digest)
 	if err != nil {
 		return false
 	}
-	_, err = os.Stat(p)
-	return err == nil
+	if ok, err := s.bucket.Exists(ctx, key); err == nil && ok {
+		return true
+	}
+	ok, err := s.bucket.Exists(ctx, legacyKey(key))
+	return err == nil && ok
 }
 
-// Put stores r's bytes and returns their digest and size. Storing content
-// that is already present is a no-op.
-func (s *Store) Put(r io.Reader) (digest string, size int64, err error) {
-	tmp, err := os.CreateTemp(filepath.Join(s.root, "tmp"), "put-*")
+// Exists reports whether an object (any key) exists.
+func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
+	ok, err := s.bucket.Exists(ctx, key)
 	if err != nil {
-		return "", 0, fmt.Errorf("blob store: %w", err)
+		return false, s.fail("stat", key, err)
 	}
-	defer os.Remove(tmp.Name())
+	return ok, nil
+}
+
+// Size is the size of an object (any key). Errors: ErrNotFound.
+func (s *Store) Size(ctx context.Context, key string) (int64, error) {
+	a, err := s.bucket.Attributes(ctx, key)
+	if err != nil {
+		return 0, s.fail("stat", key, err)
+	}
+	return a.Size, nil
+}
+
+// List returns the keys under prefix, sorted.
+func (s *Store) List(ctx context.Context, prefix string) ([]string, error) {
+	var keys []string
+	it := s.bucket.List(&blob.ListOptions{Prefix: prefix})
+	for {
+		o, err := it.Next(ctx)
+		if err == io.EOF {
+			return keys, nil
+		}
+		if err != nil {
+			return nil, s.fail("list", prefix, err)
+		}
+		if !o.IsDir {
+			keys = append(keys, o.Key)
+		}
+	}
+}
+
+// write streams r into key while hashing it. When want is not empty and
+// the content hashes differently, the write is aborted (nothing appears
+// under key) and the error wraps ErrDigestMismatch. A read error of r also
+// aborts it.
+func (s *Store) write(ctx context.Context, key string, r io.Reader, want string) (digest string, size int64, err error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := s.bucket.NewWriter(wctx, key, &blob.WriterOptions{ContentType: "application/octet-stream"})
+	if err != nil {
+		return "", 0, s.fail("write", key, err)
+	}
 	h := sha256.New()
-	size, err = io.Copy(io.MultiWriter(tmp, h), r)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
+	size, err = io.CopyBuffer(io.MultiWriter(w, h), r, make([]byte, copyBuf))
 	if err != nil {
-		return "", 0, fmt.Errorf("blob store: write: %w", err)
+		cancel()
+		_ = w.Close()
+		return "", size, err
 	}
 	digest = "sha256:" + hex.EncodeToString(h.Sum(nil))
-	return digest, size, s.install(tmp.Name(), digest)
+	if want != "" && digest != want {
+		cancel()
+		_ = w.Close()
+		return digest, size, fmt.Errorf("%w: declared %s, content is %s", ErrDigestMismatch, want, digest)
+	}
+	if err := w.Close(); err != nil {
+		return "", 0, s.fail("write", key, err)
+	}
+	s.syncLocal(key)
+	return digest, size, nil
 }
 
-// PutFile stores the file at path.
-func (s *Store) PutFile(path string) (digest string, size int64, err error) {
+// syncLocal makes a file-backend object durable (the driver renames
+// without fsync): the file, then its directory. Best effort.
+func (s *Store) syncLocal(key string) {
+	if s.dir == "" {
+		return
+	}
+	p := filepath.Join(s.dir, filepath.FromSlash(key))
+	for _, q := range []string{p, filepath.Dir(p)} {
+		if f, err := os.Open(q); err == nil {
+			_ = f.Sync()
+			f.Close()
+		}
+	}
+}
+
+// Stage streams r into key (a staging key) and returns its digest and
+// size. A read error of r aborts the write and is returned as is.
+func (s *Store) Stage(ctx context.Context, key string, r io.Reader) (digest string, size int64, err error) {
+	return s.write(ctx, key, r, "")
+}
+
+// Put stores r's bytes and returns their digest and size. The bytes go to
+// a temporary key first (their digest is not known yet) and are promoted
+// from there (streamed again, no size limit); storing content already
+// present is a no-op.
+func (s *Store) Put(ctx context.Context, r io.Reader) (digest string, size int64, err error) {
+	var rnd [16]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := "tmp/put-" + hex.EncodeToString(rnd[:])
+	defer func() { _ = s.bucket.Delete(context.WithoutCancel(ctx), tmp) }()
+	digest, size, err = s.write(ctx, tmp, r, "")
+	if err != nil {
+		return "", 0, fmt.Errorf("blob store %s: put: %w", s.where, err)
+	}
+	if _, err := s.Promote(ctx, tmp, digest); err != nil {
+		return "", 0, err
+	}
+	return digest, size, nil
+}
+
+// PutFile stores the file at path: it hashes the file, then streams it
+// into place, aborting if it no longer hashes the same.
+func (s *Store) PutFile(ctx context.Context, path string) (digest string, size int64, err error) {
+	digest, size, err = HashFile(path)
+	if err != nil {
+		return "", 0, err
+	}
+	key, _ := ContentKey(digest)
+	if ok, _ := s.bucket.Exists(ctx, key); ok {
+		return digest, size, nil
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return "", 0, err
 	}
 	defer f.Close()
-	return s.Put(f)
+	if _, _, err := s.write(ctx, key, f, digest); err != nil {
+		return "", 0, fmt.Errorf("blob store %s: put %s: %w", s.where, path, err)
+	}
+	return digest, size, nil
 }
 
-// Promote copies the file at src into the store, hashing while copying, and
-// keeps it only when it hashes to want. Errors: ErrNotFound when src is
-// missing, ErrDigestMismatch (wrapped, with both digests), or an error for a
-// src that is not a regular file (a symlink is refused, never followed).
-func (s *Store) Promote(src, want string) (size int64, err error) {
-	if _, err := s.BlobPath(want); err != nil {
-		return 0, err
-	}
-	fi, err := os.Lstat(src)
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, fmt.Errorf("%s: %w", src, ErrNotFound)
-	}
+// Promote re-hashes the staged object at srcKey while streaming it into
+// sha256/<hex of want>, and completes that write only when the content
+// hashes to want. Errors: ErrNotFound when srcKey is missing,
+// ErrDigestMismatch (wrapped, with both digests); nothing is then written.
+// When the blob is already there the staged object is only re-hashed.
+func (s *Store) Promote(ctx context.Context, srcKey, want string) (size int64, err error) {
+	key, err := ContentKey(want)
 	if err != nil {
 		return 0, err
 	}
-	if !fi.Mode().IsRegular() {
-		return 0, fmt.Errorf("%s: not a regular file (%s)", src, fi.Mode().Type())
-	}
-	f, err := os.OpenFile(src, os.O_RDONLY|noFollow, 0)
+	r, err := s.bucket.NewReader(ctx, srcKey, nil)
 	if err != nil {
-		return 0, err
+		return 0, s.fail("promote", srcKey, err)
 	}
-	defer f.Close()
-	tmp, err := os.CreateTemp(filepath.Join(s.root, "tmp"), "promote-*")
+	defer r.Close()
+	if ok, _ := s.bucket.Exists(ctx, key); ok {
+		h := sha256.New()
+		size, err = io.CopyBuffer(h, r, make([]byte, copyBuf))
+		if err != nil {
+			return 0, s.fail("promote", srcKey, err)
+		}
+		if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != want {
+			return 0, fmt.Errorf("blob store %s: promote %s: %w: declared %s, content is %s", s.where, srcKey, ErrDigestMismatch, want, got)
+		}
+		return size, nil
+	}
+	_, size, err = s.write(ctx, key, r, want)
 	if err != nil {
-		return 0, err
+		if errors.Is(err, ErrDigestMismatch) {
+			return 0, fmt.Errorf("blob store %s: promote %s: %w", s.where, srcKey, err)
+		}
+		return 0, s.fail("promote", srcKey, err)
 	}
-	defer os.Remove(tmp.Name())
-	h := sha256.New()
-	size, err = io.Copy(io.MultiWriter(tmp, h), f)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return 0, fmt.Errorf("promote %s: %w", src, err)
-	}
-	got := "sha256:" + hex.EncodeToString(h.Sum(nil))
-	if got != want {
-		return 0, fmt.Errorf("%s: %w: declared %s, content is %s", src, ErrDigestMismatch, want, got)
-	}
-	return size, s.install(tmp.Name(), want)
-}
-
-// install renames a complete, synced temp file into place as digest.
-func (s *Store) install(tmpPath, digest string) error {
-	dst, err := s.BlobPath(digest)
-	if err != nil {
-		return err
-	}
-	if _, err := os.Stat(dst); err == nil {
-		return nil // content-addressed: already there
-	}
-	dir := filepath.Dir(dst)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmpPath, 0o444); err != nil {
-		return err
-	}
-	if err := os.Rename(tmpPath, dst); err != nil {
-		return fmt.Errorf("blob store: install %s: %w", digest, err)
-	}
-	return syncDir(dir)
+	return size, nil
 }
 
 // Open opens a blob for reading. Errors: ErrNotFound.
-func (s *Store) Open(digest string) (*os.File, error) {
-	p, err := s.BlobPath(digest)
+func (s *Store) Open(ctx context.Context, digest string) (io.ReadCloser, error) {
+	key, err := ContentKey(digest)
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.Open(p)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("blob %s: %w", digest, ErrNotFound)
+	r, err := s.bucket.NewReader(ctx, key, nil)
+	if gcerrors.Code(err) == gcerrors.NotFound {
+		if lr, lerr := s.bucket.NewReader(ctx, legacyKey(key), nil); lerr == nil {
+			return lr, nil
+		}
 	}
-	return f, err
+	if err != nil {
+		return nil, s.fail("read", key, err)
+	}
+	return r, nil
 }
 
 // CopyTo writes the blob to dst atomically (temp + fsync + rename),
 // verifying its hash on the way. dst's directory must exist.
-func (s *Store) CopyTo(digest, dst string, mode os.FileMode) error {
-	src, err := s.Open(digest)
+func (s *Store) CopyTo(ctx context.Context, digest, dst string, mode os.FileMode) error {
+	src, err := s.Open(ctx, digest)
 	if err != nil {
 		return err
 	}
 	defer src.Close()
 	return WriteFileAtomic(dst, mode, func(w io.Writer) error {
 		h := sha256.New()
-		if _, err := io.Copy(io.MultiWriter(w, h), src); err != nil {
-			return err
+		if _, err := io.CopyBuffer(io.MultiWriter(w, h), src, make([]byte, copyBuf)); err != nil {
+			return s.fail("read", digest, err)
 		}
 		if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != digest {
 			return fmt.Errorf("blob %s: %w: content is %s (store corrupted?)", digest, ErrDigestMismatch, got)
@@ -221,36 +435,40 @@ func (s *Store) CopyTo(digest, dst string, mode os.FileMode) error {
 	})
 }
 
-// StagingDir is where attempt (attempt, fence) of taskID stages outputs:
-// <data-dir>/staging/<task>/<attempt>-<fence>. taskID must be a valid ID
-// (fleet.IDPattern), which the workflows guarantee.
-func (s *Store) StagingDir(taskID string, attempt, fence int64) string {
-	return filepath.Join(s.TaskStagingDir(taskID), strconv.FormatInt(attempt, 10)+"-"+strconv.FormatInt(fence, 10))
-}
-
-// TaskStagingDir is <data-dir>/staging/<task>.
-func (s *Store) TaskStagingDir(taskID string) string {
-	return filepath.Join(s.root, "staging", filepath.Base(taskID))
-}
-
-// LogStagingDir is where an attempt stages its stdout.log and stderr.log:
-// <data-dir>/staging/<task>/<attempt>-<fence>.logs (beside the outputs, so
-// no output name can collide with them).
-func (s *Store) LogStagingDir(taskID string, attempt, fence int64) string {
-	return s.StagingDir(taskID, attempt, fence) + ".logs"
-}
-
-// RemoveStaging deletes an attempt's staging directories (outputs, logs).
-func (s *Store) RemoveStaging(taskID string, attempt, fence int64) error {
-	if err := os.RemoveAll(s.LogStagingDir(taskID, attempt, fence)); err != nil {
+// RemovePrefix deletes every object under prefix (which must end in "/").
+func (s *Store) RemovePrefix(ctx context.Context, prefix string) error {
+	if !strings.HasSuffix(prefix, "/") || strings.Trim(prefix, "/") == "" {
+		return fmt.Errorf("blob store %s: refusing to remove prefix %q", s.where, prefix)
+	}
+	keys, err := s.List(ctx, prefix)
+	if err != nil {
 		return err
 	}
-	return os.RemoveAll(s.StagingDir(taskID, attempt, fence))
+	for _, k := range keys {
+		if err := s.bucket.Delete(ctx, k); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+			return s.fail("delete", k, err)
+		}
+	}
+	if s.dir != "" { // the file backend leaves empty directories
+		p := filepath.Join(s.dir, filepath.FromSlash(prefix))
+		_ = os.RemoveAll(p)
+		for p = filepath.Dir(p); p != s.dir && strings.HasPrefix(p, s.dir) && os.Remove(p) == nil; p = filepath.Dir(p) {
+		}
+	}
+	return nil
+}
+
+// RemoveStaging deletes an attempt's staging (outputs and logs).
+func (s *Store) RemoveStaging(ctx context.Context, taskID string, attempt, fence int64) error {
+	if err := s.RemovePrefix(ctx, LogStagingPrefix(taskID, attempt, fence)); err != nil {
+		return err
+	}
+	return s.RemovePrefix(ctx, StagingPrefix(taskID, attempt, fence))
 }
 
 // RemoveTaskStaging deletes every attempt's staging of a task.
-func (s *Store) RemoveTaskStaging(taskID string) error {
-	return os.RemoveAll(s.TaskStagingDir(taskID))
+func (s *Store) RemoveTaskStaging(ctx context.Context, taskID string) error {
+	return s.RemovePrefix(ctx, TaskStagingPrefix(taskID))
 }
 
 // WriteFileAtomic writes path via a temp file in the same directory: write,

@@ -1,6 +1,7 @@
 package blobstore
 
 import (
+	"context"
 	"errors"
 	"io"
 	"os"
@@ -15,77 +16,52 @@ import (
 // sha256 of "hello\n", checked with sha256sum.
 const helloDigest = "sha256:5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03"
 
-func TestPutIsContentAddressedAndReadOnly(t *testing.T) {
-	s, err := Open(t.TempDir())
+func TestDefaultURLIsTheDataDirsBlobs(t *testing.T) {
+	dir := t.TempDir()
+	u, err := DefaultURL(dir)
 	require.NoError(t, err)
-	d, n, err := s.Put(strings.NewReader("hello\n"))
+	assert.Equal(t, "file://"+filepath.ToSlash(filepath.Join(dir, "blobs")), u)
+	s, err := OpenDir(context.Background(), dir)
 	require.NoError(t, err)
-	assert.Equal(t, helloDigest, d)
-	assert.Equal(t, int64(6), n)
-	assert.True(t, s.Has(d))
-	d2, _, err := s.Put(strings.NewReader("hello\n"))
+	defer s.Close()
+	d, _, err := s.Put(context.Background(), strings.NewReader("hello\n"))
 	require.NoError(t, err)
-	assert.Equal(t, d, d2)
-	p, _ := s.BlobPath(d)
-	fi, err := os.Stat(p)
+	b, err := os.ReadFile(filepath.Join(dir, "blobs", "sha256", strings.TrimPrefix(d, "sha256:")))
+	require.NoError(t, err, "content lives at <data-dir>/blobs/sha256/<hex>")
+	assert.Equal(t, "hello\n", string(b))
+	entries, err := os.ReadDir(filepath.Join(dir, "blobs", "sha256"))
 	require.NoError(t, err)
-	assert.Equal(t, os.FileMode(0o444), fi.Mode().Perm(), "blobs are immutable")
-	assertNoTempFiles(t, s)
+	assert.Len(t, entries, 1, "no sidecar or temp files beside a blob")
 }
 
-func TestPromoteVerifiesTheDigest(t *testing.T) {
-	s, _ := Open(t.TempDir())
-	dir := s.StagingDir("t1", 2, 3)
-	require.NoError(t, os.MkdirAll(dir, 0o755))
-	good := filepath.Join(dir, "good.txt")
-	require.NoError(t, os.WriteFile(good, []byte("hello\n"), 0o644))
-
-	n, err := s.Promote(good, helloDigest)
-	require.NoError(t, err)
-	assert.Equal(t, int64(6), n)
-	assert.True(t, s.Has(helloDigest))
-
-	bad := filepath.Join(dir, "bad.txt")
-	require.NoError(t, os.WriteFile(bad, []byte("tampered\n"), 0o644))
-	other := "sha256:" + strings.Repeat("ab", 32)
-	_, err = s.Promote(bad, other)
-	require.ErrorIs(t, err, ErrDigestMismatch)
-	assert.Contains(t, err.Error(), other)
-	assert.False(t, s.Has(other), "a mismatching file is never promoted")
-
-	_, err = s.Promote(filepath.Join(dir, "missing"), helloDigest)
-	require.ErrorIs(t, err, ErrNotFound)
-
-	link := filepath.Join(dir, "link")
-	require.NoError(t, os.Symlink(good, link))
-	_, err = s.Promote(link, helloDigest)
+func TestOpenRefusesBadURLsAndKeepsSecretsOut(t *testing.T) {
+	_, err := Open(context.Background(), "no-scheme")
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "not a regular file")
-	assertNoTempFiles(t, s)
+	_, err = Open(context.Background(), "nosuch://user:hunter2@host/b?secret_key=hunter2")
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "hunter2")
+	assert.Contains(t, err.Error(), "nosuch://host/b")
+	for _, rel := range []string{"file://relative/dir", "file:relative", "file://"} {
+		_, err = Open(context.Background(), rel)
+		assert.ErrorContains(t, err, "absolute", rel)
+	}
+	assert.Equal(t, "s3://b?access_key_id=REDACTED&endpoint=http%3A%2F%2Fx", Redact("s3://u:p@b?endpoint=http://x&access_key_id=AKIA"))
 }
 
 func TestCopyToDetectsCorruption(t *testing.T) {
-	s, _ := Open(t.TempDir())
-	d, _, err := s.Put(strings.NewReader("hello\n"))
+	ctx := context.Background()
+	s, err := OpenDir(ctx, t.TempDir())
 	require.NoError(t, err)
-	out := filepath.Join(t.TempDir(), "copy")
-	require.NoError(t, s.CopyTo(d, out, 0o644))
-	b, _ := os.ReadFile(out)
-	assert.Equal(t, "hello\n", string(b))
-
-	p, _ := s.BlobPath(d)
-	require.NoError(t, os.Chmod(p, 0o644))
+	d, _, err := s.Put(ctx, strings.NewReader("hello\n"))
+	require.NoError(t, err)
+	key, _ := ContentKey(d)
+	p := filepath.Join(s.LocalDir(), key)
 	require.NoError(t, os.WriteFile(p, []byte("rotten\n"), 0o644))
 	dst := filepath.Join(t.TempDir(), "copy2")
-	err = s.CopyTo(d, dst, 0o644)
+	err = s.CopyTo(ctx, d, dst, 0o644)
 	require.ErrorIs(t, err, ErrDigestMismatch)
 	_, statErr := os.Stat(dst)
 	assert.True(t, errors.Is(statErr, os.ErrNotExist), "nothing half-written on failure")
-
-	_, err = s.Open("sha256:" + strings.Repeat("00", 32))
-	assert.ErrorIs(t, err, ErrNotFound)
-	_, err = s.BlobPath("sha256:../../etc")
-	assert.Error(t, err)
 }
 
 func TestWriteFileAtomicLeavesNothingOnError(t *testing.T) {
@@ -103,26 +79,7 @@ func TestWriteFileAtomicLeavesNothingOnError(t *testing.T) {
 	assert.Len(t, entries, 1, "no temp file left behind")
 }
 
-func TestStagingLayoutAndCleanup(t *testing.T) {
-	s, _ := Open(t.TempDir())
-	assert.Equal(t, filepath.Join(s.Root(), "staging", "t1", "2-5"), s.StagingDir("t1", 2, 5))
-	require.NoError(t, os.MkdirAll(s.StagingDir("t1", 1, 1), 0o755))
-	require.NoError(t, os.MkdirAll(s.StagingDir("t1", 2, 2), 0o755))
-	require.NoError(t, s.RemoveStaging("t1", 1, 1))
-	assert.NoDirExists(t, s.StagingDir("t1", 1, 1))
-	assert.DirExists(t, s.StagingDir("t1", 2, 2))
-	require.NoError(t, s.RemoveTaskStaging("t1"))
-	assert.NoDirExists(t, s.TaskStagingDir("t1"))
-}
-
-func assertNoTempFiles(t *testing.T, s *Store) {
-	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(s.Root(), "tmp"))
-	require.NoError(t, err)
-	assert.Empty(t, entries)
-}
-
-func TestDigestBytesAndHashFileAgreeWithPut(t *testing.T) {
+func TestDigestBytesAndHashFileAgree(t *testing.T) {
 	assert.Equal(t, helloDigest, DigestBytes([]byte("hello\n")))
 	p := filepath.Join(t.TempDir(), "f")
 	require.NoError(t, os.WriteFile(p, []byte("hello\n"), 0o644))
@@ -132,4 +89,44 @@ func TestDigestBytesAndHashFileAgreeWithPut(t *testing.T) {
 	assert.Equal(t, int64(6), n)
 	_, _, err = HashFile(filepath.Join(t.TempDir(), "missing"))
 	assert.Error(t, err)
+}
+
+func TestKeyRules(t *testing.T) {
+	assert.Equal(t, "staging/t1/2-5/", StagingPrefix("t1", 2, 5))
+	assert.Equal(t, "staging/t1/2-5.logs/", LogStagingPrefix("t1", 2, 5))
+	assert.Equal(t, "staging/t1/", TaskStagingPrefix("t1"))
+	assert.Equal(t, "staging/x/", TaskStagingPrefix("../x"), "a task ID never leaves staging/")
+	k, err := ContentKey(helloDigest)
+	require.NoError(t, err)
+	assert.Equal(t, "sha256/"+strings.TrimPrefix(helloDigest, "sha256:"), k)
+	for _, bad := range []string{"sha256:../../etc", "md5:abc", ""} {
+		_, err := ContentKey(bad)
+		assert.Error(t, err, bad)
+	}
+	k, err = StagedKey(StagingPrefix("t1", 1, 1), "deep/r.csv")
+	require.NoError(t, err)
+	assert.Equal(t, "staging/t1/1-1/deep/r.csv", k)
+	for _, bad := range []string{"../x", "/etc/passwd", "a/../../b", ""} {
+		_, err := StagedKey(StagingPrefix("t1", 1, 1), bad)
+		assert.Error(t, err, bad)
+	}
+}
+
+// A data dir written before the gocloud store (blobs/sha256/<2 hex>/<hex>)
+// keeps its blobs readable.
+func TestLegacyBlobsStayReadable(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	h := strings.TrimPrefix(helloDigest, "sha256:")
+	old := filepath.Join(dir, "blobs", "sha256", h[:2], h)
+	require.NoError(t, os.MkdirAll(filepath.Dir(old), 0o755))
+	require.NoError(t, os.WriteFile(old, []byte("hello\n"), 0o444))
+	s, err := OpenDir(ctx, dir)
+	require.NoError(t, err)
+	defer s.Close()
+	assert.True(t, s.Has(ctx, helloDigest))
+	out := filepath.Join(t.TempDir(), "out")
+	require.NoError(t, s.CopyTo(ctx, helloDigest, out, 0o644))
+	b, _ := os.ReadFile(out)
+	assert.Equal(t, "hello\n", string(b))
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -29,8 +28,11 @@ import (
 type Options struct {
 	// Client reaches the Temporal namespace to use.
 	Client client.Client
-	// DataDir holds the blob store, staging and the agents' task dirs.
+	// DataDir holds the agents' task dirs, and the blob store and staging
+	// when BlobURL is empty.
 	DataDir string
+	// BlobURL is the artifact store (default file://<DataDir>/blobs).
+	BlobURL string
 	// Suffix makes IDs unique (run, task, workers); required when the
 	// namespace is shared.
 	Suffix string
@@ -127,10 +129,19 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		"demo-run" + sfx, "checksum" + sfx, "demo-world" + sfx, "worker-a" + sfx, "worker-b" + sfx,
 	}
 	res := Result{RunID: ids.run, TaskID: ids.task}
-	store, err := blobstore.Open(opts.DataDir)
+	blobURL := opts.BlobURL
+	if blobURL == "" {
+		u, err := blobstore.DefaultURL(opts.DataDir)
+		if err != nil {
+			return res, err
+		}
+		blobURL = u
+	}
+	store, err := blobstore.Open(ctx, blobURL)
 	if err != nil {
 		return res, err
 	}
+	defer store.Close()
 	wc := &wdcclient.Client{C: opts.Client}
 
 	// The control plane: every workflow and the control activities.
@@ -156,7 +167,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		if c.TaskID == ids.task && c.Attempt == 1 {
 			summary := filepath.Join(executor.TaskDir(filepath.Join(opts.DataDir, "work", c.WorkerID), c), "outputs", "summary.json")
 			if d, _, err := blobstore.HashFile(summary); err == nil {
-				staleDigest, stalePreexisting = d, store.Has(d)
+				staleDigest, stalePreexisting = d, store.Has(ctx, d)
 			}
 			say("attempt 1 on %s finished its command; its executor is frozen before submitting (no heartbeats)", c.WorkerID)
 			select {
@@ -203,11 +214,11 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	}
 
 	// A real input file and the script, staged through the blob store.
-	dataDigest, dataSize, err := store.Put(strings.NewReader(examples.Observations))
+	dataDigest, dataSize, err := store.Put(ctx, strings.NewReader(examples.Observations))
 	if err != nil {
 		return res, err
 	}
-	scriptDigest, scriptSize, err := store.Put(strings.NewReader(examples.ChecksumScript))
+	scriptDigest, scriptSize, err := store.Put(ctx, strings.NewReader(examples.ChecksumScript))
 	if err != nil {
 		return res, err
 	}
@@ -262,9 +273,9 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	res.StaleResultRejected = stale.Outcome == executor.OutcomeRejected
 	res.StaleRejectReason = stale.Reason
 	res.StaleArtifactDigest = staleDigest
-	res.StaleArtifactInStore = staleDigest == "" || (store.Has(staleDigest) && !stalePreexisting)
-	if _, err := os.Stat(store.StagingDir(ids.task, 1, 1)); err == nil {
-		return res, errors.New("attempt 1's staging directory was not cleaned up")
+	res.StaleArtifactInStore = staleDigest == "" || (store.Has(ctx, staleDigest) && !stalePreexisting)
+	if keys, err := store.List(ctx, blobstore.StagingPrefix(ids.task, 1, 1)); err != nil || len(keys) > 0 {
+		return res, fmt.Errorf("attempt 1's staging was not cleaned up (%d objects left; %v)", len(keys), err)
 	}
 
 	view, err := wc.Task(ctx, ids.task)

@@ -257,7 +257,7 @@ func (e *Execution) prepare() error {
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return err
 		}
-		if err := e.opts.Blobs.CopyTo(in.Digest, dst, 0o444); err != nil {
+		if err := e.opts.Blobs.CopyTo(context.Background(), in.Digest, dst, 0o444); err != nil {
 			return fmt.Errorf("inputs[%d] %s: %w", i, in.Name, err)
 		}
 	}
@@ -512,8 +512,8 @@ func (e *Execution) finish(rep *Report) {
 	stopHeartbeats := func() { stopOnce.Do(func() { hbCancel(); <-hbDone }) }
 	defer stopHeartbeats()
 
-	staging := e.opts.Blobs.StagingDir(e.claim.TaskID, e.claim.Attempt, e.claim.Fence)
-	arts, err := StageOutputs(filepath.Join(e.taskDir, "outputs"), staging, e.opts.Limits)
+	staging := blobstore.StagingPrefix(e.claim.TaskID, e.claim.Attempt, e.claim.Fence)
+	arts, err := StageOutputs(ctx, filepath.Join(e.taskDir, "outputs"), e.opts.Blobs, staging, e.opts.Limits)
 	var outErr *OutputError
 	switch {
 	case errors.As(err, &outErr):
@@ -523,7 +523,7 @@ func (e *Execution) finish(rep *Report) {
 		rep.OutputError = "staging outputs: " + err.Error()
 	}
 	rep.Artifacts = arts
-	logs, err := StageLogs(e.taskDir, e.opts.Blobs.LogStagingDir(e.claim.TaskID, e.claim.Attempt, e.claim.Fence))
+	logs, err := StageLogs(ctx, e.taskDir, e.opts.Blobs, blobstore.LogStagingPrefix(e.claim.TaskID, e.claim.Attempt, e.claim.Fence))
 	if err != nil {
 		e.log.Warn("logs not kept with the result", "error", err)
 		logs = nil
@@ -559,8 +559,9 @@ func (e *Execution) finish(rep *Report) {
 		// ingest. The task removes its staging when it ends.
 		return
 	}
-	_ = e.opts.Blobs.RemoveStaging(e.claim.TaskID, e.claim.Attempt, e.claim.Fence)
-	_ = os.Remove(e.opts.Blobs.TaskStagingDir(e.claim.TaskID)) // only if empty
+	cleanCtx, cleanCancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cleanCancel()
+	_ = e.opts.Blobs.RemoveStaging(cleanCtx, e.claim.TaskID, e.claim.Attempt, e.claim.Fence)
 }
 
 // closedTaskRejection explains a submission to a task workflow that has

@@ -154,7 +154,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, script string, inputs map[string]string) *fixture {
 	t.Helper()
-	blobs, err := blobstore.Open(t.TempDir())
+	blobs, err := blobstore.OpenDir(context.Background(), t.TempDir())
 	require.NoError(t, err)
 	env := envelope.Envelope{
 		TaskID: "t1", RunID: "r1", WorldID: "w1",
@@ -162,7 +162,7 @@ func newFixture(t *testing.T, script string, inputs map[string]string) *fixture 
 		Env:     map[string]string{"PATH": "/usr/bin:/bin", "GREETING": "hi"},
 	}
 	for name, content := range inputs {
-		d, n, err := blobs.Put(strings.NewReader(content))
+		d, n, err := blobs.Put(context.Background(), strings.NewReader(content))
 		require.NoError(t, err)
 		env.Inputs = append(env.Inputs, envelope.Input{Name: name, Digest: d, SizeBytes: n})
 	}
@@ -172,6 +172,14 @@ func newFixture(t *testing.T, script string, inputs map[string]string) *fixture 
 	l := lease.Lease{TaskID: "t1", EnvelopeDigest: digest, WorkerID: "w-a", Attempt: 1, Fence: 1, State: lease.Active, TTL: 3 * time.Second}
 	lc := l
 	return &fixture{t: t, blobs: blobs, root: t.TempDir(), ctl: &fakeControl{lease: &lc}, env: env, lease: l}
+}
+
+// assertNothingStaged: no staged object of the attempt is left.
+func (f *fixture) assertNothingStaged() {
+	f.t.Helper()
+	keys, err := f.blobs.List(context.Background(), blobstore.StagingPrefix("t1", 1, 1))
+	require.NoError(f.t, err)
+	assert.Empty(f.t, keys)
 }
 
 func (f *fixture) start(mod func(*Options)) *Execution {
@@ -226,8 +234,9 @@ func TestRunsWithOnlyTheEnvelopeEnvironment(t *testing.T) {
 	assert.Equal(t, claimOf(f.lease), sub.Claim)
 	require.Len(t, sub.Artifacts, 2)
 	assert.Equal(t, "copy.csv", sub.Artifacts[0].Name)
-	staged := filepath.Join(f.blobs.StagingDir("t1", 1, 1), "copy.csv")
-	assert.FileExists(t, staged, "outputs are staged for ingest")
+	ok, err := f.blobs.Exists(context.Background(), blobstore.StagingPrefix("t1", 1, 1)+"copy.csv")
+	require.NoError(t, err)
+	assert.True(t, ok, "outputs are staged for ingest")
 	assert.NotEmpty(t, f.ctl.heartbeats, "heartbeats were sent")
 }
 
@@ -276,7 +285,7 @@ func TestOutputRulesRejectSymlinksAndOversize(t *testing.T) {
 			sub := f.ctl.submitted[0]
 			assert.Contains(t, sub.OutputError, tc.want)
 			assert.Empty(t, sub.Artifacts, "nothing is half-staged")
-			assert.NoDirExists(t, f.blobs.StagingDir("t1", 1, 1))
+			f.assertNothingStaged()
 			assert.Contains(t, rep.OutputError, tc.want)
 		})
 	}
@@ -337,7 +346,7 @@ func TestRejectedSubmissionRemovesStaging(t *testing.T) {
 	rep := f.wait(f.start(nil))
 	assert.Equal(t, OutcomeRejected, rep.Outcome)
 	assert.Equal(t, "stale_fence", rep.Reason)
-	assert.NoDirExists(t, f.blobs.StagingDir("t1", 1, 1), "a refused attempt's outputs never linger")
+	f.assertNothingStaged() // a refused attempt's outputs never linger
 }
 
 func TestFreezeDelaysSubmissionButNotTheCommand(t *testing.T) {

@@ -1,8 +1,7 @@
 package executor
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -56,11 +55,12 @@ func (e *OutputError) Error() string { return "outputs/" + e.Path + ": " + e.Rea
 
 // StageOutputs lists outputDir (never following a symlink), checks each
 // entry against the output rules — regular files and directories only, a
-// clean relative name (no "..", no symlinks), size caps — and copies every
-// file into stagingDir while hashing it. It returns the artifacts sorted by
-// name. A broken rule returns an *OutputError and leaves stagingDir
-// removed; nothing is half-staged.
-func StageOutputs(outputDir, stagingDir string, limits OutputLimits) (_ []api.Artifact, err error) {
+// clean relative name (no "..", no symlinks), size caps — and uploads every
+// file to the blob store under prefix (blobstore.StagingPrefix) while
+// hashing it. It returns the artifacts sorted by name. A broken rule
+// returns an *OutputError and leaves the prefix removed; nothing is
+// half-staged.
+func StageOutputs(ctx context.Context, outputDir string, store *blobstore.Store, prefix string, limits OutputLimits) (_ []api.Artifact, err error) {
 	limits = limits.WithDefaults()
 	var files []string
 	var total int64
@@ -113,15 +113,16 @@ func StageOutputs(outputDir, stagingDir string, limits OutputLimits) (_ []api.Ar
 	sort.Strings(files)
 	defer func() {
 		if err != nil {
-			os.RemoveAll(stagingDir)
+			_ = store.RemovePrefix(context.WithoutCancel(ctx), prefix)
 		}
 	}()
-	if err := os.MkdirAll(stagingDir, 0o755); err != nil {
-		return nil, err
-	}
 	out := make([]api.Artifact, 0, len(files))
 	for _, rel := range files {
-		a, err := stageFile(filepath.Join(outputDir, filepath.FromSlash(rel)), filepath.Join(stagingDir, filepath.FromSlash(rel)), limits.MaxFileBytes)
+		key, err := blobstore.StagedKey(prefix, rel)
+		if err != nil {
+			return nil, &OutputError{Path: rel, Reason: err.Error()}
+		}
+		a, err := stageFile(ctx, filepath.Join(outputDir, filepath.FromSlash(rel)), store, key, limits.MaxFileBytes)
 		if err != nil {
 			var oe *OutputError
 			if errors.As(err, &oe) {
@@ -135,10 +136,10 @@ func StageOutputs(outputDir, stagingDir string, limits OutputLimits) (_ []api.Ar
 	return out, nil
 }
 
-// stageFile copies src to dst (atomically) while hashing. src is opened
-// with O_NOFOLLOW so a file swapped for a symlink after the listing is
-// refused.
-func stageFile(src, dst string, maxBytes int64) (api.Artifact, error) {
+// stageFile uploads src to key while hashing. src is opened with
+// O_NOFOLLOW so a file swapped for a symlink after the listing is refused;
+// a file that grows over maxBytes meanwhile aborts the upload.
+func stageFile(ctx context.Context, src string, store *blobstore.Store, key string, maxBytes int64) (api.Artifact, error) {
 	f, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		if errors.Is(err, syscall.ELOOP) {
@@ -147,38 +148,39 @@ func stageFile(src, dst string, maxBytes int64) (api.Artifact, error) {
 		return api.Artifact{}, err
 	}
 	defer f.Close()
-	a, err := copyHashed(f, dst, maxBytes+1)
-	if err == nil && a.SizeBytes > maxBytes {
-		os.Remove(dst)
+	d, n, err := store.Stage(ctx, key, &capReader{r: f, left: maxBytes})
+	if errors.Is(err, errOverCap) {
 		return api.Artifact{}, &OutputError{Reason: fmt.Sprintf("grew over the %d-byte cap while staging", maxBytes)}
 	}
-	return a, err
-}
-
-// copyHashed copies at most limit bytes of r to dst atomically (temp file,
-// fsync, rename), creating dst's directory, and returns their digest and
-// size.
-func copyHashed(r io.Reader, dst string, limit int64) (api.Artifact, error) {
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return api.Artifact{}, err
-	}
-	h := sha256.New()
-	var n int64
-	err := blobstore.WriteFileAtomic(dst, 0o644, func(w io.Writer) error {
-		var err error
-		n, err = io.Copy(io.MultiWriter(w, h), io.LimitReader(r, limit))
-		return err
-	})
 	if err != nil {
 		return api.Artifact{}, err
 	}
-	return api.Artifact{Digest: "sha256:" + hex.EncodeToString(h.Sum(nil)), SizeBytes: n}, nil
+	return api.Artifact{Digest: d, SizeBytes: n}, nil
 }
 
-// StageLogs copies the tail (at most api.MaxLogBytes) of the task
-// directory's stdout.log and stderr.log into stagingDir while hashing them.
-// Missing logs are skipped.
-func StageLogs(taskDir, stagingDir string) ([]api.Artifact, error) {
+var errOverCap = errors.New("over the size cap")
+
+// capReader reads r and fails with errOverCap once more than left bytes
+// come (so the upload is aborted, not truncated).
+type capReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (c *capReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	if c.left < 0 {
+		return n, errOverCap
+	}
+	return n, err
+}
+
+// StageLogs uploads the tail (at most api.MaxLogBytes) of the task
+// directory's stdout.log and stderr.log under prefix
+// (blobstore.LogStagingPrefix) while hashing them. Missing logs are
+// skipped.
+func StageLogs(ctx context.Context, taskDir string, store *blobstore.Store, prefix string) ([]api.Artifact, error) {
 	var out []api.Artifact
 	for _, name := range []string{api.LogStdout, api.LogStderr} {
 		f, err := os.Open(filepath.Join(taskDir, name))
@@ -188,7 +190,7 @@ func StageLogs(taskDir, stagingDir string) ([]api.Artifact, error) {
 		if err != nil {
 			return nil, err
 		}
-		a, err := stageTail(f, filepath.Join(stagingDir, name), api.MaxLogBytes)
+		a, err := stageTail(ctx, f, store, prefix+name, api.MaxLogBytes)
 		f.Close()
 		if err != nil {
 			return nil, fmt.Errorf("stage %s: %w", name, err)
@@ -199,8 +201,8 @@ func StageLogs(taskDir, stagingDir string) ([]api.Artifact, error) {
 	return out, nil
 }
 
-// stageTail copies the last max bytes of f to dst (atomically), hashing them.
-func stageTail(f *os.File, dst string, max int64) (api.Artifact, error) {
+// stageTail uploads the last max bytes of f to key, hashing them.
+func stageTail(ctx context.Context, f *os.File, store *blobstore.Store, key string, max int64) (api.Artifact, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return api.Artifact{}, err
@@ -210,5 +212,9 @@ func stageTail(f *os.File, dst string, max int64) (api.Artifact, error) {
 			return api.Artifact{}, err
 		}
 	}
-	return copyHashed(f, dst, max)
+	d, n, err := store.Stage(ctx, key, io.LimitReader(f, max))
+	if err != nil {
+		return api.Artifact{}, err
+	}
+	return api.Artifact{Digest: d, SizeBytes: n}, nil
 }

@@ -69,7 +69,7 @@ type launchFixture struct {
 
 func newLaunchFixture(t *testing.T) *launchFixture {
 	t.Helper()
-	blobs, err := blobstore.Open(t.TempDir())
+	blobs, err := blobstore.OpenDir(context.Background(), t.TempDir())
 	require.NoError(t, err)
 	marker := filepath.Join(t.TempDir(), "started")
 	env := envelope.Envelope{
