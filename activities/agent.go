@@ -39,7 +39,7 @@ func (a *Agent) LaunchAttempt(ctx context.Context, in api.LaunchInput) (api.Laun
 	if activity.IsActivity(ctx) {
 		deadline = activity.GetInfo(ctx).Deadline
 	}
-	if err := launchExpired(ctx, deadline, time.Now()); err != nil {
+	if err := launchers.Expired(ctx, deadline, time.Now()); err != nil {
 		if activity.IsActivity(ctx) {
 			activity.GetLogger(ctx).Warn("launch refused", "task", in.Lease.TaskID, "attempt", in.Lease.Attempt, "fence", in.Lease.Fence, "error", err)
 		}
@@ -51,18 +51,6 @@ func (a *Agent) LaunchAttempt(ctx context.Context, in api.LaunchInput) (api.Laun
 		return api.LaunchResult{}, temporal.NewNonRetryableApplicationError(err.Error(), api.ErrTypeLaunchFailed, err)
 	}
 	return api.LaunchResult{TaskDir: sub.TaskDir, PID: sub.PID}, nil
-}
-
-// launchExpired is launchers.ErrLaunchExpired (wrapped) when ctx is done or
-// now is at or past deadline (zero: none).
-func launchExpired(ctx context.Context, deadline, now time.Time) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%w: %w", launchers.ErrLaunchExpired, err)
-	}
-	if !deadline.IsZero() && !now.Before(deadline) {
-		return fmt.Errorf("%w: its deadline passed %s ago", launchers.ErrLaunchExpired, now.Sub(deadline).Round(time.Millisecond))
-	}
-	return nil
 }
 
 // CancelAttempt stops an attempt whose lease ended (best effort).

@@ -62,16 +62,3 @@ func TestLaunchAttemptInTimeIsSubmitted(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, launcher.submitted)
 }
-
-func TestLaunchExpired(t *testing.T) {
-	now := time.Now()
-	assert.NoError(t, launchExpired(context.Background(), now.Add(time.Second), now))
-	assert.NoError(t, launchExpired(context.Background(), time.Time{}, now), "no deadline")
-	err := launchExpired(context.Background(), now.Add(-1500*time.Millisecond), now)
-	require.ErrorIs(t, err, launchers.ErrLaunchExpired)
-	assert.Contains(t, err.Error(), "passed 1.5s ago")
-	assert.ErrorIs(t, launchExpired(context.Background(), now, now), launchers.ErrLaunchExpired, "at the deadline")
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	assert.ErrorIs(t, launchExpired(ctx, now.Add(time.Hour), now), launchers.ErrLaunchExpired, "cancelled")
-}

@@ -53,15 +53,24 @@ type Status struct {
 var ErrLaunchExpired = errors.New("launch expired")
 
 // CheckDeadline returns ErrLaunchExpired (wrapped, with the cause) when ctx
-// is done or its deadline has passed by this machine's clock. The deadline
-// is checked directly, not only through ctx.Err(): a process that was
-// frozen (SIGSTOP, a VM pause) resumes before ctx's timer has fired.
+// is done or its deadline has passed by this machine's clock: Expired with
+// ctx's own deadline and the current time.
 func CheckDeadline(ctx context.Context) error {
+	dl, _ := ctx.Deadline()
+	return Expired(ctx, dl, time.Now())
+}
+
+// Expired is the one launch-deadline rule: ErrLaunchExpired (wrapped, with
+// the cause) when ctx is done or now is at or past deadline (zero: none).
+// The deadline is compared with now directly, not only through ctx.Err():
+// a process that was frozen (SIGSTOP, a VM pause) resumes before ctx's
+// timer has fired.
+func Expired(ctx context.Context, deadline, now time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrLaunchExpired, err)
 	}
-	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
-		return fmt.Errorf("%w: its deadline passed %s ago", ErrLaunchExpired, time.Since(dl).Round(time.Millisecond))
+	if !deadline.IsZero() && !now.Before(deadline) {
+		return fmt.Errorf("%w: its deadline passed %s ago", ErrLaunchExpired, now.Sub(deadline).Round(time.Millisecond))
 	}
 	return nil
 }
