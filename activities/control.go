@@ -89,7 +89,22 @@ func (c *Control) SelectWorker(ctx context.Context, in api.SelectWorkerInput) (a
 
 func (c *Control) selectWorker(ctx context.Context, in api.SelectWorkerInput, progress *selectProgress) (api.SelectWorkerResult, error) {
 	wc := &wdcclient.Client{C: c.Client}
-	views, err := wc.ListWorkers(ctx, string(fleet.Active))
+	// One visibility list: the ACTIVE workers are asked for their records;
+	// the others are named in the waiting reason (the one that would fit
+	// may be DRAINING, STALE or OFFLINE).
+	states, err := wc.WorkerStates(ctx)
+	if err != nil {
+		return api.SelectWorkerResult{}, err
+	}
+	var active, inactive []wdcclient.WorkerState
+	for _, st := range states {
+		if st.State == fleet.Active {
+			active = append(active, st)
+		} else {
+			inactive = append(inactive, st)
+		}
+	}
+	views, err := wc.Views(ctx, active)
 	if err != nil {
 		return api.SelectWorkerResult{}, err
 	}
@@ -144,21 +159,8 @@ func (c *Control) selectWorker(ctx context.Context, in api.SelectWorkerInput, pr
 		}
 		passed = append(passed, fleet.Ineligible{WorkerID: w.WorkerID, Reason: "unreachable", Detail: err.Error()})
 	}
-	// Name the workers in other states too (from visibility alone): the
-	// one that would fit may be DRAINING, STALE or OFFLINE.
-	if others, err := wc.WorkerStates(ctx); err == nil {
-		named := make(map[string]bool, len(passed))
-		for _, p := range passed {
-			named[p.WorkerID] = true
-		}
-		n := 0
-		for _, o := range others {
-			if o.State == fleet.Active || named[o.WorkerID] || n == maxNamedInactive {
-				continue
-			}
-			n++
-			passed = append(passed, fleet.Ineligible{WorkerID: o.WorkerID, Reason: fleet.IneligibleState, Detail: "state is " + string(o.State)})
-		}
+	for _, o := range inactive[:min(len(inactive), maxNamedInactive)] {
+		passed = append(passed, fleet.Ineligible{WorkerID: o.WorkerID, Reason: fleet.IneligibleState, Detail: "state is " + string(o.State)})
 	}
 	fleet.SortByRelevance(passed)
 	return api.SelectWorkerResult{Waiting: WaitingMessage(len(workers), passed), PassedOver: passed}, nil

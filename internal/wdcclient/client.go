@@ -189,6 +189,12 @@ func (c *Client) ListWorkers(ctx context.Context, state string) ([]api.WorkerVie
 	if err != nil {
 		return nil, err
 	}
+	return c.Views(ctx, states)
+}
+
+// Views asks each listed worker for its record, in order, as ListWorkers
+// does after its visibility list. Errors: ctx ended.
+func (c *Client) Views(ctx context.Context, states []WorkerState) ([]api.WorkerView, error) {
 	views := make([]api.WorkerView, 0, len(states))
 	unanswered := "" // after one query times out, do not wait on the rest
 	for _, ws := range states {
