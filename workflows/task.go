@@ -866,16 +866,13 @@ func (t *taskWorkflow) view() api.TaskView {
 	return v
 }
 
-// settleForContinueAsNew is the ContinuingAsNew phase's guard: it waits
-// for update handlers and unawaited commands, then applies every buffered
-// signal. It reports true when the task is still at a quiet point after
-// that (nothing blocks between this answer and the continue-as-new); false
-// sends the loop back to decide (a drained signal ended the lease, a
+// settleForContinueAsNew is the ContinuingAsNew phase's last look. decide
+// chose it only at a quiet point (no update handler running, every
+// unawaited command done), so nothing blocks here: it applies every
+// buffered signal and reports whether the task is still at a quiet point.
+// false sends the loop back to decide (a drained signal ended the lease, a
 // cancel arrived, ...).
 func (t *taskWorkflow) settleForContinueAsNew(ctx workflow.Context) bool {
-	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) && t.inflightDone() }); err != nil {
-		return false
-	}
 	t.drainSignals(ctx)
 	return t.decide(ctx) == phaseContinuing
 }
