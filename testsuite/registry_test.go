@@ -221,6 +221,20 @@ func TestListWorkersWithoutAControlPlane(t *testing.T) {
 		_, err := wc.RegisterWorker(context.Background(), fleet.Registration{WorkerID: id, Capacity: resource.List{CPUMillis: 1000}})
 		require.NoError(t, err)
 	}
+	// Visibility is written asynchronously: wait until it records the
+	// three states before the control plane goes away.
+	waitFor(t, 10*time.Second, "visibility records the workers ACTIVE", func() bool {
+		states, err := wc.WorkerStates(context.Background())
+		if err != nil || len(states) != 3 {
+			return false
+		}
+		for _, st := range states {
+			if st.State != fleet.Active {
+				return false
+			}
+		}
+		return true
+	})
 	cp.Stop()
 
 	began := time.Now()
