@@ -157,4 +157,7 @@ func TestSubmitStartsACurrentAttempt(t *testing.T) {
 	require.NoError(t, err)
 	assert.DirExists(t, sub.TaskDir)
 	require.Eventually(t, func() bool { _, err := os.Stat(f.marker); return err == nil }, 10*time.Second, 20*time.Millisecond)
+	// The attempt writes its report after the command exits; let it finish
+	// before the test's directories are removed.
+	require.Eventually(t, func() bool { return f.launcher.Running() == 0 }, 10*time.Second, 20*time.Millisecond)
 }
