@@ -34,6 +34,12 @@ echo ok > outputs/ok`)
 	env.Env["TRACE"] = trace
 	submit(t, env, api.TaskOptions{LeaseTTL: ttl, Backoff: lease.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}}) // launch timeout = TTL
 	waitAttemptRunning(t, env.TaskID, 1)
+	// Freeze only once attempt 1's command has written its trace line: a
+	// shell stopped before it wrote would leave no start to check.
+	waitFor(t, 10*time.Second, "attempt 1's trace line", func() bool {
+		b, err := os.ReadFile(trace)
+		return err == nil && strings.Contains(string(b), " 1 1 start")
+	})
 
 	groups := childProcessGroups(t, agent.Process.Pid)
 	require.NotEmpty(t, groups, "attempt 1's process group")
