@@ -63,7 +63,7 @@ an earlier agent of this work directory left behind.`,
 			ctx := c.Context()
 			// Redial promptly after a network cut: attempt heartbeats must
 			// get through within a fraction of their interval.
-			tc, store, err := a.connect(ctx, dataDir, blobURL, worker.AgentDialOptions()...)
+			tc, store, err := a.connect(ctx, dataDir, blobURL, worker.DialOptions()...)
 			if err != nil {
 				return err
 			}
@@ -151,7 +151,7 @@ to another server.`,
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			ctx := c.Context()
-			tc, store, err := a.connect(ctx, dataDir, blobURL)
+			tc, store, err := a.connect(ctx, dataDir, blobURL, worker.DialOptions()...)
 			if err != nil {
 				return err
 			}

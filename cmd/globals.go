@@ -103,7 +103,7 @@ func (a *app) logger() *slog.Logger {
 }
 
 // dial connects to Temporal with the global flags and extra gRPC dial
-// options (e.g. worker.AgentDialOptions).
+// options (e.g. worker.DialOptions).
 func (a *app) dial(ctx context.Context, extra ...grpc.DialOption) (client.Client, error) {
 	if err := a.global.validate(); err != nil {
 		return nil, err

@@ -631,7 +631,7 @@ const HeartbeatRetryDivisor = 4
 // is abandoned. While heartbeats fail they are retried every
 // interval/HeartbeatRetryDivisor, so a partition shorter than TTL − 2 ×
 // interval is ridden out (given a client that redials within a fraction of
-// the interval, see worker.AgentDialOptions).
+// the interval, see worker.DialOptions).
 //
 // A lease query that fails while the heartbeat itself got through is
 // tolerated: the control plane may be down, and then the lease cannot
