@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strconv"
+	"sync"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -25,6 +28,9 @@ type Control struct {
 	Client client.Client
 	Blobs  *blobstore.Store
 	Now    func() time.Time
+
+	// fleet is the shared list of workers selections draw from.
+	fleet fleetView
 }
 
 // releaseTimeout bounds one release signal sent after an ambiguous reserve;
@@ -43,16 +49,23 @@ type selectProgress struct {
 }
 
 // SelectWorker picks a worker for a task's next lease and reserves capacity
-// on it under the given fence. Candidates are the ACTIVE workers in
-// visibility; each is asked for its record (query "worker"), and
-// fleet.Place keeps the eligible ones in preference order: workers that
-// lost a lease of the task (AvoidWorkers, and the older AvoidWorker) last,
-// workers whose heartbeat is late (judged at the wall clock) after fresh
-// ones, least loaded first, and equally good ones in an order seeded by
-// the task and fence (fleet.SelectionSeed), so concurrent tasks spread over
-// idle workers. They are tried in that order through the reserve update,
-// whose validator re-checks on the worker itself, so two tasks racing for
-// the last slot cannot both win.
+// on it under the given fence, at a cost that does not grow with the
+// fleet. The workers' states and profiles come from one visibility list
+// shared by the control plane's selections (fleetView, at most
+// FleetViewMaxAge old); fleet.Probe rules out the workers that could not
+// take the task even when idle and draws fleet.DefaultProbes of the rest
+// in an order that differs per selection, so concurrent tasks ask
+// different workers instead of herding onto one. The drawn workers are
+// asked for their record (query "worker"), and fleet.Place orders the
+// eligible answers: workers that lost a lease of the task (AvoidWorkers,
+// and the older AvoidWorker) last, workers whose heartbeat is late (judged
+// at the wall clock) after fresh ones, least loaded first, and equally
+// good ones in an order seeded by the task and fence
+// (fleet.SelectionSeed). They are tried in that order through the reserve
+// update, whose validator re-checks on the worker itself, so two tasks
+// racing for the last slot cannot both win. When none accepts, a second
+// round draws other workers (MaxSelectionRounds), and a list older than
+// the selection is refreshed once.
 //
 // A reserve is never leaked by a lost answer: when one fails with anything
 // but a clean rejection (an ApplicationError: the validator or handler
@@ -87,53 +100,115 @@ func (c *Control) SelectWorker(ctx context.Context, in api.SelectWorkerInput) (a
 	return res, nil
 }
 
+// Selection bounds: a selection asks at most MaxSelectionRounds ×
+// fleet.DefaultProbes workers for their record and sends at most as many
+// reserves, and lists the fleet at most twice (usually not at all: the
+// list is shared, see FleetViewMaxAge) — whatever the fleet's size.
+const MaxSelectionRounds = 2
+
+// maxPassedOver bounds the passed-over workers a selection result carries
+// into the task's history (the most relevant first); the waiting message
+// counts all of them.
+const maxPassedOver = 20
+
 func (c *Control) selectWorker(ctx context.Context, in api.SelectWorkerInput, progress *selectProgress) (api.SelectWorkerResult, error) {
 	wc := &wdcclient.Client{C: c.Client}
-	// One visibility list: the ACTIVE workers are asked for their records;
-	// the others are named in the waiting reason (the one that would fit
-	// may be DRAINING, STALE or OFFLINE).
-	states, err := wc.WorkerStates(ctx)
-	if err != nil {
-		return api.SelectWorkerResult{}, err
-	}
-	var active, inactive []wdcclient.WorkerState
-	for _, st := range states {
-		if st.State == fleet.Active {
-			active = append(active, st)
-		} else {
-			inactive = append(inactive, st)
-		}
-	}
-	views, err := wc.Views(ctx, active)
-	if err != nil {
-		return api.SelectWorkerResult{}, err
-	}
-	workers := make([]fleet.Worker, 0, len(views))
-	var passed []fleet.Ineligible
-	for _, v := range views {
-		switch {
-		case v.QueryError != "":
-			passed = append(passed, fleet.Ineligible{WorkerID: v.WorkerID, Reason: "unreachable", Detail: v.QueryError})
-		case v.Registered:
-			workers = append(workers, v.Worker)
-		}
-	}
 	now := time.Now
 	if c.Now != nil {
 		now = c.Now
 	}
-	ranked, rankPassed := fleet.Place(workers, in.Requirements, fleet.Placement{
-		Avoid: avoidList(in),
-		Now:   now(),
-		Seed:  fleet.SelectionSeed(in.TaskID, in.Fence),
-	})
-	passed = append(rankPassed, passed...)
+	began := time.Now()
+	place := fleet.Placement{Avoid: avoidList(in), Now: now(), Seed: fleet.SelectionSeed(in.TaskID, in.Fence)}
+	// The draw of workers to ask varies per selection, so a task that
+	// waits asks other workers next time.
+	draw := place
+	draw.Now, draw.Seed = time.Time{}, place.Seed+"/"+strconv.FormatUint(rand.Uint64(), 36)
+
+	asked := map[string]bool{}
+	var probed []fleet.Ineligible // why asked workers were passed over
+	newerThan := began.Add(-FleetViewMaxAge)
+	relisted := false
+	for rounds := 0; ; {
+		states, fetched, err := c.fleet.get(ctx, wc, newerThan)
+		if err != nil {
+			return api.SelectWorkerResult{}, err
+		}
+		listed := make([]fleet.Listed, len(states))
+		active := 0
+		for i, st := range states {
+			listed[i] = st.Listed()
+			if st.State == fleet.Active {
+				active++
+			}
+		}
+		drawn, possible, passed := fleet.Probe(listed, in.Requirements, draw, fleet.DefaultProbes, asked)
+		if len(drawn) > 0 {
+			rounds++
+			res, ok, passedHere, err := c.tryWorkers(ctx, wc, drawn, in, place, progress)
+			if err != nil || ok {
+				return res, err
+			}
+			for _, id := range drawn {
+				asked[id] = true
+			}
+			probed = append(probed, passedHere...)
+			if rounds < MaxSelectionRounds && possible > len(asked) {
+				continue // more workers could take it: ask the next ones
+			}
+		}
+		if !relisted && fetched.Before(began) {
+			// A shared list from before this selection: a worker may have
+			// registered or freed up since; list once more.
+			relisted, newerThan = true, fetched
+			continue
+		}
+		passed = append(passed, probed...)
+		fleet.SortByRelevance(passed)
+		msg := WaitingMessage(active, passed)
+		if unasked := possible - len(asked); unasked > 0 {
+			msg += fmt.Sprintf(" (%d more that could fit were not asked this time)", unasked)
+		}
+		return api.SelectWorkerResult{Waiting: msg, PassedOver: passed[:min(len(passed), maxPassedOver)]}, nil
+	}
+}
+
+// tryWorkers asks the drawn workers for their record (concurrently), ranks
+// the answers with fleet.Place and reserves on the first that accepts. ok
+// is false when none did; passed says why each was passed over.
+func (c *Control) tryWorkers(ctx context.Context, wc *wdcclient.Client, drawn []string, in api.SelectWorkerInput, place fleet.Placement, progress *selectProgress) (res api.SelectWorkerResult, ok bool, passed []fleet.Ineligible, err error) {
+	views := make([]api.WorkerView, len(drawn))
+	errs := make([]error, len(drawn))
+	var wg sync.WaitGroup
+	for i, id := range drawn {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			qctx, cancel := context.WithTimeout(ctx, workerQueryTimeout)
+			defer cancel()
+			views[i], errs[i] = wc.Worker(qctx, id)
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return res, false, nil, ctx.Err()
+	}
+	workers := make([]fleet.Worker, 0, len(views))
+	for i, v := range views {
+		switch {
+		case errs[i] != nil:
+			passed = append(passed, fleet.Ineligible{WorkerID: drawn[i], Reason: "unreachable", Detail: errs[i].Error()})
+		case v.Registered:
+			workers = append(workers, v.Worker)
+		}
+	}
+	ranked, rankPassed := fleet.Place(workers, in.Requirements, place)
+	passed = append(passed, rankPassed...)
 	for _, w := range ranked {
 		if !slices.Contains(progress.Tried, w.WorkerID) {
 			progress.Tried = append(progress.Tried, w.WorkerID)
 		}
 		activity.RecordHeartbeat(ctx, *progress)
-		var res api.ReserveResult
+		var rr api.ReserveResult
 		handle, err := c.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 			WorkflowID:   api.WorkerWorkflowID(w.WorkerID),
 			UpdateName:   api.UpdateReserve,
@@ -141,10 +216,10 @@ func (c *Control) selectWorker(ctx context.Context, in api.SelectWorkerInput, pr
 			WaitForStage: client.WorkflowUpdateStageCompleted,
 		})
 		if err == nil {
-			err = handle.Get(ctx, &res)
+			err = handle.Get(ctx, &rr)
 		}
 		if err == nil {
-			return api.SelectWorkerResult{WorkerID: res.WorkerID, Incarnation: res.Incarnation}, nil
+			return api.SelectWorkerResult{WorkerID: rr.WorkerID, Incarnation: rr.Incarnation}, true, nil, nil
 		}
 		var appErr *temporal.ApplicationError
 		if errors.As(err, &appErr) {
@@ -155,16 +230,17 @@ func (c *Control) selectWorker(ctx context.Context, in api.SelectWorkerInput, pr
 		activity.GetLogger(ctx).Warn("reserve failed; releasing", "worker", w.WorkerID, "error", err)
 		c.release(ctx, w.WorkerID, in)
 		if ctx.Err() != nil {
-			return api.SelectWorkerResult{}, ctx.Err()
+			return res, false, nil, ctx.Err()
 		}
 		passed = append(passed, fleet.Ineligible{WorkerID: w.WorkerID, Reason: "unreachable", Detail: err.Error()})
 	}
-	for _, o := range inactive[:min(len(inactive), maxNamedInactive)] {
-		passed = append(passed, fleet.Ineligible{WorkerID: o.WorkerID, Reason: fleet.IneligibleState, Detail: "state is " + string(o.State)})
-	}
-	fleet.SortByRelevance(passed)
-	return api.SelectWorkerResult{Waiting: WaitingMessage(len(workers), passed), PassedOver: passed}, nil
+	return res, false, passed, nil
 }
+
+// workerQueryTimeout bounds one worker query during selection: a worker
+// whose registry entry does not answer (the control plane is overloaded)
+// is passed over as unreachable.
+const workerQueryTimeout = 3 * time.Second
 
 // release sends the release signal for the task's fence to a worker, best
 // effort: a worker that holds no such reservation ignores it, and a
@@ -189,10 +265,6 @@ func avoidList(in api.SelectWorkerInput) []string {
 	}
 	return out
 }
-
-// maxNamedInactive bounds how many workers that are not ACTIVE a waiting
-// task's reason lists.
-const maxNamedInactive = 10
 
 // WaitingMessage says why no worker could take a task, naming up to three.
 func WaitingMessage(active int, passed []fleet.Ineligible) string {

@@ -50,6 +50,11 @@ type fakeRegistry struct {
 	mode     map[string]string // worker ID → reserve answer; default: answered
 	reserves []string          // worker IDs sent a reserve, in order
 	releases []string          // "<worker> <task>/<fence>", in order
+	// profiles publishes each worker's profile in the listed memo, as
+	// WdcWorker does.
+	profiles bool
+	// lists and queries count the calls made.
+	lists, queries int
 }
 
 func newFakeRegistry(workers ...fleet.Worker) *fakeRegistry {
@@ -63,6 +68,7 @@ func newFakeRegistry(workers ...fleet.Worker) *fakeRegistry {
 func (f *fakeRegistry) ListWorkflow(_ context.Context, req *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.lists++
 	var resp workflowservice.ListWorkflowExecutionsResponse
 	for id, w := range f.workers {
 		if filtered := strings.Contains(req.GetQuery(), api.SAWorkerState.GetName()); filtered && !strings.Contains(req.GetQuery(), fmt.Sprintf("%q", w.State)) {
@@ -72,10 +78,18 @@ func (f *fakeRegistry) ListWorkflow(_ context.Context, req *workflowservice.List
 		if err != nil {
 			return nil, err
 		}
-		resp.Executions = append(resp.Executions, &workflowpb.WorkflowExecutionInfo{
+		info := &workflowpb.WorkflowExecutionInfo{
 			Execution:        &commonpb.WorkflowExecution{WorkflowId: api.WorkerWorkflowID(id)},
 			SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{api.SAWorkerState.GetName(): state}},
-		})
+		}
+		if f.profiles {
+			p, err := converter.GetDefaultDataConverter().ToPayload(w.Profile())
+			if err != nil {
+				return nil, err
+			}
+			info.Memo = &commonpb.Memo{Fields: map[string]*commonpb.Payload{api.MemoWorkerProfile: p}}
+		}
+		resp.Executions = append(resp.Executions, info)
 	}
 	return &resp, nil
 }
@@ -83,6 +97,7 @@ func (f *fakeRegistry) ListWorkflow(_ context.Context, req *workflowservice.List
 func (f *fakeRegistry) QueryWorkflow(_ context.Context, workflowID, _, _ string, _ ...any) (converter.EncodedValue, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.queries++
 	w := f.workers[api.WorkerIDFromWorkflowID(workflowID)]
 	return jsonValue{api.WorkerView{Worker: *w, Registered: true, Free: w.Free()}}, nil
 }
@@ -339,4 +354,62 @@ func TestSelectWorkerWaitingNamesDrainingWorkers(t *testing.T) {
 	assert.Contains(t, res.Waiting, "drained: not_active (state is DRAINING)")
 	assert.Less(t, strings.Index(res.Waiting, "drained"), strings.Index(res.Waiting, "other"), "the near miss first: %s", res.Waiting)
 	assert.Empty(t, reg.reserves)
+}
+
+// A selection's calls do not grow with the fleet: with 10 or 500 workers
+// (profiles published), one list, at most DefaultProbes queries and one
+// reserve when the first asked worker takes it; a second selection right
+// after shares the list.
+func TestSelectWorkerCostDoesNotGrowWithTheFleet(t *testing.T) {
+	for _, size := range []int{10, 500} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			var workers []fleet.Worker
+			for i := range size {
+				workers = append(workers, idleWorker(fmt.Sprintf("w%03d", i), i%3))
+			}
+			reg := newFakeRegistry(workers...)
+			reg.profiles = true
+			env := selectEnv(reg, t0)
+			res := runSelect(t, env, api.SelectWorkerInput{TaskID: "t1", Fence: 1})
+			require.NotEmpty(t, res.WorkerID)
+			assert.Equal(t, 1, reg.lists)
+			assert.Equal(t, fleet.DefaultProbes, reg.queries)
+			assert.Len(t, reg.reserves, 1)
+
+			res = runSelect(t, env, api.SelectWorkerInput{TaskID: "t2", Fence: 1})
+			require.NotEmpty(t, res.WorkerID)
+			assert.Equal(t, 1, reg.lists, "the second selection shares the list")
+			assert.Equal(t, 2*fleet.DefaultProbes, reg.queries)
+		})
+	}
+}
+
+// When every asked worker is full, a second round asks other workers; the
+// selection stops after MaxSelectionRounds and says how many could fit
+// but were not asked. The bound holds however many workers are full.
+func TestSelectWorkerAsksAtMostTwoRoundsOfWorkers(t *testing.T) {
+	var workers []fleet.Worker
+	for i := range 50 {
+		workers = append(workers, idleWorker(fmt.Sprintf("w%02d", i), 4)) // 4 slots each: full
+	}
+	reg := newFakeRegistry(workers...)
+	reg.profiles = true
+	res := runSelect(t, selectEnv(reg, t0), api.SelectWorkerInput{TaskID: "t1", Fence: 1})
+	assert.Empty(t, res.WorkerID)
+	assert.Equal(t, MaxSelectionRounds*fleet.DefaultProbes, reg.queries)
+	assert.LessOrEqual(t, reg.lists, 2)
+	assert.Empty(t, reg.reserves, "no asked worker had room")
+	assert.Contains(t, res.Waiting, "none of 50 ACTIVE workers can take the task")
+	assert.Contains(t, res.Waiting, fmt.Sprintf("%d more that could fit were not asked this time", 50-MaxSelectionRounds*fleet.DefaultProbes))
+	assert.LessOrEqual(t, len(res.PassedOver), maxPassedOver)
+
+	// The one worker with room is found across selections (the draw
+	// differs each time), not never.
+	reg.workers["w37"].Release("other-0", 1)
+	found := false
+	for i := 0; i < 60 && !found; i++ {
+		res = runSelect(t, selectEnv(reg, t0), api.SelectWorkerInput{TaskID: "t1", Fence: 1})
+		found = res.WorkerID == "w37"
+	}
+	assert.True(t, found, "the free worker was never asked")
 }

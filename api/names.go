@@ -146,6 +146,12 @@ var (
 	SAFence   = temporal.NewSearchAttributeKeyInt64("WdcFence")
 )
 
+// MemoWorkerProfile is the memo field in which a worker's registry entry
+// publishes its fleet.Profile (capacity, labels, capabilities,
+// incarnation) when it registers, so worker selection reads every
+// worker's profile from one visibility list instead of querying each.
+const MemoWorkerProfile = "WdcWorkerProfile"
+
 // Kinds, the values of SAKind.
 const (
 	KindWorker = "worker"

@@ -68,6 +68,11 @@ type workerWorkflow struct {
 	heartbeatsFirst bool
 	// saState is the state last written to the search attributes.
 	saState fleet.State
+	// profileMemo publishes the worker's fleet.Profile in the memo
+	// (histories recorded before it did not); memoIncarnation is the
+	// incarnation whose profile this run published.
+	profileMemo     bool
+	memoIncarnation int64
 
 	heartbeatCh workflow.ReceiveChannel
 	releaseCh   workflow.ReceiveChannel
@@ -139,6 +144,7 @@ func (w *workerWorkflow) setup(ctx workflow.Context) error {
 func (w *workerWorkflow) run(ctx workflow.Context) error {
 	w.reconcile = workflow.GetVersion(ctx, versionReservationCheck, workflow.DefaultVersion, 1) == 1
 	w.heartbeatsFirst = workflow.GetVersion(ctx, versionHeartbeatsBeforeLiveness, workflow.DefaultVersion, 1) == 1
+	w.profileMemo = workflow.GetVersion(ctx, versionProfileMemo, workflow.DefaultVersion, 1) == 1
 	w.publish(ctx)
 	w.sendLost(ctx) // carried from the previous run
 	for {
@@ -274,6 +280,9 @@ const (
 	// versionReservationCheck: the registry checks old reservations
 	// against their tasks.
 	versionReservationCheck = "reservation-check"
+	// versionProfileMemo: the registry entry publishes the worker's
+	// profile in its memo for selection.
+	versionProfileMemo = "profile-memo"
 	// versionHeartbeatsBeforeLiveness: buffered heartbeats are applied
 	// before the liveness windows are judged.
 	versionHeartbeatsBeforeLiveness = "heartbeats-before-liveness"
@@ -422,8 +431,16 @@ func (w *workerWorkflow) view() api.WorkerView {
 	return v
 }
 
-// publish keeps the search attributes current.
+// publish keeps the search attributes current and, once per incarnation,
+// the profile in the memo (api.MemoWorkerProfile) that worker selection
+// reads from visibility.
 func (w *workerWorkflow) publish(ctx workflow.Context) {
+	if w.profileMemo && w.registered && w.rec.Incarnation != w.memoIncarnation {
+		w.memoIncarnation = w.rec.Incarnation
+		if err := workflow.UpsertMemo(ctx, map[string]any{api.MemoWorkerProfile: w.rec.Profile()}); err != nil {
+			workflow.GetLogger(ctx).Warn("upsert memo", "error", err)
+		}
+	}
 	state := w.rec.State
 	if !w.registered {
 		state = "UNREGISTERED"

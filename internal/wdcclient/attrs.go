@@ -3,6 +3,9 @@ package wdcclient
 import (
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/sdk/converter"
+
+	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/fleet"
 )
 
 func keyword(sa *commonpb.SearchAttributes, name string) string {
@@ -27,4 +30,18 @@ func intAttr(sa *commonpb.SearchAttributes, name string) int64 {
 		return 0
 	}
 	return n
+}
+
+// profile decodes the worker profile a registry entry publishes in its
+// memo (api.MemoWorkerProfile); nil when absent or undecodable.
+func profile(memo *commonpb.Memo) *fleet.Profile {
+	p, ok := memo.GetFields()[api.MemoWorkerProfile]
+	if !ok {
+		return nil
+	}
+	var out fleet.Profile
+	if err := converter.GetDefaultDataConverter().FromPayload(p, &out); err != nil || out.WorkerID == "" {
+		return nil
+	}
+	return &out
 }

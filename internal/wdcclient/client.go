@@ -220,10 +220,19 @@ func (c *Client) Views(ctx context.Context, states []WorkerState) ([]api.WorkerV
 	return views, nil
 }
 
-// WorkerState is a worker's state as visibility records it (no query).
+// WorkerState is a worker's state as visibility records it (no query),
+// with the profile its registry entry publishes in its memo.
 type WorkerState struct {
 	WorkerID string      `json:"worker_id"`
 	State    fleet.State `json:"state"`
+	// Profile is nil when the entry has not published one (records older
+	// than published profiles) or it cannot be decoded.
+	Profile *fleet.Profile `json:"profile,omitempty"`
+}
+
+// Listed is ws as fleet.Probe takes it.
+func (ws WorkerState) Listed() fleet.Listed {
+	return fleet.Listed{WorkerID: ws.WorkerID, State: ws.State, Profile: ws.Profile}
 }
 
 // WorkerStates lists every running registry entry with its state from the
@@ -243,7 +252,7 @@ func (c *Client) workerStates(ctx context.Context, query string) ([]WorkerState,
 		for _, ex := range resp.GetExecutions() {
 			id := api.WorkerIDFromWorkflowID(ex.GetExecution().GetWorkflowId())
 			if id != "" {
-				out = append(out, WorkerState{WorkerID: id, State: fleet.State(keyword(ex.GetSearchAttributes(), api.SAWorkerState.GetName()))})
+				out = append(out, WorkerState{WorkerID: id, State: fleet.State(keyword(ex.GetSearchAttributes(), api.SAWorkerState.GetName())), Profile: profile(ex.GetMemo())})
 			}
 		}
 		token = resp.GetNextPageToken()

@@ -1,0 +1,112 @@
+package fleet
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"sort"
+
+	"github.com/wdc-runtime/wdc/internal/resource"
+)
+
+// Profile is the part of a worker's record that changes only when it
+// registers: what it offers, not what it holds. The registry publishes it
+// in the worker workflow's memo (api.MemoWorkerProfile), so one visibility
+// list gives every worker's profile without asking each worker.
+type Profile struct {
+	WorkerID    string `json:"worker_id"`
+	Incarnation int64  `json:"incarnation"`
+	// Capacity is the registered capacity, slots filled in (Worker.Capacity).
+	Capacity     resource.List     `json:"capacity"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	Capabilities []string          `json:"capabilities,omitempty"`
+}
+
+// Profile returns w's profile.
+func (w *Worker) Profile() Profile {
+	return Profile{WorkerID: w.WorkerID, Incarnation: w.Incarnation, Capacity: w.Capacity, Labels: w.Labels, Capabilities: w.Capabilities}
+}
+
+// Listed is a worker as a visibility list shows it: its state (the
+// WdcWorkerState search attribute) and its profile, nil when the worker's
+// record predates published profiles.
+type Listed struct {
+	WorkerID string
+	State    State
+	Profile  *Profile
+}
+
+// DefaultProbes is how many workers one selection round asks for their
+// current record (Probe's k).
+const DefaultProbes = 4
+
+// Probe picks, from a listed fleet, the workers a selection asks for their
+// current record: at most k of the ones that could take the task if idle,
+// so a selection's cost does not grow with the fleet. It is the
+// "power of k choices": the listed state and profile rule out workers by
+// the one eligibility rule (Eligible on the profile with nothing
+// reserved: state, selector, capabilities, total capacity), and among the
+// rest k are drawn in an order seeded by p.Seed, so concurrent selections
+// ask different workers and spread instead of herding onto one; Place
+// then ranks the k by their actual load and freshness.
+//
+// Order of the draw: workers not in p.Avoid first, then avoided ones
+// (oldest loss first); within each, by the hash of p.Seed and the worker
+// ID (by worker ID when Seed is empty). A worker listed without a profile
+// cannot be ruled out and is drawn like the others. skip names workers
+// already asked (an earlier round); they are neither drawn nor passed.
+//
+// It returns the drawn workers in draw order, how many listed workers
+// could take the task if idle (drawn or not), and why the others cannot,
+// in input order. It is a pure function of its arguments.
+func Probe(listed []Listed, req Requirements, p Placement, k int, skip map[string]bool) (drawn []string, possible int, passed []Ineligible) {
+	type candidate struct {
+		id      string
+		avoided bool
+		lostAt  int
+		tie     uint64
+	}
+	lost := make(map[string]int, len(p.Avoid))
+	for i, id := range p.Avoid {
+		lost[id] = i
+	}
+	var cands []candidate
+	for _, l := range listed {
+		if l.Profile != nil {
+			w := Worker{WorkerID: l.WorkerID, State: l.State, Capacity: l.Profile.Capacity, Labels: l.Profile.Labels, Capabilities: l.Profile.Capabilities}
+			if err := Eligible(&w, req); err != nil {
+				passed = append(passed, *err.(*Ineligible))
+				continue
+			}
+		} else if l.State != Active {
+			passed = append(passed, Ineligible{WorkerID: l.WorkerID, Reason: IneligibleState, Detail: "state is " + string(l.State)})
+			continue
+		}
+		possible++
+		if skip[l.WorkerID] {
+			continue
+		}
+		c := candidate{id: l.WorkerID}
+		c.lostAt, c.avoided = lost[l.WorkerID]
+		if p.Seed != "" {
+			sum := sha256.Sum256([]byte(p.Seed + "\x00" + l.WorkerID))
+			c.tie = binary.BigEndian.Uint64(sum[:8])
+		}
+		cands = append(cands, c)
+	}
+	sort.Slice(cands, func(i, j int) bool {
+		a, b := &cands[i], &cands[j]
+		switch {
+		case a.avoided != b.avoided:
+			return b.avoided
+		case a.avoided && a.lostAt != b.lostAt:
+			return a.lostAt < b.lostAt
+		case a.tie != b.tie:
+			return a.tie < b.tie
+		}
+		return a.id < b.id
+	})
+	for _, c := range cands[:min(k, len(cands))] {
+		drawn = append(drawn, c.id)
+	}
+	return drawn, possible, passed
+}
