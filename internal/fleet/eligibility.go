@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
@@ -183,17 +184,12 @@ func SelectionSeed(taskID string, fence int64) string {
 // It is a pure function of its arguments.
 func Place(workers []Worker, req Requirements, p Placement) (eligible []Worker, passed []Ineligible) {
 	type candidate struct {
-		w       Worker
-		avoided bool
-		lostAt  int // index of the last loss in p.Avoid
-		late    bool
-		load    float64
-		tie     uint64
+		w    Worker
+		key  placeKey
+		late bool
+		load float64
 	}
-	lost := make(map[string]int, len(p.Avoid))
-	for i, id := range p.Avoid {
-		lost[id] = i
-	}
+	lost := lossIndex(p.Avoid)
 	var cands []candidate
 	for i := range workers {
 		w := workers[i]
@@ -201,34 +197,77 @@ func Place(workers []Worker, req Requirements, p Placement) (eligible []Worker, 
 			passed = append(passed, *err.(*Ineligible))
 			continue
 		}
-		c := candidate{w: w, late: !w.Fresh(p.Now), load: w.Load()}
-		c.lostAt, c.avoided = lost[w.WorkerID]
-		if p.Seed != "" {
-			sum := sha256.Sum256([]byte(p.Seed + "\x00" + w.WorkerID))
-			c.tie = binary.BigEndian.Uint64(sum[:8])
-		}
-		cands = append(cands, c)
+		cands = append(cands, candidate{w: w, key: p.key(w.WorkerID, lost), late: !w.Fresh(p.Now), load: w.Load()})
 	}
 	sort.SliceStable(cands, func(i, j int) bool {
 		a, b := &cands[i], &cands[j]
+		if c := a.key.byAvoid(b.key); c != 0 {
+			return c < 0
+		}
 		switch {
-		case a.avoided != b.avoided:
-			return b.avoided
-		case a.avoided && a.lostAt != b.lostAt:
-			return a.lostAt < b.lostAt
 		case a.late != b.late:
 			return b.late
 		case a.load != b.load:
 			return a.load < b.load
-		case a.tie != b.tie:
-			return a.tie < b.tie
 		}
-		return a.w.WorkerID < b.w.WorkerID
+		return a.key.byTie(b.key) < 0
 	})
 	for _, c := range cands {
 		eligible = append(eligible, c.w)
 	}
 	return eligible, passed
+}
+
+// placeKey is a worker's place in the two placement rules that do not
+// depend on its record: avoidance (rule 1) and the seeded tie-break (rule
+// 4). Place and Probe share it.
+type placeKey struct {
+	id      string
+	avoided bool
+	lostAt  int // index of the last loss in Placement.Avoid
+	tie     uint64
+}
+
+// lossIndex maps each avoided worker to the index of its last loss.
+func lossIndex(avoid []string) map[string]int {
+	lost := make(map[string]int, len(avoid))
+	for i, id := range avoid {
+		lost[id] = i
+	}
+	return lost
+}
+
+func (p Placement) key(id string, lost map[string]int) placeKey {
+	k := placeKey{id: id}
+	k.lostAt, k.avoided = lost[id]
+	if p.Seed != "" {
+		sum := sha256.Sum256([]byte(p.Seed + "\x00" + id))
+		k.tie = binary.BigEndian.Uint64(sum[:8])
+	}
+	return k
+}
+
+// byAvoid orders by rule 1: not avoided first, then the oldest loss
+// first; 0 when it does not decide.
+func (a placeKey) byAvoid(b placeKey) int {
+	switch {
+	case a.avoided != b.avoided:
+		if b.avoided {
+			return -1
+		}
+		return 1
+	case a.avoided && a.lostAt != b.lostAt:
+		return cmp.Compare(a.lostAt, b.lostAt)
+	}
+	return 0
+}
+
+// byTie orders by rule 4: the seeded hash, then the worker ID.
+func (a placeKey) byTie(b placeKey) int {
+	if c := cmp.Compare(a.tie, b.tie); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.id, b.id)
 }
 
 // Rank is Place with at most one avoided worker (avoid, the last holder;

@@ -1,8 +1,6 @@
 package fleet
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
 	"sort"
 
 	"github.com/wdc-runtime/wdc/internal/resource"
@@ -59,17 +57,8 @@ const DefaultProbes = 4
 // could take the task if idle (drawn or not), and why the others cannot,
 // in input order. It is a pure function of its arguments.
 func Probe(listed []Listed, req Requirements, p Placement, k int, skip map[string]bool) (drawn []string, possible int, passed []Ineligible) {
-	type candidate struct {
-		id      string
-		avoided bool
-		lostAt  int
-		tie     uint64
-	}
-	lost := make(map[string]int, len(p.Avoid))
-	for i, id := range p.Avoid {
-		lost[id] = i
-	}
-	var cands []candidate
+	lost := lossIndex(p.Avoid)
+	var cands []placeKey
 	for _, l := range listed {
 		if l.Profile != nil {
 			w := Worker{WorkerID: l.WorkerID, State: l.State, Capacity: l.Profile.Capacity, Labels: l.Profile.Labels, Capabilities: l.Profile.Capabilities}
@@ -82,28 +71,15 @@ func Probe(listed []Listed, req Requirements, p Placement, k int, skip map[strin
 			continue
 		}
 		possible++
-		if skip[l.WorkerID] {
-			continue
+		if !skip[l.WorkerID] {
+			cands = append(cands, p.key(l.WorkerID, lost))
 		}
-		c := candidate{id: l.WorkerID}
-		c.lostAt, c.avoided = lost[l.WorkerID]
-		if p.Seed != "" {
-			sum := sha256.Sum256([]byte(p.Seed + "\x00" + l.WorkerID))
-			c.tie = binary.BigEndian.Uint64(sum[:8])
-		}
-		cands = append(cands, c)
 	}
 	sort.Slice(cands, func(i, j int) bool {
-		a, b := &cands[i], &cands[j]
-		switch {
-		case a.avoided != b.avoided:
-			return b.avoided
-		case a.avoided && a.lostAt != b.lostAt:
-			return a.lostAt < b.lostAt
-		case a.tie != b.tie:
-			return a.tie < b.tie
+		if c := cands[i].byAvoid(cands[j]); c != 0 {
+			return c < 0
 		}
-		return a.id < b.id
+		return cands[i].byTie(cands[j]) < 0
 	})
 	for _, c := range cands[:min(k, len(cands))] {
 		drawn = append(drawn, c.id)
