@@ -408,6 +408,25 @@ type AddTaskInput struct {
 	Options        TaskOptions       `json:"options"`
 }
 
+// AddTasksInput adds several tasks to one run (the add-tasks update).
+// Tasks holds at most MaxTasksPerBatch entries.
+type AddTasksInput struct {
+	Tasks []AddTaskInput `json:"tasks"`
+}
+
+// AddTasksResult has one entry per input task, in input order: Results[i]
+// when task i was added (or already there), Errors[i] (non-empty) when its
+// workflow could not be started — e.g. its task ID was used before by
+// another run. Tasks that fail to start are not in the run.
+type AddTasksResult struct {
+	Results []AddTaskResult `json:"results"`
+	Errors  []string        `json:"errors"`
+}
+
+// MaxTasksPerBatch bounds one add-tasks update, keeping its input and its
+// history events well inside Temporal's payload limits.
+const MaxTasksPerBatch = 200
+
 // AddTaskResult confirms the task's child workflow started (or already
 // existed with the same envelope digest: adding is idempotent).
 type AddTaskResult struct {

@@ -114,6 +114,10 @@ const (
 	// UpdateAddTask (AddTaskInput → AddTaskResult) starts a task as a child
 	// of the run; with UpdateWithStart it creates the run if needed.
 	UpdateAddTask = "add-task"
+	// UpdateAddTasks (AddTasksInput → AddTasksResult) adds many tasks in
+	// one update: all are validated first (one bad task refuses the
+	// batch, nothing added), then started together.
+	UpdateAddTasks = "add-tasks"
 	// SignalTaskEnded (TaskEndedSignal) is how a task hands its outcome to
 	// the run: parent ingest appends a worker_result event for an accepted
 	// result.

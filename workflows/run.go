@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -106,6 +107,9 @@ func (r *runWorkflow) setup(ctx workflow.Context) error {
 		return err
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateAddTask, r.addTask, workflow.UpdateHandlerOptions{Validator: r.validateAddTask}); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateAddTasks, r.addTasks, workflow.UpdateHandlerOptions{Validator: r.validateAddTasks}); err != nil {
 		return err
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateCommit, r.commit, workflow.UpdateHandlerOptions{Validator: r.validateCommit}); err != nil {
@@ -263,17 +267,102 @@ func (r *runWorkflow) validateAddTask(ctx workflow.Context, in api.AddTaskInput)
 
 // addTask starts the task as a child and returns once it has started.
 func (r *runWorkflow) addTask(ctx workflow.Context, in api.AddTaskInput) (api.AddTaskResult, error) {
+	started := r.startTask(ctx, in)
+	if started.child == nil {
+		return started.res, nil
+	}
+	defer func() { r.starting--; r.wake.SendAsync(true) }()
+	if err := r.awaitStart(ctx, started); err != nil {
+		return api.AddTaskResult{}, err
+	}
+	r.refreshStatus()
+	r.publish(ctx)
+	return started.res, nil
+}
+
+// validateAddTasks refuses the whole batch when any task would be refused
+// alone (the error names its index), when the batch is empty or larger
+// than api.MaxTasksPerBatch, names a task twice, or would take the run
+// past api.MaxTasksPerRun.
+func (r *runWorkflow) validateAddTasks(ctx workflow.Context, in api.AddTasksInput) error {
+	bad := func(format string, args ...any) error {
+		return temporal.NewApplicationError(fmt.Sprintf(format, args...), api.ErrTypeInvalidArgument)
+	}
+	switch n := len(in.Tasks); {
+	case n == 0:
+		return bad("tasks: give at least one task")
+	case n > api.MaxTasksPerBatch:
+		return bad("tasks: at most %d per batch (got %d)", api.MaxTasksPerBatch, n)
+	}
+	seen := make(map[string]int, len(in.Tasks))
+	added := 0
+	for i, t := range in.Tasks {
+		if j, dup := seen[t.Envelope.TaskID]; dup {
+			return bad("tasks[%d]: task_id %q is also tasks[%d]", i, t.Envelope.TaskID, j)
+		}
+		seen[t.Envelope.TaskID] = i
+		if err := r.validateAddTask(ctx, t); err != nil {
+			var appErr *temporal.ApplicationError
+			if errors.As(err, &appErr) {
+				return temporal.NewApplicationError(fmt.Sprintf("tasks[%d] (%s): %s", i, t.Envelope.TaskID, appErr.Message()), appErr.Type())
+			}
+			return fmt.Errorf("tasks[%d]: %w", i, err)
+		}
+		if r.task(t.Envelope.TaskID) == nil {
+			added++
+		}
+	}
+	if len(r.st.Tasks)+added > api.MaxTasksPerRun {
+		return temporal.NewApplicationError(fmt.Sprintf("run %s has %d tasks; %d more would pass the %d a run takes; start another run", r.st.RunID, len(r.st.Tasks), added, api.MaxTasksPerRun), api.ErrTypeConflict)
+	}
+	return nil
+}
+
+// addTasks starts every task of the batch as a child at once and returns
+// when all have started (or failed to).
+func (r *runWorkflow) addTasks(ctx workflow.Context, in api.AddTasksInput) (api.AddTasksResult, error) {
+	out := api.AddTasksResult{Results: make([]api.AddTaskResult, len(in.Tasks)), Errors: make([]string, len(in.Tasks))}
+	starts := make([]startedTask, len(in.Tasks))
+	for i, t := range in.Tasks {
+		starts[i] = r.startTask(ctx, t)
+	}
+	for i, st := range starts {
+		out.Results[i] = st.res
+		if st.child == nil {
+			continue
+		}
+		if err := r.awaitStart(ctx, st); err != nil {
+			out.Results[i] = api.AddTaskResult{}
+			out.Errors[i] = err.Error()
+		}
+		r.starting--
+	}
+	r.wake.SendAsync(true)
+	r.refreshStatus()
+	r.publish(ctx)
+	return out, nil
+}
+
+// startedTask is a task whose child start was requested; child is nil
+// when the task was already in the run (res.Existing).
+type startedTask struct {
+	res   api.AddTaskResult
+	child workflow.ChildWorkflowFuture
+}
+
+// startTask records the task in the run and requests its child; the
+// caller awaits it (awaitStart) and then decrements r.starting.
+func (r *runWorkflow) startTask(ctx workflow.Context, in api.AddTaskInput) startedTask {
 	res := api.AddTaskResult{TaskID: in.Envelope.TaskID, WorkflowID: api.TaskWorkflowID(in.Envelope.TaskID), EnvelopeDigest: in.EnvelopeDigest}
 	if r.task(in.Envelope.TaskID) != nil {
 		res.Existing = true
-		return res, nil
+		return startedTask{res: res}
 	}
 	r.st.Tasks = append(r.st.Tasks, api.RunTask{TaskID: in.Envelope.TaskID, EnvelopeDigest: in.EnvelopeDigest, State: api.TaskPending})
 	// Watched from now on: a task still starting is never looked up (and
 	// taken for missing) by the reconcile.
 	r.watched[in.Envelope.TaskID] = true
 	r.starting++
-	defer func() { r.starting--; r.wake.SendAsync(true) }()
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 		WorkflowID:            res.WorkflowID,
 		TaskQueue:             api.ControlTaskQueue,
@@ -290,16 +379,20 @@ func (r *runWorkflow) addTask(ctx workflow.Context, in api.AddTaskInput) (api.Ad
 	child := workflow.ExecuteChildWorkflow(cctx, WdcTask, api.TaskInput{
 		Envelope: in.Envelope, EnvelopeDigest: in.EnvelopeDigest, Options: in.Options.WithDefaults(),
 	})
-	if err := child.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
-		r.removeTask(in.Envelope.TaskID)
-		delete(r.watched, in.Envelope.TaskID)
-		return api.AddTaskResult{}, temporal.NewApplicationError(
-			fmt.Sprintf("start task %s: %v (task IDs cannot be reused)", in.Envelope.TaskID, err), api.ErrTypeConflict)
+	return startedTask{res: res, child: child}
+}
+
+// awaitStart waits for a requested child to start and watches it; a child
+// that cannot start (its ID was used before) is taken out of the run.
+func (r *runWorkflow) awaitStart(ctx workflow.Context, st startedTask) error {
+	if err := st.child.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
+		r.removeTask(st.res.TaskID)
+		delete(r.watched, st.res.TaskID)
+		return temporal.NewApplicationError(
+			fmt.Sprintf("start task %s: %v (task IDs cannot be reused)", st.res.TaskID, err), api.ErrTypeConflict)
 	}
-	r.watchChild(ctx, in.Envelope.TaskID, child)
-	r.refreshStatus()
-	r.publish(ctx)
-	return res, nil
+	r.watchChild(ctx, st.res.TaskID, st.child)
+	return nil
 }
 
 // onTaskEnded is parent ingest's last step: the task's outcome is recorded

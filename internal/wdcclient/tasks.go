@@ -23,17 +23,7 @@ import (
 // envelope is a conflict *Error.
 func (c *Client) SubmitTask(ctx context.Context, env envelope.Envelope, opts api.TaskOptions) (api.AddTaskResult, error) {
 	var res api.AddTaskResult
-	env.Normalize()
-	if err := env.Validate(true); err != nil {
-		return res, &Error{Type: api.ErrTypeInvalidArgument, Message: err.Error()}
-	}
-	if err := api.CheckLauncher(env.Launcher); err != nil {
-		return res, &Error{Type: api.ErrTypeInvalidArgument, Message: "envelope: " + err.Error()}
-	}
-	if err := opts.WithDefaults().Validate(); err != nil {
-		return res, &Error{Type: api.ErrTypeInvalidArgument, Message: "options." + err.Error()}
-	}
-	digest, err := env.Digest()
+	digest, err := CheckSubmission(&env, opts)
 	if err != nil {
 		return res, err
 	}
@@ -58,6 +48,75 @@ func (c *Client) SubmitTask(ctx context.Context, env envelope.Envelope, opts api
 	return res, wrap(op, err)
 }
 
+// CheckSubmission is SubmitTask's local validation of one sealed envelope
+// and its options, with no server call: the envelope's fields (sealed),
+// its launcher, the options. Errors are *Error with the field named. It
+// returns the envelope digest.
+func CheckSubmission(env *envelope.Envelope, opts api.TaskOptions) (string, error) {
+	env.Normalize()
+	if err := env.Validate(true); err != nil {
+		return "", &Error{Type: api.ErrTypeInvalidArgument, Message: err.Error()}
+	}
+	if err := api.CheckLauncher(env.Launcher); err != nil {
+		return "", &Error{Type: api.ErrTypeInvalidArgument, Message: "envelope: " + err.Error()}
+	}
+	if err := opts.WithDefaults().Validate(); err != nil {
+		return "", &Error{Type: api.ErrTypeInvalidArgument, Message: "options." + err.Error()}
+	}
+	return env.Digest()
+}
+
+// SubmitTasks adds many sealed envelopes of ONE run in one add-tasks
+// update (starting the run when needed): the run validates them all
+// first and refuses the whole batch when one is bad (the *Error names its
+// index and field, nothing is added), then starts every task. Call
+// CheckSubmission on each envelope first to refuse bad input without a
+// server call. At most api.MaxTasksPerBatch envelopes, all with the same
+// run_id and world_id.
+//
+// The result has one entry per envelope: Errors[i] is set when task i
+// could not be started (its task ID was used before by another run).
+func (c *Client) SubmitTasks(ctx context.Context, envs []envelope.Envelope, opts api.TaskOptions) (api.AddTasksResult, error) {
+	var res api.AddTasksResult
+	if len(envs) == 0 {
+		return res, &Error{Type: api.ErrTypeInvalidArgument, Message: "no envelopes to submit"}
+	}
+	if len(envs) > api.MaxTasksPerBatch {
+		return res, &Error{Type: api.ErrTypeInvalidArgument, Message: fmt.Sprintf("at most %d envelopes per batch (got %d)", api.MaxTasksPerBatch, len(envs))}
+	}
+	in := api.AddTasksInput{Tasks: make([]api.AddTaskInput, len(envs))}
+	for i := range envs {
+		env := envs[i]
+		digest, err := CheckSubmission(&env, opts)
+		if err != nil {
+			return res, fmt.Errorf("envelope %d (%s): %w", i, env.TaskID, err)
+		}
+		if env.RunID != envs[0].RunID || env.WorldID != envs[0].WorldID {
+			return res, &Error{Type: api.ErrTypeInvalidArgument, Message: fmt.Sprintf("envelope %d (%s): run %s/world %s, but the batch is for run %s/world %s", i, env.TaskID, env.RunID, env.WorldID, envs[0].RunID, envs[0].WorldID)}
+		}
+		in.Tasks[i] = api.AddTaskInput{Envelope: env, EnvelopeDigest: digest, Options: opts}
+	}
+	run := envs[0].RunID
+	if err := c.checkRunOpen(ctx, run); err != nil {
+		return res, err
+	}
+	start := c.C.NewWithStartWorkflowOperation(c.runStartOptions(run), api.RunWorkflowType, api.RunInput{RunID: run, WorldID: envs[0].WorldID})
+	op := fmt.Sprintf("submit %d tasks to run %s", len(envs), run)
+	err := c.within(ctx, op, func(ctx context.Context) error {
+		handle, err := c.C.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+			StartWorkflowOperation: start,
+			UpdateOptions: client.UpdateWorkflowOptions{
+				UpdateName: api.UpdateAddTasks, Args: []any{in}, WaitForStage: client.WorkflowUpdateStageCompleted,
+			},
+		})
+		if err == nil {
+			err = handle.Get(ctx, &res)
+		}
+		return err
+	})
+	return res, wrap(op, err)
+}
+
 // checkSubmittable refuses, before anything is created, a task ID already
 // used by another run or envelope (task IDs are never reused) and a run
 // that is closed.
@@ -67,9 +126,14 @@ func (c *Client) checkSubmittable(ctx context.Context, env envelope.Envelope, di
 			return &Error{Type: api.ErrTypeConflict, Message: fmt.Sprintf("task_id %q is already used (run %s, envelope %s, %s); task IDs are never reused: choose another", env.TaskID, v.RunID, v.EnvelopeDigest, v.State)}
 		}
 	}
-	desc, err := c.C.DescribeWorkflowExecution(ctx, api.RunWorkflowID(env.RunID), "")
+	return c.checkRunOpen(ctx, env.RunID)
+}
+
+// checkRunOpen refuses a run that exists and is closed.
+func (c *Client) checkRunOpen(ctx context.Context, runID string) error {
+	desc, err := c.C.DescribeWorkflowExecution(ctx, api.RunWorkflowID(runID), "")
 	if err == nil && desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		return &Error{Type: api.ErrTypeConflict, Message: fmt.Sprintf("run %s is closed (%s); tasks cannot join it: use another run_id", env.RunID, strings.ToLower(strings.TrimPrefix(desc.GetWorkflowExecutionInfo().GetStatus().String(), "WORKFLOW_EXECUTION_STATUS_")))}
+		return &Error{Type: api.ErrTypeConflict, Message: fmt.Sprintf("run %s is closed (%s); tasks cannot join it: use another run_id", runID, strings.ToLower(strings.TrimPrefix(desc.GetWorkflowExecutionInfo().GetStatus().String(), "WORKFLOW_EXECUTION_STATUS_")))}
 	}
 	return nil
 }
