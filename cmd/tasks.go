@@ -96,9 +96,10 @@ func (a *app) newTasksSubmitCommand() *cobra.Command {
 		dataDir string
 		blobURL string
 		wait    bool
+		batch   string
 	)
 	c := &cobra.Command{
-		Use:   "submit ENVELOPE",
+		Use:   "submit ENVELOPE | --batch FILE",
 		Short: "Submit a task (a JSON envelope) to its run; --wait follows it to the end",
 		Long: `Submit the task described by an envelope file ("-" reads stdin). The envelope
 is decoded strictly: unknown fields, wrong types and missing required fields are
@@ -118,11 +119,24 @@ final task view to stdout.
 A control plane must be polling wdc-control: without one the command exits 5
 within a few seconds and nothing is submitted. Once submitted, --wait is not
 bounded: if the control plane goes away, a warning goes to stderr and
-following goes on (the task resumes when a control plane is back).`,
+following goes on (the task resumes when a control plane is back).
+
+With --batch FILE, FILE holds one envelope per line (JSON Lines; "-" reads
+stdin; blank lines are skipped). Every line is checked first — fields,
+launcher, input paths, task IDs repeated in the file — and if any line is bad
+all bad lines are listed ("line N: field: why", exit 2) and nothing is
+submitted. Then the tasks are added to their runs up to 100 per update, in
+file order, with a progress bar (a line per batch when stderr is not a
+terminal). The options (--lease-ttl, ...) apply to every task. A task whose ID
+was used by another run is reported with its line (exit 1); the others are
+submitted. --wait does not apply to a batch: follow the run with
+'wdc runs status RUN_ID'.`,
 		Example: `  wdc tasks submit examples/checksum.json --wait
   wdc tasks submit task.json --lease-ttl 1m --max-attempts 3 -o json
-  cat task.json | wdc tasks submit -`,
-		Args: cobra.ExactArgs(1),
+  cat task.json | wdc tasks submit -
+  wdc tasks submit --batch sweep.jsonl
+  generate-envelopes | wdc tasks submit --batch - -o json`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			o, err := opts.options()
 			if err != nil {
@@ -130,6 +144,16 @@ following goes on (the task resumes when a control plane is back).`,
 			}
 			if err := a.global.validate(); err != nil {
 				return err
+			}
+			switch {
+			case batch != "" && len(args) > 0:
+				return usagef("give an ENVELOPE or --batch FILE, not both")
+			case batch != "" && wait:
+				return usagef("--wait follows one task; with --batch, follow the run with 'wdc runs status RUN_ID'")
+			case batch != "":
+				return a.submitBatch(c.Context(), batch, o, dataDir, blobURL)
+			case len(args) == 0:
+				return usagef("give an ENVELOPE file (\"-\" for stdin) or --batch FILE")
 			}
 			env, base, err := decodeEnvelopeFile(args[0])
 			if err != nil {
@@ -192,6 +216,7 @@ following goes on (the task resumes when a control plane is back).`,
 	c.Flags().StringVar(&dataDir, "data-dir", "", dataDirHelp)
 	c.Flags().StringVar(&blobURL, "blob-url", "", blobURLHelp)
 	c.Flags().BoolVar(&wait, "wait", false, "follow the task with progress lines until it ends")
+	c.Flags().StringVar(&batch, "batch", "", "submit every envelope of a JSON Lines file (one per line; - for stdin)")
 	return c
 }
 

@@ -2,7 +2,11 @@ package testsuite
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,52 +19,53 @@ import (
 	"github.com/wdc-runtime/wdc/worker"
 )
 
-// Many tasks go into one run in a few add-tasks updates: a batch with one
-// bad envelope is refused whole (its index and field named, no task
-// created), a good batch is started at once, and every task completes.
-func TestBatchSubmission(t *testing.T) {
+// A thousand tasks through `wdc tasks submit --batch`: a file with one
+// malformed line is refused whole (the line and field named, no run
+// created); the valid file is submitted in a few add-tasks updates and
+// every task completes.
+func TestBatchSubmitAThousandTasks(t *testing.T) {
+	const n = 1000
 	many := func(o *worker.AgentOptions) { o.Registration.Capacity.Slots = 64 }
 	startAgent(t, "batch-a", many)
 	startAgent(t, "batch-b", many)
-	const n = api.MaxTasksPerBatch + 50 // two batches, one full
-	envs := make([]envelope.Envelope, n)
-	for i := range envs {
-		envs[i] = taskEnvelope(t, fmt.Sprintf("batch-%03d", i), "true")
-		envs[i].RunID = "run-batch"
+	label := testLabel(t)
+	lines := make([]string, n)
+	for i := range lines {
+		lines[i] = fmt.Sprintf(`{"task_id":"batch-%04d","run_id":"run-batch","world_id":"suite","command":["/bin/true"],"selector":{"suite-test":%q}}`, i, label)
 	}
-	ctx := context.Background()
+	dir := t.TempDir()
+	write := func(name string, lines []string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(strings.Join(lines, "\n")+"\n"), 0o644))
+		return p
+	}
+	bad := append([]string(nil), lines...)
+	bad[641] = strings.Replace(bad[641], `"command"`, `"comand"`, 1)
+	code, stdout, stderr := cli(t, "tasks", "submit", "--batch", write("bad.jsonl", bad))
+	require.Equal(t, 2, code, stderr)
+	assert.Empty(t, stdout)
+	assert.Contains(t, stderr, "line 642:")
+	assert.Contains(t, stderr, "comand")
+	assert.Contains(t, stderr, "1 of 1000 lines refused; nothing was submitted")
+	_, err := suite.wdc.Run(context.Background(), "run-batch")
+	assert.ErrorIs(t, err, wdcclient.ErrNotFound, "a refused file creates nothing, not even the run")
 
-	bad := append([]envelope.Envelope(nil), envs[:api.MaxTasksPerBatch]...)
-	bad[7].Command = nil
-	_, err := suite.wdc.SubmitTasks(ctx, bad, api.TaskOptions{})
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "envelope 7 (batch-007)")
-	assert.Contains(t, err.Error(), "command")
-	_, err = suite.wdc.Run(ctx, "run-batch")
-	assert.ErrorIs(t, err, wdcclient.ErrNotFound, "a refused batch creates nothing, not even the run")
+	code, stdout, stderr = cli(t, "tasks", "submit", "--batch", write("good.jsonl", lines), "-o", "json")
+	require.Equal(t, 0, code, stderr)
+	var rep struct {
+		Submitted   int     `json:"submitted"`
+		Failed      int     `json:"failed"`
+		TasksPerSec float64 `json:"tasks_per_second"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rep))
+	assert.Equal(t, n, rep.Submitted)
+	assert.Zero(t, rep.Failed)
+	assert.Contains(t, stderr, fmt.Sprintf("submitted %d/%d (run run-batch)", n, n), "a progress line per batch")
+	t.Logf("%d tasks submitted at %.0f tasks/s", n, rep.TasksPerSec)
 
 	began := time.Now()
-	for from := 0; from < n; from += api.MaxTasksPerBatch {
-		batch := envs[from:min(n, from+api.MaxTasksPerBatch)]
-		res, err := suite.wdc.SubmitTasks(ctx, batch, api.TaskOptions{})
-		require.NoError(t, err)
-		require.Len(t, res.Results, len(batch))
-		for i, e := range res.Errors {
-			require.Empty(t, e, "task %d", from+i)
-			require.Equal(t, envs[from+i].TaskID, res.Results[i].TaskID)
-		}
-	}
-	submitted := time.Since(began)
-	t.Logf("%d tasks submitted in %s (%.0f tasks/s)", n, submitted.Round(time.Millisecond), float64(n)/submitted.Seconds())
-
-	again, err := suite.wdc.SubmitTasks(ctx, envs[:3], api.TaskOptions{})
-	require.NoError(t, err)
-	for _, r := range again.Results {
-		assert.True(t, r.Existing, "re-adding the same envelope is idempotent")
-	}
-
 	waitFor(t, 5*time.Minute, "every task of the batch completed", func() bool {
-		v, err := suite.wdc.Run(ctx, "run-batch")
+		v, err := suite.wdc.Run(context.Background(), "run-batch")
 		if err != nil || len(v.Tasks) != n {
 			return false
 		}
@@ -71,5 +76,22 @@ func TestBatchSubmission(t *testing.T) {
 		}
 		return true
 	})
-	t.Logf("%d tasks completed %s after the first submit", n, time.Since(began).Round(time.Millisecond))
+	t.Logf("all %d completed %s after submission", n, time.Since(began).Round(time.Millisecond))
+
+	// The client call behind it: re-adding is idempotent, a batch of
+	// another run in one call is refused.
+	var again []envelope.Envelope
+	for _, l := range lines[:3] {
+		env, err := envelope.Decode(strings.NewReader(l), true)
+		require.NoError(t, err)
+		again = append(again, env)
+	}
+	res, err := suite.wdc.SubmitTasks(context.Background(), again, api.TaskOptions{})
+	require.NoError(t, err)
+	for _, r := range res.Results {
+		assert.True(t, r.Existing)
+	}
+	again[1].RunID = "other-run"
+	_, err = suite.wdc.SubmitTasks(context.Background(), again, api.TaskOptions{})
+	assert.ErrorContains(t, err, "envelope 1 (batch-0001): run other-run")
 }

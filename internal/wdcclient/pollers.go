@@ -164,10 +164,17 @@ func (c *Client) hasPoller(ctx context.Context, taskQueue string) (bool, error) 
 // kind: the server enforces the same deadline (gRPC sends it along) and
 // may cancel the call a moment before the local timer fires.
 func (c *Client) within(ctx context.Context, op string, f func(context.Context) error) error {
+	return c.withinScaled(ctx, op, 1, f)
+}
+
+// withinScaled is within with scale × CallTimeout as the bound, for a call
+// that does the work of several (a batch).
+func (c *Client) withinScaled(ctx context.Context, op string, scale int, f func(context.Context) error) error {
 	if c.CallTimeout <= 0 {
 		return retryNotReady(ctx, f)
 	}
-	cctx, cancel := context.WithTimeout(ctx, c.CallTimeout)
+	wait := c.CallTimeout * time.Duration(max(scale, 1))
+	cctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	err := retryNotReady(cctx, f)
 	// The bound is the effective deadline unless the caller's is earlier.
@@ -175,7 +182,7 @@ func (c *Client) within(ctx context.Context, op string, f func(context.Context) 
 	parent, hasParent := ctx.Deadline()
 	ours := !hasParent || parent.After(bound)
 	if err != nil && ours && ctx.Err() == nil && (cctx.Err() != nil || timedOut(err)) {
-		return &UnavailableError{TaskQueue: api.ControlTaskQueue, Address: c.Address, Namespace: c.Namespace, Op: op, Waited: c.CallTimeout}
+		return &UnavailableError{TaskQueue: api.ControlTaskQueue, Address: c.Address, Namespace: c.Namespace, Op: op, Waited: wait}
 	}
 	return err
 }

@@ -75,7 +75,8 @@ func CheckSubmission(env *envelope.Envelope, opts api.TaskOptions) (string, erro
 // run_id and world_id.
 //
 // The result has one entry per envelope: Errors[i] is set when task i
-// could not be started (its task ID was used before by another run).
+// could not be started (its task ID was used before by another run). The
+// call is bounded by CallTimeout once per 50 envelopes (plus one).
 func (c *Client) SubmitTasks(ctx context.Context, envs []envelope.Envelope, opts api.TaskOptions) (api.AddTasksResult, error) {
 	var res api.AddTasksResult
 	if len(envs) == 0 {
@@ -102,7 +103,9 @@ func (c *Client) SubmitTasks(ctx context.Context, envs []envelope.Envelope, opts
 	}
 	start := c.C.NewWithStartWorkflowOperation(c.runStartOptions(run), api.RunWorkflowType, api.RunInput{RunID: run, WorldID: envs[0].WorldID})
 	op := fmt.Sprintf("submit %d tasks to run %s", len(envs), run)
-	err := c.within(ctx, op, func(ctx context.Context) error {
+	// A batch starts a workflow per task: it may take longer than one
+	// call; the bound grows by one CallTimeout per 50 tasks.
+	err := c.withinScaled(ctx, op, 1+len(envs)/50, func(ctx context.Context) error {
 		handle, err := c.C.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 			StartWorkflowOperation: start,
 			UpdateOptions: client.UpdateWorkflowOptions{
