@@ -138,9 +138,9 @@ following goes on (the task resumes when a control plane is back).`,
 			ctx := c.Context()
 			return a.withControlPlane(ctx, func(wc *wdcclient.Client) error {
 				put := blobstore.HashFile
+				var store *blobstore.Store
 				if len(env.Inputs) > 0 {
-					store, err := a.openStore(ctx, dataDir, blobURL)
-					if err != nil {
+					if store, err = a.openStore(ctx, dataDir, blobURL); err != nil {
 						return err
 					}
 					defer store.Close()
@@ -153,6 +153,9 @@ following goes on (the task resumes when a control plane is back).`,
 				}
 				sealed, err := sealEnvelope(env, base, put)
 				if err != nil {
+					return fmt.Errorf("%s: %w", args[0], err)
+				}
+				if err := storeEnvelope(ctx, store, sealed); err != nil {
 					return fmt.Errorf("%s: %w", args[0], err)
 				}
 				res, err := wc.SubmitTask(ctx, sealed, o)
