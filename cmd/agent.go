@@ -85,19 +85,14 @@ an earlier agent of this work directory left behind.`,
 				return usagef("--spool-dir and --exec-binary go with --launcher %s", launcherExternal)
 			}
 			ctx := c.Context()
-			// Redial promptly after a network cut: attempt heartbeats must
-			// get through within a fraction of their interval.
-			tc, store, err := a.connect(ctx, dataDir, blobURL, worker.AgentDialOptions()...)
+			// Registering is an update the control plane answers: without
+			// one the agent would hang before it says anything.
+			tc, store, err := a.connectExecutor(ctx, dataDir, blobURL)
 			if err != nil {
 				return err
 			}
 			defer tc.Close()
 			defer store.Close()
-			// Registering is an update the control plane answers: without
-			// one the agent would hang before it says anything.
-			if err := a.wdcClient(tc).RequirePoller(ctx, api.ControlTaskQueue); err != nil {
-				return err
-			}
 			if workDir == "" {
 				if dataDir == "" {
 					dataDir = a.defaultDataDir()

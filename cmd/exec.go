@@ -17,7 +17,6 @@ import (
 	"github.com/wdc-runtime/wdc/internal/lease"
 	"github.com/wdc-runtime/wdc/launchers"
 	"github.com/wdc-runtime/wdc/launchers/external"
-	"github.com/wdc-runtime/wdc/worker"
 )
 
 // execOptions are `wdc exec`'s flags. The claim fields are kept as given
@@ -170,15 +169,12 @@ func (a *app) runExec(ctx context.Context, o *execOptions) error {
 	progress := func(format string, args ...any) {
 		fmt.Fprintf(a.deps.Stderr, "wdc exec: attempt %s: "+format+"\n", append([]any{claim}, args...)...)
 	}
-	tc, store, err := a.connect(ctx, o.dataDir, o.blobURL, worker.AgentDialOptions()...)
+	tc, store, err := a.connectExecutor(ctx, o.dataDir, o.blobURL)
 	if err != nil {
 		return err
 	}
 	defer tc.Close()
 	defer store.Close()
-	if err := a.wdcClient(tc).RequirePoller(ctx, api.ControlTaskQueue); err != nil {
-		return err
-	}
 	ctl := &executor.TemporalControl{Client: tc}
 	// bounded gives each control-plane check its own --control-plane-timeout.
 	bounded := func(f func(context.Context) error) error {

@@ -24,6 +24,7 @@ import (
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/wdcclient"
 	"github.com/wdc-runtime/wdc/launchers/external"
+	"github.com/wdc-runtime/wdc/worker"
 )
 
 // globalOptions are the persistent flags, named as in the temporal CLI.
@@ -263,6 +264,26 @@ func (a *app) connect(ctx context.Context, dataDir, blobURL string, extra ...grp
 		return nil, nil, err
 	}
 	return c, store, nil
+}
+
+// connectExecutor connects a process that runs attempts (`agent`,
+// `exec`): the blob store, and Temporal with worker.AgentDialOptions
+// (redial promptly after a network cut: attempt heartbeats must get
+// through within a fraction of their interval); then it requires a
+// control plane, which answers registrations, lease queries and results
+// (an *UnavailableError, exit 5, within a few seconds without one). On
+// error nothing is left open.
+func (a *app) connectExecutor(ctx context.Context, dataDir, blobURL string) (client.Client, *blobstore.Store, error) {
+	tc, store, err := a.connect(ctx, dataDir, blobURL, worker.AgentDialOptions()...)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := a.wdcClient(tc).RequirePoller(ctx, api.ControlTaskQueue); err != nil {
+		tc.Close()
+		store.Close()
+		return nil, nil, err
+	}
+	return tc, store, nil
 }
 
 // table writes aligned columns; call flush when done.

@@ -96,6 +96,18 @@ func (p *execProcess) wait(t *testing.T, timeout time.Duration) int {
 	return p.cmd.ProcessState.ExitCode()
 }
 
+// runToAcceptance runs the command of the task's attempt and expects it
+// accepted (exit 0) and the task COMPLETED by it.
+func runToAcceptance(t *testing.T, c external.Command) api.TaskView {
+	t.Helper()
+	p := startExec(t, c.Argv)
+	require.Equal(t, cmd.ExitOK, p.wait(t, 30*time.Second), "stderr: %s", p.stderr)
+	out, view := waitOutcome(t, c.Claim.TaskID)
+	require.Equal(t, api.TaskCompleted, out.State)
+	require.Equal(t, c.Claim.Fence, view.Result.Fence)
+	return view
+}
+
 // The full path: render-launch prints the same command the agent
 // spooled; run with a hostile environment, it is accepted (exit 0), and
 // the task's environment holds nothing of it.
@@ -184,11 +196,7 @@ echo "done on attempt $WDC_ATTEMPT" > outputs/done.txt`)
 	assert.Equal(t, int64(2), currentLease(t, env.TaskID).Fence)
 	assert.Equal(t, lease.Active, currentLease(t, env.TaskID).State, "the stale command did not disturb attempt 2")
 
-	p2 := startExec(t, second.Argv)
-	require.Equal(t, cmd.ExitOK, p2.wait(t, 30*time.Second), "stderr: %s", p2.stderr)
-
-	out, view := waitOutcome(t, env.TaskID)
-	require.Equal(t, api.TaskCompleted, out.State)
+	view := runToAcceptance(t, second)
 	require.Len(t, view.Leases, 2)
 	assert.Equal(t, lease.Expired, view.Leases[0].State)
 	require.Len(t, view.Directives, 1)
@@ -220,10 +228,7 @@ func TestWdcExecStoppedBySigtermHandsTheAttemptBack(t *testing.T) {
 
 	second := spooled(t, env.TaskID, 2)
 	assert.Less(t, time.Since(stoppedAt), 15*time.Second, "retried long before the 30 s lease would expire")
-	p2 := startExec(t, second.Argv)
-	require.Equal(t, cmd.ExitOK, p2.wait(t, 30*time.Second), "stderr: %s", p2.stderr)
-	out, view := waitOutcome(t, env.TaskID)
-	require.Equal(t, api.TaskCompleted, out.State)
+	view := runToAcceptance(t, second)
 	require.Len(t, view.Directives, 1)
 	assert.Equal(t, lease.ReasonInfraKilled, view.Directives[0].Reason)
 	assert.Contains(t, view.Directives[0].Detail, "wdc exec stopped by a signal", "the directive says why")
