@@ -15,6 +15,7 @@ import (
 
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/cmd"
+	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/executor"
 	"github.com/wdc-runtime/wdc/internal/lease"
 	"github.com/wdc-runtime/wdc/launchers/external"
@@ -232,4 +233,31 @@ func TestWdcExecStoppedBySigtermHandsTheAttemptBack(t *testing.T) {
 	require.Len(t, view.Directives, 1)
 	assert.Equal(t, lease.ReasonInfraKilled, view.Directives[0].Reason)
 	assert.Contains(t, view.Directives[0].Detail, "wdc exec stopped by a signal", "the directive says why")
+}
+
+// A `wdc exec` that cannot read its envelope from the blob store starts
+// nothing and reports launch_failed (exit 1), so the task retries at once;
+// the next hand-off stores the envelope again and that attempt runs.
+func TestWdcExecWithoutItsEnvelopeReportsLaunchFailed(t *testing.T) {
+	if suite.blobs.LocalDir() == "" {
+		t.Skip("removes a blob by its file: needs the file store")
+	}
+	handOffAgent(t, "ext-d")
+	env := taskEnvelope(t, "ext-noenv", `echo ok > outputs/done.txt`)
+	submit(t, env, api.TaskOptions{LeaseTTL: 30 * time.Second, Backoff: lease.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}})
+
+	first := spooled(t, env.TaskID, 1)
+	key, err := blobstore.ContentKey(first.Claim.EnvelopeDigest)
+	require.NoError(t, err)
+	require.NoError(t, os.Remove(filepath.Join(suite.blobs.LocalDir(), key)))
+	p := startExec(t, first.Argv)
+	require.Equal(t, cmd.ExitFailure, p.wait(t, 30*time.Second), "stderr: %s", p.stderr)
+	assert.True(t, p.stderr.Contains("reported launch_failed"), "%s", p.stderr)
+	assert.False(t, p.stderr.Contains("started pid"))
+
+	second := spooled(t, env.TaskID, 2)
+	view := runToAcceptance(t, second)
+	require.Len(t, view.Directives, 1)
+	assert.Equal(t, lease.ReasonLaunchFailed, view.Directives[0].Reason)
+	assert.Contains(t, view.Directives[0].Detail, "not found")
 }
