@@ -84,6 +84,13 @@ an earlier agent of this work directory left behind.`,
 			if launcher == launcherLocal && (spoolDir != "" || c.Flags().Changed("exec-binary")) {
 				return usagef("--spool-dir and --exec-binary go with --launcher %s", launcherExternal)
 			}
+			if launcher == launcherExternal {
+				for _, name := range []string{"work-dir", "max-output-file-bytes", "max-output-bytes", "max-output-files"} {
+					if c.Flags().Changed(name) {
+						return usagef("--%s: applies to attempts run here, not with --launcher %s (give it to `wdc exec`)", name, launcherExternal)
+					}
+				}
+			}
 			ctx := c.Context()
 			// Registering is an update the control plane answers: without
 			// one the agent would hang before it says anything.

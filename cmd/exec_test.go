@@ -104,6 +104,8 @@ func TestAgentLauncherAndRenderLaunchFlagsAreChecked(t *testing.T) {
 		{"unknown launcher", []string{"agent", "--worker-id", "w1", "--launcher", "k8s"}, `--launcher "k8s": want local or external`},
 		{"spool dir without external", []string{"agent", "--worker-id", "w1", "--spool-dir", "/tmp/x"}, "--spool-dir and --exec-binary go with --launcher external"},
 		{"exec binary without external", []string{"agent", "--worker-id", "w1", "--exec-binary", "/bin/wdc"}, "go with --launcher external"},
+		{"work dir with external", []string{"agent", "--worker-id", "w1", "--launcher", "external", "--work-dir", "/tmp/w"}, "--work-dir: applies to attempts run here, not with --launcher external"},
+		{"output limit with external", []string{"agent", "--worker-id", "w1", "--launcher", "external", "--max-output-files", "5"}, "--max-output-files: applies to attempts run here"},
 		{"negative agent limit", []string{"agent", "--worker-id", "w1", "--max-output-bytes", "-5"}, "--max-output-bytes: must not be negative"},
 		{"render task with worker", []string{"workers", "render-launch", "--task", "t1", "--worker-id", "w1"}, "--worker-id: not with --task"},
 		{"render task with fence", []string{"workers", "render-launch", "--task", "t1", "--fence", "2"}, "--fence: not with --task"},
