@@ -1,6 +1,7 @@
 package testsuite
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -260,4 +261,29 @@ func TestWdcExecWithoutItsEnvelopeReportsLaunchFailed(t *testing.T) {
 	require.Len(t, view.Directives, 1)
 	assert.Equal(t, lease.ReasonLaunchFailed, view.Directives[0].Reason)
 	assert.Contains(t, view.Directives[0].Detail, "not found")
+}
+
+// `tasks submit` stores the sealed envelope beside the inputs it stores,
+// named by the envelope digest, so a `wdc exec` can read it.
+func TestCLISubmissionStoresTheSealedEnvelope(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "in.txt"), []byte("input\n"), 0o644))
+	file := filepath.Join(dir, "task.json")
+	require.NoError(t, os.WriteFile(file, []byte(`{"task_id":"ext-stored","run_id":"ext-stored-run","world_id":"suite",
+		"command":["/bin/cat","inputs/in.txt"],"env":{"PATH":"/usr/bin:/bin"},"inputs":[{"name":"in.txt","path":"in.txt"}],
+		"selector":{"suite-test":"`+testLabel(t)+`"}}`), 0o644))
+	code, stdout, stderr := cli(t, "tasks", "submit", file, "--data-dir", suite.dataDir, "-o", "json")
+	require.Equal(t, cmd.ExitOK, code, stderr)
+	t.Cleanup(func() { cli(t, "tasks", "cancel", "ext-stored") })
+	var res api.AddTaskResult
+	require.NoError(t, json.Unmarshal([]byte(stdout), &res))
+
+	stored, err := suite.blobs.Envelope(context.Background(), res.EnvelopeDigest)
+	require.NoError(t, err, "the envelope is in the store under its digest")
+	assert.Equal(t, "ext-stored", stored.TaskID)
+	require.Len(t, stored.Inputs, 1)
+	assert.True(t, suite.blobs.Has(context.Background(), stored.Inputs[0].Digest), "beside its input")
+	got, err := suite.wdc.TaskEnvelope(context.Background(), "ext-stored")
+	require.NoError(t, err)
+	assert.Equal(t, stored, got, "the task runs exactly the stored envelope")
 }
