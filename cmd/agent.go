@@ -13,6 +13,7 @@ import (
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/internal/executor"
 	"github.com/wdc-runtime/wdc/internal/wdcclient"
+	"github.com/wdc-runtime/wdc/launchers/external"
 	"github.com/wdc-runtime/wdc/worker"
 )
 
@@ -23,9 +24,10 @@ func (a *app) newAgentCommand() *cobra.Command {
 		blobURL   string
 		workDir   string
 		heartbeat time.Duration
-		maxFile   int64
-		maxTotal  int64
-		maxFiles  int
+		limits    outputLimitFlags
+		launcher  string
+		spoolDir  string
+		execBin   string
 	)
 	c := &cobra.Command{
 		Use:   "agent --worker-id ID",
@@ -41,6 +43,16 @@ with the control plane: inputs and staged outputs pass through it.
 
 A control plane must be polling wdc-control (the agent registers through
 it): without one the agent exits 5 within a few seconds.
+
+With --launcher external the agent runs nothing itself: for each launch it
+stores the sealed envelope in the blob store, writes the attempt's
+` + "`wdc exec`" + ` command line to --spool-dir (one JSON file per attempt: argv,
+the same settings as environment variables, and the names of the
+credentials the runner must supply) and prints it. Another system (a
+Kubernetes Job, a Ray job, a batch scheduler) runs that command; its
+heartbeats keep the lease. If nothing runs it, the lease expires and the
+task retries. Placement does not know how an agent launches: give such a
+worker a label or capability and have its tasks select it.
 
 Stop with Ctrl-C: the worker is drained, its running attempts are killed and
 reported infra_killed, so their tasks retry elsewhere at once. Starting the
@@ -60,20 +72,34 @@ an earlier agent of this work directory left behind.`,
 			// Placement ranks a worker by how late its heartbeat is against
 			// the interval it declares.
 			r.HeartbeatInterval = heartbeat
+			lim, err := limits.limits()
+			if err != nil {
+				return err
+			}
+			switch launcher {
+			case launcherLocal, launcherExternal:
+			default:
+				return usagef("--launcher %q: want %s or %s", launcher, launcherLocal, launcherExternal)
+			}
+			if launcher == launcherLocal && (spoolDir != "" || c.Flags().Changed("exec-binary")) {
+				return usagef("--spool-dir and --exec-binary go with --launcher %s", launcherExternal)
+			}
+			if launcher == launcherExternal {
+				for _, name := range []string{"work-dir", "max-output-file-bytes", "max-output-bytes", "max-output-files"} {
+					if c.Flags().Changed(name) {
+						return usagef("--%s: applies to attempts run here, not with --launcher %s (give it to `wdc exec`)", name, launcherExternal)
+					}
+				}
+			}
 			ctx := c.Context()
-			// Redial promptly after a network cut: attempt heartbeats must
-			// get through within a fraction of their interval.
-			tc, store, err := a.connect(ctx, dataDir, blobURL, worker.DialOptions()...)
+			// Registering is an update the control plane answers: without
+			// one the agent would hang before it says anything.
+			tc, store, err := a.connectExecutor(ctx, dataDir, blobURL)
 			if err != nil {
 				return err
 			}
 			defer tc.Close()
 			defer store.Close()
-			// Registering is an update the control plane answers: without
-			// one the agent would hang before it says anything.
-			if err := a.wdcClient(tc).RequirePoller(ctx, api.ControlTaskQueue); err != nil {
-				return err
-			}
 			if workDir == "" {
 				if dataDir == "" {
 					dataDir = a.defaultDataDir()
@@ -83,14 +109,31 @@ an earlier agent of this work directory left behind.`,
 				}
 				workDir = defaultWorkDir(dataDir, r.WorkerID)
 			}
+			var handOff *external.Options
+			if launcher == launcherExternal {
+				if dataDir == "" {
+					dataDir = a.defaultDataDir()
+				}
+				if spoolDir == "" {
+					spoolDir = filepath.Join(dataDir, "spool", r.WorkerID)
+				}
+				u, err := a.storeURL(dataDir, blobURL)
+				if err != nil {
+					return err
+				}
+				handOff = &external.Options{SpoolDir: spoolDir, Target: a.execTarget(execBin, u),
+					OnHandOff: func(cmd external.Command, path string) {
+						fmt.Fprintf(a.deps.Stdout, "attempt %s handed off (%s): %s\n", cmd.Claim, path, cmd)
+					}}
+			}
 			log := a.logger()
 			// StartAgent's ctx bounds its registration only.
 			sctx, cancelStart := context.WithTimeout(ctx, a.global.controlPlaneTimeout)
 			defer cancelStart()
 			agent, err := worker.StartAgent(sctx, tc, worker.AgentOptions{
 				Registration: r, WorkDir: workDir, Blobs: store, HeartbeatInterval: heartbeat,
-				Limits: executor.OutputLimits{MaxFileBytes: maxFile, MaxTotalBytes: maxTotal, MaxFiles: maxFiles},
-				Logger: log,
+				Limits: lim,
+				Logger: log, HandOff: handOff,
 				OnReport: func(rep executor.Report) {
 					fmt.Fprintf(a.deps.Stdout, "attempt %s ended: %s\n", rep.Claim, describeReport(rep))
 				},
@@ -102,8 +145,12 @@ an earlier agent of this work directory left behind.`,
 			if err != nil {
 				return appError(err)
 			}
-			fmt.Fprintf(a.deps.Stdout, "agent %s (pid %d) registered (incarnation %d); polling %s; task dirs in %s\n",
-				r.WorkerID, os.Getpid(), agent.Incarnation(), "wdc-agent/"+r.WorkerID, workDir)
+			where := "task dirs in " + workDir
+			if handOff != nil {
+				where = "handing launches off to " + handOff.SpoolDir
+			}
+			fmt.Fprintf(a.deps.Stdout, "agent %s (pid %d) registered (incarnation %d); polling %s; %s\n",
+				r.WorkerID, os.Getpid(), agent.Incarnation(), "wdc-agent/"+r.WorkerID, where)
 			select {
 			case <-ctx.Done():
 			case <-agent.Lost():
@@ -122,9 +169,10 @@ an earlier agent of this work directory left behind.`,
 	f.StringVar(&blobURL, "blob-url", "", blobURLHelp)
 	f.StringVar(&workDir, "work-dir", "", "root of task directories (default <data-dir>/work/<worker-id>)")
 	f.DurationVar(&heartbeat, "heartbeat-interval", 0, "worker heartbeat period (default: --stale-after / 4, 2s with the default --stale-after)")
-	f.Int64Var(&maxFile, "max-output-file-bytes", 0, "largest output file in bytes (default 1 GiB)")
-	f.Int64Var(&maxTotal, "max-output-bytes", 0, "largest total of an attempt's outputs in bytes (default 4 GiB)")
-	f.IntVar(&maxFiles, "max-output-files", 0, "most output files per attempt (default 1000, at most 10000)")
+	limits.bind(f)
+	f.StringVar(&launcher, "launcher", launcherLocal, "how attempts run: local (in this process, each in its own process group) or external (hand each launch off as a `wdc exec` command in --spool-dir, for another system to run)")
+	f.StringVar(&spoolDir, "spool-dir", "", "with --launcher external: where each attempt's `wdc exec` command is written, as <task>-a<attempt>-f<fence>.json (default <data-dir>/spool/<worker-id>)")
+	f.StringVar(&execBin, "exec-binary", "wdc", "with --launcher external: "+execBinaryHelp)
 	return c
 }
 
@@ -200,3 +248,9 @@ func describeReport(r executor.Report) string {
 	}
 	return out
 }
+
+// Agent launcher modes (--launcher).
+const (
+	launcherLocal    = "local"
+	launcherExternal = "external"
+)

@@ -43,7 +43,7 @@ func TestOpenStorePrecedence(t *testing.T) {
 func TestBlobURLFlagOnEveryStoreCommand(t *testing.T) {
 	for _, args := range [][]string{
 		{"agent"}, {"control-plane"}, {"tasks", "submit"}, {"tasks", "result"}, {"tasks", "logs"},
-		{"runs", "start"}, {"demo", "worker-leases"},
+		{"runs", "start"}, {"demo", "worker-leases"}, {"exec"}, {"workers", "render-launch"},
 	} {
 		code, stdout, _ := run(t, append(args, "--help")...)
 		assert.Equal(t, ExitOK, code, "%v", args)

@@ -9,5 +9,7 @@
 // waited-for task COMPLETED but its program failed (non-zero exit code or
 // rejected outputs); 5 no control plane (or agent) is there to answer:
 // none polls its task queue (nothing was sent), or it did not answer within
-// --control-plane-timeout (the request may still take effect).
+// --control-plane-timeout (the request may still take effect); 6 (`wdc
+// exec`) the attempt's claim is not current, so nothing was started, or
+// its result was rejected.
 package cmd

@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -89,4 +90,16 @@ func sealEnvelope(env envelope.Envelope, base string, put func(string) (string, 
 		return env, usageError{err}
 	}
 	return env, nil
+}
+
+// storeEnvelope puts the sealed envelope into store, beside the inputs
+// sealing stored there, so that `wdc exec` can read it by its digest
+// (the launch paths store it again). A nil store (no inputs to store) is
+// left alone.
+func storeEnvelope(ctx context.Context, store *blobstore.Store, sealed envelope.Envelope) error {
+	if store == nil {
+		return nil
+	}
+	_, err := store.PutEnvelope(ctx, sealed)
+	return err
 }

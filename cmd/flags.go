@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/wdc-runtime/wdc/internal/executor"
 	"github.com/wdc-runtime/wdc/internal/fleet"
 	wdcres "github.com/wdc-runtime/wdc/internal/resource"
 )
@@ -206,4 +207,32 @@ func formatBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f%ci", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// outputLimitFlags are the limits on an attempt's outputs; `agent` and
+// `exec` share them.
+type outputLimitFlags struct {
+	maxFile  int64
+	maxTotal int64
+	maxFiles int
+}
+
+func (o *outputLimitFlags) bind(f *pflag.FlagSet) {
+	f.Int64Var(&o.maxFile, "max-output-file-bytes", 0, "largest output file in bytes (default 1 GiB)")
+	f.Int64Var(&o.maxTotal, "max-output-bytes", 0, "largest total of an attempt's outputs in bytes (default 4 GiB)")
+	f.IntVar(&o.maxFiles, "max-output-files", 0, "most output files per attempt (default 1000, at most 10000)")
+}
+
+// limits returns the flags as executor.OutputLimits (0: the default).
+// Errors: a negative value, named by its flag (a usage error).
+func (o *outputLimitFlags) limits() (executor.OutputLimits, error) {
+	for _, v := range []struct {
+		flag string
+		n    int64
+	}{{"--max-output-file-bytes", o.maxFile}, {"--max-output-bytes", o.maxTotal}, {"--max-output-files", int64(o.maxFiles)}} {
+		if v.n < 0 {
+			return executor.OutputLimits{}, usagef("%s: must not be negative (got %d)", v.flag, v.n)
+		}
+	}
+	return executor.OutputLimits{MaxFileBytes: o.maxFile, MaxTotalBytes: o.maxTotal, MaxFiles: o.maxFiles}, nil
 }

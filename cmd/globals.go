@@ -23,6 +23,8 @@ import (
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/wdcclient"
+	"github.com/wdc-runtime/wdc/launchers/external"
+	"github.com/wdc-runtime/wdc/worker"
 )
 
 // globalOptions are the persistent flags, named as in the temporal CLI.
@@ -264,6 +266,26 @@ func (a *app) connect(ctx context.Context, dataDir, blobURL string, extra ...grp
 	return c, store, nil
 }
 
+// connectExecutor connects a process that runs attempts (`agent`,
+// `exec`): the blob store, and Temporal with worker.DialOptions
+// (redial promptly after a network cut: attempt heartbeats must get
+// through within a fraction of their interval); then it requires a
+// control plane, which answers registrations, lease queries and results
+// (an *UnavailableError, exit 5, within a few seconds without one). On
+// error nothing is left open.
+func (a *app) connectExecutor(ctx context.Context, dataDir, blobURL string) (client.Client, *blobstore.Store, error) {
+	tc, store, err := a.connect(ctx, dataDir, blobURL, worker.DialOptions()...)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := a.wdcClient(tc).RequirePoller(ctx, api.ControlTaskQueue); err != nil {
+		tc.Close()
+		store.Close()
+		return nil, nil, err
+	}
+	return tc, store, nil
+}
+
 // table writes aligned columns; call flush when done.
 func table(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -273,21 +295,39 @@ func table(w io.Writer) *tabwriter.Writer {
 // $WDC_BLOB_URL, else file://<data-dir>/blobs (the default data dir when
 // dataDir is empty).
 func (a *app) openStore(ctx context.Context, dataDir, blobURL string) (*blobstore.Store, error) {
+	u, err := a.storeURL(dataDir, blobURL)
+	if err != nil {
+		return nil, err
+	}
+	return blobstore.Open(ctx, u)
+}
+
+// storeURL is the artifact store's URL as openStore resolves it.
+func (a *app) storeURL(dataDir, blobURL string) (string, error) {
 	if blobURL == "" {
 		blobURL = a.deps.Getenv("WDC_BLOB_URL")
 	}
-	if blobURL == "" {
-		if dataDir == "" {
-			dataDir = a.defaultDataDir()
-		}
-		u, err := blobstore.DefaultURL(dataDir)
-		if err != nil {
-			return nil, err
-		}
-		blobURL = u
+	if blobURL != "" {
+		return blobURL, nil
 	}
-	return blobstore.Open(ctx, blobURL)
+	if dataDir == "" {
+		dataDir = a.defaultDataDir()
+	}
+	return blobstore.DefaultURL(dataDir)
 }
+
+// execTarget is how a `wdc exec` rendered by this process connects: the
+// same Temporal settings (the API key only by name) and blob store, with
+// binary as argv[0].
+func (a *app) execTarget(binary, blobURL string) external.Target {
+	g := &a.global
+	return external.Target{Binary: binary, Address: g.address, Namespace: g.namespace, BlobURL: blobURL,
+		TLS: g.tls, TLSCertPath: g.tlsCertPath, TLSKeyPath: g.tlsKeyPath, TLSCAPath: g.tlsCAPath, TLSServerName: g.tlsServerName,
+		APIKey: g.apiKey != ""}
+}
+
+// execBinaryHelp documents the flag that sets a rendered `wdc exec`'s argv[0].
+const execBinaryHelp = "argv[0] of the rendered `wdc exec` command: the wdc binary on the machine that runs it"
 
 // putFile is a store's PutFile in the shape sealEnvelope takes.
 func putFile(ctx context.Context, store *blobstore.Store) func(string) (string, int64, error) {

@@ -43,6 +43,10 @@ const (
 	// or it did not answer within --control-plane-timeout, so the request
 	// was sent and may still take effect (see wdcclient.UnavailableError).
 	ExitUnavailable = 5
+	// ExitNotCurrent: `wdc exec` was refused by the fence — its claim does
+	// not hold the task's current lease (nothing was started), or its
+	// result was rejected.
+	ExitNotCurrent = 6
 )
 
 // usageError is bad input: exit code 2, nothing was changed.
@@ -136,6 +140,7 @@ Start here:
   wdc server start-dev              an embedded Temporal server with Web UI
   wdc control-plane                 the workflows and control activities
   wdc agent --worker-id worker-a    a fleet worker that runs Local attempts
+  wdc exec --task-id T ...          run one granted attempt here (external launchers)
   wdc tasks submit FILE --wait      submit a task and follow its leases`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -152,6 +157,7 @@ Start here:
 		a.newTasksCommand(),
 		a.newRunsCommand(),
 		a.newAgentCommand(),
+		a.newExecCommand(),
 		a.newControlPlaneCommand(),
 		a.newDemoCommand(),
 	)

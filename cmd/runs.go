@@ -107,6 +107,9 @@ func (a *app) newRunsStartCommand() *cobra.Command {
 					if err != nil {
 						return err
 					}
+					if err := storeEnvelope(ctx, store, sealed); err != nil {
+						return fmt.Errorf("%s: %w", f.path, err)
+					}
 					res, err := wc.SubmitTask(ctx, sealed, o)
 					if err != nil {
 						return fmt.Errorf("%s: %w", f.path, appError(err))

@@ -162,9 +162,9 @@ submitted. --wait does not apply to a batch: follow the run with
 			ctx := c.Context()
 			return a.withControlPlane(ctx, func(wc *wdcclient.Client) error {
 				put := blobstore.HashFile
+				var store *blobstore.Store
 				if len(env.Inputs) > 0 {
-					store, err := a.openStore(ctx, dataDir, blobURL)
-					if err != nil {
+					if store, err = a.openStore(ctx, dataDir, blobURL); err != nil {
 						return err
 					}
 					defer store.Close()
@@ -177,6 +177,9 @@ submitted. --wait does not apply to a batch: follow the run with
 				}
 				sealed, err := sealEnvelope(env, base, put)
 				if err != nil {
+					return fmt.Errorf("%s: %w", args[0], err)
+				}
+				if err := storeEnvelope(ctx, store, sealed); err != nil {
 					return fmt.Errorf("%s: %w", args[0], err)
 				}
 				res, err := wc.SubmitTask(ctx, sealed, o)

@@ -12,10 +12,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/executor"
 	"github.com/wdc-runtime/wdc/internal/fleet"
 	"github.com/wdc-runtime/wdc/internal/lease"
 	"github.com/wdc-runtime/wdc/internal/wdcclient"
+	"github.com/wdc-runtime/wdc/launchers/external"
 )
 
 func (a *app) newWorkersCommand() *cobra.Command {
@@ -427,18 +429,57 @@ func (a *app) newWorkersRenderLaunchCommand() *cobra.Command {
 		workerID       string
 		workDir        string
 		attempt, fence int64
+		taskID         string
+		execBin        string
+		dataDir        string
+		blobURL        string
 	)
 	c := &cobra.Command{
-		Use:   "render-launch ENVELOPE",
-		Short: "Print the exact command, environment and task directory a Local launch would use",
-		Long: `Render a Local launch without running anything: the resolved program and
+		Use:   "render-launch ENVELOPE | --task TASK_ID",
+		Short: "Print the exact Local launch of an envelope, or the `wdc exec` command of a task's granted lease",
+		Long: `Render a launch without running anything.
+
+With an envelope file: the Local launch — the resolved program and
 arguments, the complete environment (the envelope's env plus WDC_TASK_ID,
 WDC_ATTEMPT, WDC_FENCE, WDC_TASK_DIR — nothing is inherited), and the task
-directory <work-dir>/<task>/<attempt>-<fence>. No server is contacted.`,
+directory <work-dir>/<task>/<attempt>-<fence>. No server is contacted.
+
+With --task: the ` + "`wdc exec`" + ` command an external launcher runs for the task's
+current lease (it must be granted and ACTIVE), with this command's own
+connection settings and blob store. It stores the task's sealed envelope in
+the blob store first (a content-addressed put: nothing changes when it is
+there), so the command works whoever submitted the task. With -o json: the
+claim, argv, the same settings as environment variables (env), and the
+names of the credentials the launcher must supply itself (secret_env:
+TEMPORAL_API_KEY, AWS_* for an s3:// store); values of secrets are never
+printed. Needs a control plane (exit 5 without one).`,
 		Example: `  wdc workers render-launch examples/checksum.json --worker-id worker-a
-  wdc workers render-launch task.json --worker-id w1 --attempt 2 --fence 2 -o json`,
-		Args: cobra.ExactArgs(1),
+  wdc workers render-launch task.json --worker-id w1 --attempt 2 --fence 2 -o json
+  wdc workers render-launch --task checksum-1 --exec-binary /usr/local/bin/wdc -o json`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
+			if taskID != "" {
+				for _, name := range []string{"worker-id", "work-dir", "attempt", "fence"} {
+					if c.Flags().Changed(name) {
+						return usagef("--%s: not with --task (the task's lease says where and which attempt)", name)
+					}
+				}
+				if len(args) > 0 {
+					return usagef("give an envelope file or --task, not both")
+				}
+				if err := fleet.ValidateID("--task", taskID); err != nil {
+					return usageError{err}
+				}
+				return a.renderExec(c.Context(), taskID, execBin, dataDir, blobURL)
+			}
+			if len(args) == 0 {
+				return usagef("give an envelope file, or --task TASK_ID (see '%s --help')", c.CommandPath())
+			}
+			for _, name := range []string{"exec-binary", "data-dir", "blob-url"} {
+				if c.Flags().Changed(name) {
+					return usagef("--%s: only with --task", name)
+				}
+			}
 			if err := fleet.ValidateID("--worker-id", workerID); err != nil {
 				return usageError{err}
 			}
@@ -472,7 +513,7 @@ directory <work-dir>/<task>/<attempt>-<fence>. No server is contacted.`,
 				fmt.Fprintf(w, "launcher  local on %s\n", workerID)
 				fmt.Fprintf(w, "task dir  %s\n", dir)
 				fmt.Fprintf(w, "program   %s\n", prog)
-				fmt.Fprintf(w, "argv      %s\n", shellQuote(env.Command))
+				fmt.Fprintf(w, "argv      %s\n", external.ShellQuote(env.Command))
 				fmt.Fprintln(w, "env (complete; nothing inherited):")
 				for _, kv := range out.Env {
 					fmt.Fprintf(w, "  %s\n", kv)
@@ -483,29 +524,75 @@ directory <work-dir>/<task>/<attempt>-<fence>. No server is contacted.`,
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&workerID, "worker-id", "", "the worker that would run it (required)")
+	f.StringVar(&workerID, "worker-id", "", "the worker that would run it (required with an envelope file)")
 	f.StringVar(&workDir, "work-dir", "", "the agent's work directory (default <data-dir>/work/<worker-id>)")
 	f.Int64Var(&attempt, "attempt", 1, "attempt number")
 	f.Int64Var(&fence, "fence", 1, "fencing token")
+	f.StringVar(&taskID, "task", "", "render the `wdc exec` command of this task's granted lease instead")
+	f.StringVar(&execBin, "exec-binary", "wdc", "with --task: "+execBinaryHelp)
+	f.StringVar(&dataDir, "data-dir", "", "with --task: "+dataDirHelp)
+	f.StringVar(&blobURL, "blob-url", "", "with --task: "+blobURLHelp)
 	return c
+}
+
+// renderExec is `workers render-launch --task`: the `wdc exec` command of
+// the task's current lease, after storing its sealed envelope. A task
+// without an ACTIVE lease is an error (exit 1).
+func (a *app) renderExec(ctx context.Context, taskID, execBin, dataDir, blobURL string) error {
+	return a.withControlPlane(ctx, func(wc *wdcclient.Client) error {
+		v, err := wc.Task(ctx, taskID)
+		if err != nil {
+			return err
+		}
+		if v.Lease == nil || v.Lease.State != lease.Active || v.Lease.ResultPending {
+			state := "none granted yet"
+			if v.Lease != nil {
+				state = fmt.Sprintf("attempt %d, fence %d is %s", v.Lease.Attempt, v.Lease.Fence, v.Lease.State)
+				if v.Lease.ResultPending {
+					state += " with its result being ingested"
+				}
+			}
+			return fmt.Errorf("task %s (%s) has no granted lease to run: %s", taskID, v.State, state)
+		}
+		env, err := wc.TaskEnvelope(ctx, taskID)
+		if err != nil {
+			return err
+		}
+		u, err := a.storeURL(dataDir, blobURL)
+		if err != nil {
+			return err
+		}
+		store, err := blobstore.Open(ctx, u)
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		digest, err := store.PutEnvelope(ctx, env)
+		if err != nil {
+			return err
+		}
+		if digest != v.Lease.EnvelopeDigest {
+			return fmt.Errorf("task %s: its envelope hashes to %s, its lease names %s", taskID, digest, v.Lease.EnvelopeDigest)
+		}
+		cmd := external.Render(a.execTarget(execBin, u), lease.ClaimOf(*v.Lease))
+		return a.emit(cmd, func(w io.Writer) error {
+			fmt.Fprintf(w, "# attempt %s; lease expires %s unless heartbeats renew it; envelope %s is in %s\n",
+				cmd.Claim, v.Lease.ExpiresAt.Local().Format("15:04:05.000"), digest, store)
+			fmt.Fprintln(w, cmd)
+			fmt.Fprintln(w, "# or, as environment for `wdc exec` without flags:")
+			for _, kv := range cmd.Env {
+				fmt.Fprintf(w, "#   %s\n", kv)
+			}
+			if len(cmd.SecretEnv) > 0 {
+				fmt.Fprintf(w, "# credentials the launcher must supply (never rendered): %s\n", strings.Join(cmd.SecretEnv, ", "))
+			}
+			return nil
+		})
+	})
 }
 
 func defaultWorkDir(dataDir, workerID string) string {
 	return dataDir + string(os.PathSeparator) + "work" + string(os.PathSeparator) + workerID
-}
-
-func shellQuote(args []string) string {
-	out := make([]string, len(args))
-	for i, a := range args {
-		if a != "" && strings.IndexFunc(a, func(r rune) bool {
-			return !(r == '-' || r == '_' || r == '.' || r == '/' || r == '=' || r == ':' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
-		}) < 0 {
-			out[i] = a
-			continue
-		}
-		out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-	}
-	return strings.Join(out, " ")
 }
 
 // workerArg takes the worker ID from a positional argument or --worker-id

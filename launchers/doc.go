@@ -1,5 +1,7 @@
 // Package launchers defines the one small interface every launcher kind
 // implements — submit an attempt, ask its status, cancel it — and the
 // attempt it launches. One package per kind: local/ (the agent's process
-// group execution); ray/ and k8s/ come with their issues.
+// group execution), external/ (hand the launch off as a `wdc exec`
+// command for another system to run); ray/ and k8s/ come with their
+// issues.
 package launchers

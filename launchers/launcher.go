@@ -25,7 +25,8 @@ func (a Attempt) Claim() lease.Claim { return lease.ClaimOf(a.Lease) }
 
 // Submission says where a submitted attempt runs.
 type Submission struct {
-	// TaskDir is the attempt's task directory.
+	// TaskDir is the attempt's task directory (Local), or where the
+	// launch was handed off to (external: its spool file).
 	TaskDir string
 	// PID is the command's process group ID (Local), 0 when not known.
 	PID int

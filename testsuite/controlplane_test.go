@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,6 +65,9 @@ func TestCommandsWithoutAControlPlaneSaySoAndStartNothing(t *testing.T) {
 		{"runs commit", []string{"runs", "commit", "nocp-run", "--expected-parent-time", "0", "--event", "1"}},
 		{"runs close", []string{"runs", "close", "nocp-run"}},
 		{"agent", []string{"agent", "--worker-id", "nocp-agent", "--cpu", "1", "--memory", "1Gi", "--data-dir", dir}},
+		{"exec", []string{"exec", "--task-id", "nocp-task", "--attempt", "1", "--fence", "1", "--worker-id", "nocp-w1",
+			"--envelope-digest", "sha256:" + strings.Repeat("a", 64), "--data-dir", dir, "--work-dir", filepath.Join(dir, "exec")}},
+		{"workers render-launch --task", []string{"workers", "render-launch", "--task", "nocp-task", "--data-dir", dir}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -18,6 +18,8 @@ import (
 	"github.com/wdc-runtime/wdc/internal/executor"
 	"github.com/wdc-runtime/wdc/internal/fleet"
 	"github.com/wdc-runtime/wdc/internal/wdcclient"
+	"github.com/wdc-runtime/wdc/launchers"
+	"github.com/wdc-runtime/wdc/launchers/external"
 	"github.com/wdc-runtime/wdc/launchers/local"
 )
 
@@ -38,6 +40,24 @@ type AgentOptions struct {
 	Logger            *slog.Logger
 	// OnReport is called with every attempt's final report.
 	OnReport func(executor.Report)
+	// HandOff, when set, makes the agent hand every launch to an external
+	// system instead of running it (launchers/external: the sealed
+	// envelope is stored and the attempt's `wdc exec` command spooled);
+	// its WorkerID, Blobs and Logger are the agent's. Limits, Faults and
+	// OnReport then do not apply: the external `wdc exec` runs the
+	// executor.
+	HandOff *external.Options
+}
+
+// AgentLauncher is what the agent runs its attempts through: the Local
+// launcher, or the external one (AgentOptions.HandOff).
+type AgentLauncher interface {
+	launchers.Launcher
+	// Running counts the attempts running in this process.
+	Running() int
+	// Shutdown kills the attempts running in this process, reporting
+	// each infra_killed, and waits for their reports or ctx.
+	Shutdown(ctx context.Context, reason string)
 }
 
 // Agent is a running fleet worker: registered, heartbeating, and polling
@@ -45,7 +65,7 @@ type AgentOptions struct {
 type Agent struct {
 	opts     AgentOptions
 	client   *wdcclient.Client
-	launcher *local.Launcher
+	launcher AgentLauncher
 	worker   sdkworker.Worker
 	log      *slog.Logger
 
@@ -82,11 +102,19 @@ func StartAgent(ctx context.Context, c client.Client, opts AgentOptions) (*Agent
 	}
 	log := opts.Logger.With("worker", reg.WorkerID)
 	wc := &wdcclient.Client{C: c}
-	launcher, err := local.New(local.Options{
-		WorkerID: reg.WorkerID, WorkDir: opts.WorkDir, Blobs: opts.Blobs,
-		Control: &executor.TemporalControl{Client: c}, Limits: opts.Limits, Faults: opts.Faults,
-		Logger: log, OnReport: opts.OnReport,
-	})
+	var launcher AgentLauncher
+	var err error
+	if h := opts.HandOff; h != nil {
+		ho := *h
+		ho.WorkerID, ho.Blobs, ho.Logger = reg.WorkerID, opts.Blobs, log
+		launcher, err = external.New(ho)
+	} else {
+		launcher, err = local.New(local.Options{
+			WorkerID: reg.WorkerID, WorkDir: opts.WorkDir, Blobs: opts.Blobs,
+			Control: &executor.TemporalControl{Client: c}, Limits: opts.Limits, Faults: opts.Faults,
+			Logger: log, OnReport: opts.OnReport,
+		})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -114,8 +142,8 @@ func (a *Agent) Incarnation() int64 {
 	return a.incarnation
 }
 
-// Launcher is the agent's Local launcher.
-func (a *Agent) Launcher() *local.Launcher { return a.launcher }
+// Launcher is the agent's launcher: Local, or external with HandOff.
+func (a *Agent) Launcher() AgentLauncher { return a.launcher }
 
 func (a *Agent) register(ctx context.Context) error {
 	res, err := a.client.RegisterWorker(ctx, a.opts.Registration)

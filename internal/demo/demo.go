@@ -233,6 +233,12 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		Resources: resource.List{CPUMillis: 500, MemoryBytes: 64 << 20},
 		Selector:  label,
 	}
+	// The sealed envelope goes beside its inputs, for a `wdc exec` that
+	// reads it by digest.
+	env.Normalize()
+	if _, err := store.PutEnvelope(ctx, env); err != nil {
+		return res, err
+	}
 	if err := wc.StartRun(ctx, api.RunInput{RunID: ids.run, WorldID: ids.world}); err != nil {
 		return res, err
 	}

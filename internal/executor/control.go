@@ -52,17 +52,51 @@ var ErrLeaseUnverified = errors.New("could not verify the lease")
 // ErrTaskGone (wrapped) when the task has ended; ErrLeaseUnverified
 // (wrapped) when the query failed, e.g. on ctx's deadline.
 func CheckLease(ctx context.Context, c Control, claim lease.Claim) error {
+	_, err := currentLease(ctx, c, claim)
+	return err
+}
+
+// currentLease is CheckLease that also returns the task's view.
+func currentLease(ctx context.Context, c Control, claim lease.Claim) (api.TaskView, error) {
 	view, err := c.Lease(ctx, claim.TaskID)
 	switch {
 	case errors.Is(err, ErrTaskGone):
-		return err
+		return view, err
 	case err != nil:
-		return fmt.Errorf("%w: lease query: %w", ErrLeaseUnverified, err)
+		return view, fmt.Errorf("%w: lease query: %w", ErrLeaseUnverified, err)
 	}
 	if rej := lease.Check(view.Lease, claim); rej != nil {
-		return &Rejected{Reason: string(rej.Reason), Message: rej.Message}
+		return view, &Rejected{Reason: string(rej.Reason), Message: rej.Message}
 	}
-	return nil
+	return view, nil
+}
+
+// LeaseCheck returns the BeforeExec every launcher gives Start: first
+// (when not nil; e.g. the launch deadline, launchers.CheckDeadline), then
+// CheckLease of claim with ctx, so that an attempt whose lease is no
+// longer current (or cannot be verified) starts nothing. Its errors are
+// first's or CheckLease's, wrapped with the claim.
+func LeaseCheck(ctx context.Context, c Control, claim lease.Claim, first func() error) func() error {
+	return func() error {
+		if first != nil {
+			if err := first(); err != nil {
+				return err
+			}
+		}
+		if err := CheckLease(ctx, c, claim); err != nil {
+			return fmt.Errorf("attempt %s not started: %w", claim, err)
+		}
+		return nil
+	}
+}
+
+// NotCurrent reports whether err says that an attempt's claim does not
+// hold its task's current lease: a *Rejected (stale_fence,
+// lease_not_active, ...) or ErrTaskGone. ErrLeaseUnverified is not: then
+// nobody knows.
+func NotCurrent(err error) bool {
+	var rej *Rejected
+	return errors.As(err, &rej) || errors.Is(err, ErrTaskGone)
 }
 
 // TemporalControl is Control over a Temporal client.

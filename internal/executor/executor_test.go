@@ -47,7 +47,9 @@ type fakeControl struct {
 	expiresAt time.Time
 	lapses    int
 	// queries counts answered lease queries.
-	queries   int
+	queries int
+	// options are the task options the lease query reports.
+	options   api.TaskOptions
 	submitted []api.SubmitResultInput
 	failures  []api.AttemptFailedSignal
 }
@@ -100,7 +102,7 @@ func (f *fakeControl) Lease(ctx context.Context, taskID string) (api.TaskView, e
 	}
 	f.queries++
 	l := *f.lease
-	return api.TaskView{TaskID: taskID, State: api.TaskLeased, Lease: &l}, nil
+	return api.TaskView{TaskID: taskID, State: api.TaskLeased, Lease: &l, Options: f.options}, nil
 }
 
 func (f *fakeControl) SubmitResult(ctx context.Context, in api.SubmitResultInput, onAccepted func()) (api.SubmitResultResult, error) {

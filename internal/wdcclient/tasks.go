@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/wdc-runtime/wdc/api"
@@ -162,6 +163,34 @@ func (c *Client) Task(ctx context.Context, taskID string) (api.TaskView, error) 
 		return err
 	})
 	return v, wrap("task "+taskID, err)
+}
+
+// TaskEnvelope returns the sealed envelope a task runs: the input of its
+// workflow's current run (WdcTask carries it across continue-as-new), read
+// from the run's first history event, so no workflow needs to answer.
+// Errors: ErrNotFound; a history without the start event or whose input is
+// not a task's.
+func (c *Client) TaskEnvelope(ctx context.Context, taskID string) (envelope.Envelope, error) {
+	iter := c.C.GetWorkflowHistory(ctx, api.TaskWorkflowID(taskID), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	if !iter.HasNext() {
+		return envelope.Envelope{}, fmt.Errorf("task %s: empty history", taskID)
+	}
+	ev, err := iter.Next()
+	if err != nil {
+		return envelope.Envelope{}, wrap("task "+taskID, err)
+	}
+	started := ev.GetWorkflowExecutionStartedEventAttributes()
+	if started == nil {
+		return envelope.Envelope{}, fmt.Errorf("task %s: the history does not start with the workflow's start", taskID)
+	}
+	var in api.TaskInput
+	if err := converter.GetDefaultDataConverter().FromPayloads(started.GetInput(), &in); err != nil {
+		return envelope.Envelope{}, fmt.Errorf("task %s: decode its input: %w", taskID, err)
+	}
+	if in.Envelope.TaskID != taskID {
+		return envelope.Envelope{}, fmt.Errorf("task %s: its input holds no envelope of this task", taskID)
+	}
+	return in.Envelope, nil
 }
 
 // TaskSummary is a task as visibility lists it.

@@ -93,15 +93,7 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 	ex, err := executor.Start(executor.Options{
 		Attempt: a, Root: l.opts.WorkDir, Blobs: l.opts.Blobs, Control: l.opts.Control,
 		Limits: l.opts.Limits, Faults: l.opts.Faults, Logger: l.opts.Logger, OnReport: l.opts.OnReport,
-		BeforeExec: func() error {
-			if err := launchers.CheckDeadline(ctx); err != nil {
-				return err
-			}
-			if err := executor.CheckLease(ctx, l.opts.Control, claim); err != nil {
-				return fmt.Errorf("attempt %s not started: %w", claim, err)
-			}
-			return nil
-		},
+		BeforeExec: executor.LeaseCheck(ctx, l.opts.Control, claim, func() error { return launchers.CheckDeadline(ctx) }),
 	})
 	if err != nil {
 		l.opts.Logger.Warn("launch refused", "task", claim.TaskID, "attempt", claim.Attempt, "fence", claim.Fence, "error", err)

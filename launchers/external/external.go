@@ -1,0 +1,140 @@
+package external
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/wdc-runtime/wdc/internal/blobstore"
+	"github.com/wdc-runtime/wdc/internal/lease"
+	"github.com/wdc-runtime/wdc/launchers"
+)
+
+// Options configures a Launcher.
+type Options struct {
+	// WorkerID is the fleet worker whose launches are handed off.
+	WorkerID string
+	// SpoolDir receives one file per attempt, <task>-a<attempt>-f<fence>.json
+	// (SpoolFile), holding its Command as JSON. Created when missing.
+	SpoolDir string
+	// Blobs is the artifact store `wdc exec` reads the sealed envelope
+	// from (the same store as Target.BlobURL).
+	Blobs *blobstore.Store
+	// Target is how the rendered `wdc exec` connects.
+	Target Target
+	Logger *slog.Logger
+	// OnHandOff, when set, is called with every command handed off and
+	// the spool file that holds it.
+	OnHandOff func(cmd Command, spoolFile string)
+}
+
+// Launcher hands attempts off: it runs nothing itself.
+type Launcher struct {
+	opts Options
+}
+
+var _ launchers.Launcher = (*Launcher)(nil)
+
+// New returns a Launcher. Errors: missing WorkerID, SpoolDir or Blobs; a
+// spool directory that cannot be created.
+func New(opts Options) (*Launcher, error) {
+	switch {
+	case opts.WorkerID == "":
+		return nil, errors.New("external launcher: worker ID is required")
+	case opts.SpoolDir == "":
+		return nil, errors.New("external launcher: spool dir is required")
+	case opts.Blobs == nil:
+		return nil, errors.New("external launcher: blob store is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(opts.SpoolDir, 0o755); err != nil {
+		return nil, fmt.Errorf("external launcher: spool dir: %w", err)
+	}
+	return &Launcher{opts: opts}, nil
+}
+
+// SpoolFile is where the command of claim c is spooled:
+// <dir>/<task>-a<attempt>-f<fence>.json.
+func SpoolFile(dir string, c lease.Claim) string {
+	return filepath.Join(dir, c.TaskID+"-a"+strconv.FormatInt(c.Attempt, 10)+"-f"+strconv.FormatInt(c.Fence, 10)+".json")
+}
+
+// Submit hands the attempt off: it stores the sealed envelope in the blob
+// store (a content-addressed put; a no-op when it is there already),
+// writes the attempt's `wdc exec` command to its spool file and returns
+// the spool file as the Submission's TaskDir (PID 0). The attempt then
+// runs when, and if, something runs that command; until its first
+// heartbeat the lease runs down its TTL from the grant.
+//
+// Errors (nothing is spooled): the attempt is for another worker; ctx is
+// done or past its deadline (launchers.ErrLaunchExpired); the envelope's
+// digest is not the lease's; the store or the spool directory cannot be
+// written.
+func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.Submission, error) {
+	claim := a.Claim()
+	if claim.WorkerID != l.opts.WorkerID {
+		return launchers.Submission{}, fmt.Errorf("attempt is for worker %q, this is %q", claim.WorkerID, l.opts.WorkerID)
+	}
+	if err := launchers.CheckDeadline(ctx); err != nil {
+		return launchers.Submission{}, err
+	}
+	digest, err := l.opts.Blobs.PutEnvelope(ctx, a.Envelope)
+	if err != nil {
+		return launchers.Submission{}, err
+	}
+	if digest != claim.EnvelopeDigest {
+		return launchers.Submission{}, fmt.Errorf("envelope digest %s does not match the lease's %s", digest, claim.EnvelopeDigest)
+	}
+	cmd := Render(l.opts.Target, claim)
+	path := SpoolFile(l.opts.SpoolDir, claim)
+	if err := blobstore.WriteFileAtomic(path, 0o644, func(w io.Writer) error {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(cmd)
+	}); err != nil {
+		return launchers.Submission{}, fmt.Errorf("spool %s: %w", path, err)
+	}
+	l.opts.Logger.Info("attempt handed off", "task", claim.TaskID, "attempt", claim.Attempt, "fence", claim.Fence, "spool", path, "command", cmd.String())
+	if l.opts.OnHandOff != nil {
+		l.opts.OnHandOff(cmd, path)
+	}
+	return launchers.Submission{TaskDir: path}, nil
+}
+
+// Status reports RUNNING while the attempt's spool file exists (handed
+// off; whether anything runs it, only its heartbeats tell), else
+// ErrUnknownAttempt.
+func (l *Launcher) Status(ctx context.Context, c lease.Claim) (launchers.Status, error) {
+	path := SpoolFile(l.opts.SpoolDir, c)
+	if _, err := os.Stat(path); err != nil {
+		return launchers.Status{Phase: launchers.PhaseUnknown}, launchers.ErrUnknownAttempt
+	}
+	return launchers.Status{Phase: launchers.PhaseRunning, Detail: "handed off: " + path}, nil
+}
+
+// Cancel removes the attempt's spool file, so the command is not started
+// from it any more. A `wdc exec` already running it is not reached from
+// here: it stops itself at its next heartbeat or lease check, which finds
+// the lease ended. Unknown attempts are ignored.
+func (l *Launcher) Cancel(ctx context.Context, c lease.Claim, reason string) error {
+	if err := os.Remove(SpoolFile(l.opts.SpoolDir, c)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// Running is 0: handed-off attempts do not run in this process.
+func (l *Launcher) Running() int { return 0 }
+
+// Shutdown does nothing: handed-off attempts are not this process's to
+// kill. When the agent stops, its worker goes STALE and its leases are
+// revoked (worker_lost); each `wdc exec` then fences itself.
+func (l *Launcher) Shutdown(ctx context.Context, reason string) {}
