@@ -84,6 +84,11 @@ func Start(opts Options) (*Gateway, error) {
 			return nil, fmt.Errorf("s3 gateway: %w", err)
 		}
 	}
+	// VersityGW prints two notices on standard output while it starts
+	// (its metadata directory; single-account mode). Standard output is
+	// the caller's (start-dev prints its JSON there): they go to
+	// /dev/null until the gateway answers.
+	defer quietStdout()()
 	ms, err := meta.NewSideCar(side)
 	if err != nil {
 		return nil, fmt.Errorf("s3 gateway: metadata directory: %w", err)
@@ -193,6 +198,21 @@ func RandomKey(n int) string {
 		panic(errors.New("s3gw: no randomness"))
 	}
 	return hex.EncodeToString(b)
+}
+
+// quietStdout points os.Stdout at /dev/null and returns the function that
+// restores it. Writers that captured os.Stdout before are unaffected.
+func quietStdout() (restore func()) {
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return func() {}
+	}
+	saved := os.Stdout
+	os.Stdout = null
+	return func() {
+		os.Stdout = saved
+		null.Close()
+	}
 }
 
 // dialAddr is addr with an unspecified IP (0.0.0.0, ::) replaced by
