@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"gocloud.dev/blob"
 	_ "gocloud.dev/blob/azureblob" // azblob://
 	_ "gocloud.dev/blob/fileblob"  // file://
@@ -389,7 +390,7 @@ func (s *Store) PromoteWithProgress(ctx context.Context, srcKey, want string, pr
 	if err != nil {
 		return 0, err
 	}
-	r, err := s.bucket.NewReader(ctx, srcKey, nil)
+	r, err := s.bucket.NewReader(ctx, srcKey, readerOptions)
 	if err != nil {
 		return 0, s.fail("promote", srcKey, err)
 	}
@@ -423,6 +424,17 @@ func (s *Store) PromoteWithProgress(ctx context.Context, srcKey, want string, pr
 	return size, nil
 }
 
+// readerOptions quiets the AWS SDK's "Skipped validation of multipart
+// checksum" warning on every read of a multipart object: the store checks
+// every byte against its SHA-256 digest itself.
+var readerOptions = &blob.ReaderOptions{BeforeRead: func(as func(any) bool) error {
+	var opts *[]func(*s3.Options)
+	if as(&opts) {
+		*opts = append(*opts, func(o *s3.Options) { o.DisableLogOutputChecksumValidationSkipped = true })
+	}
+	return nil
+}}
+
 // countingReader calls progress with the bytes read so far after every
 // read.
 type countingReader struct {
@@ -446,9 +458,9 @@ func (s *Store) Open(ctx context.Context, digest string) (io.ReadCloser, error) 
 	if err != nil {
 		return nil, err
 	}
-	r, err := s.bucket.NewReader(ctx, key, nil)
+	r, err := s.bucket.NewReader(ctx, key, readerOptions)
 	if gcerrors.Code(err) == gcerrors.NotFound && s.dir != "" {
-		if lr, lerr := s.bucket.NewReader(ctx, legacyKey(key), nil); lerr == nil {
+		if lr, lerr := s.bucket.NewReader(ctx, legacyKey(key), readerOptions); lerr == nil {
 			return lr, nil
 		}
 	}
