@@ -203,9 +203,11 @@ func (a *app) wdcClient(c client.Client) *wdcclient.Client {
 	return &wdcclient.Client{C: c, Address: a.global.address, Namespace: a.global.namespace, CallTimeout: a.global.controlPlaneTimeout}
 }
 
-// printJSON writes v as indented JSON.
+// printJSON writes v as indented JSON, with &, < and > as themselves (a
+// URL's query stays copyable: s3://b?endpoint=…&region=…).
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }

@@ -136,7 +136,11 @@ func TestStartDevServesS3BesideTemporal(t *testing.T) {
 	db := filepath.Join(dir, "dev.db")
 	port := freeTCPPort(t)
 	srv := startDevProcess(t, "--db-filename", db, "--s3-port", strconv.Itoa(port), "-o", "json")
+	var raw bytes.Buffer
+	srv.stdout = bufio.NewReader(io.TeeReader(srv.stdout, &raw))
 	s := s3Of(t, srv.readJSON(t))
+	assert.Contains(t, raw.String(), `"blob_url": "s3://wdc?endpoint=http://127.0.0.1:`, "the URL is printed as it is, copyable")
+	assert.NotContains(t, raw.String(), `\u0026`)
 	wantURL := "s3://wdc?endpoint=http://127.0.0.1:" + strconv.Itoa(port) + "&use_path_style=true&region=us-east-1&disable_https=true"
 	assert.Equal(t, wantURL, s.BlobURL)
 	assert.Equal(t, wantURL, s.Env["WDC_BLOB_URL"])
