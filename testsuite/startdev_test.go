@@ -242,6 +242,7 @@ func TestStartDevS3RefusalsNameTheFlag(t *testing.T) {
 		want []string
 	}{
 		{"port in use", []string{"--s3-port", strconv.Itoa(busy)}, 1, []string{"wdc: --s3-port " + strconv.Itoa(busy) + ": cannot listen on 127.0.0.1:" + strconv.Itoa(busy) + " (already in use?)"}},
+		{"frontend port in use", []string{"--port", strconv.Itoa(busy), "--s3-port", strconv.Itoa(freeTCPPort(t))}, 1, []string{"wdc: --port " + strconv.Itoa(busy) + ": cannot listen on"}},
 		{"bad bucket", []string{"--s3-port", strconv.Itoa(freeTCPPort(t)), "--s3-bucket", "UPPER"}, 2, []string{`wdc: --s3-bucket "UPPER"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
