@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -34,8 +35,9 @@ import (
 // Namespaces of the no-shared-directory tests: each runs its own control
 // plane on its own bucket, apart from the suite's.
 const (
-	nsS3Demo = "wdc-s3-demo"
-	nsS3Big  = "wdc-s3-big"
+	nsS3Demo   = "wdc-s3-demo"
+	nsS3Big    = "wdc-s3-big"
+	nsS3Outage = "wdc-s3-outage"
 )
 
 // s3Setup is a bucket of the embedded S3 server and directories that share
@@ -421,4 +423,78 @@ func historyText(t *testing.T, c client.Client, wfID string) string {
 		b.WriteString(ev.String())
 	}
 	return b.String()
+}
+
+// startS3Agent runs an agent in this process with its own data dir and its
+// own client of the store at url.
+func (s *s3Setup) startS3Agent(t *testing.T, id, url string) {
+	t.Helper()
+	store, err := blobstore.Open(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(func() { store.Close() })
+	a, err := worker.StartAgent(context.Background(), s.nsc, worker.AgentOptions{
+		Registration: fleet.Registration{
+			WorkerID: id, Capacity: resource.List{CPUMillis: 2000, MemoryBytes: 1 << 30},
+			Labels: map[string]string{"suite-test": testLabel(t)},
+		},
+		WorkDir: filepath.Join(s.dir(t, id), "work", id), Blobs: store,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		a.Stop(ctx)
+	})
+	waitFor(t, 15*time.Second, id+" ACTIVE", func() bool {
+		v, err := s.wc.Worker(context.Background(), id)
+		return err == nil && v.State == fleet.Active
+	})
+}
+
+// A worker whose artifact store is unreachable cannot stage its outputs:
+// that is infrastructure trouble, not the task's result. The attempt is
+// reported infra_killed, the task retries on a worker that reaches the
+// store, and only that attempt's output is in the bucket.
+func TestUnreachableStoreOnAWorkerIsRetriedElsewhere(t *testing.T) {
+	s := newS3Setup(t, nsS3Outage)
+	s.startControlPlane(t)
+	bucket := strings.TrimPrefix(strings.SplitN(s.url, "?", 2)[0], "s3://")
+	s.startS3Agent(t, "outage-cut", "s3://"+bucket+"?endpoint=http://127.0.0.1:1&use_path_style=true&region=us-east-1&disable_https=true")
+	env := taskEnvelope(t, "outage-task", `echo "attempt $WDC_ATTEMPT" > outputs/out.txt`)
+	_, err := s.wc.SubmitTask(context.Background(), env, api.TaskOptions{
+		LeaseTTL: 10 * time.Second, Backoff: lease.Backoff{Initial: 100 * time.Millisecond, Max: time.Second},
+	})
+	require.NoError(t, err)
+	waitFor(t, 15*time.Second, "attempt 1 leased to the cut-off worker", func() bool {
+		v, err := s.wc.Task(context.Background(), env.TaskID)
+		return err == nil && v.Lease != nil && v.Lease.Attempt == 1
+	})
+	s.startS3Agent(t, "outage-ok", s.url)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := s.wc.WaitTask(ctx, env.TaskID)
+	require.NoError(t, err)
+	require.Equal(t, api.TaskCompleted, out.State)
+	view, err := s.wc.Task(context.Background(), env.TaskID)
+	require.NoError(t, err)
+	require.Len(t, view.Leases, 2)
+	assert.Equal(t, "outage-cut", view.Leases[0].WorkerID)
+	assert.Equal(t, "outage-ok", view.Leases[1].WorkerID)
+	require.Len(t, view.Directives, 1)
+	assert.Equal(t, lease.ReasonInfraKilled, view.Directives[0].Reason)
+	assert.Contains(t, view.Directives[0].Detail, "artifact store")
+	require.NotNil(t, view.Result)
+	assert.Empty(t, view.Result.OutputError)
+	require.Len(t, view.Result.Artifacts, 1)
+
+	store, err := blobstore.Open(context.Background(), s.url)
+	require.NoError(t, err)
+	defer store.Close()
+	r, err := store.Open(context.Background(), view.Result.Artifacts[0].Digest)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(r)
+	r.Close()
+	assert.Equal(t, "attempt 2\n", string(b))
+	assert.Empty(t, bucketKeys(t, store, "staging/"))
 }
