@@ -315,12 +315,13 @@ func (c *Control) promoteAll(ctx context.Context, prefix string, files []api.Art
 		return nil, nil
 	}
 	out := make([]api.Artifact, 0, len(files))
+	hb := &ingestHeartbeat{ctx: ctx}
 	for i, a := range files {
 		src, err := blobstore.StagedKey(prefix, a.Name)
 		if err != nil {
 			return nil, temporal.NewNonRetryableApplicationError("artifact name: "+err.Error(), api.ErrTypeArtifactMismatch, nil)
 		}
-		size, err := c.Blobs.Promote(ctx, src, a.Digest)
+		size, err := c.Blobs.PromoteWithProgress(ctx, src, a.Digest, hb.bytes(i))
 		if i == 0 && errors.Is(err, blobstore.ErrNotFound) {
 			if keys, lerr := c.Blobs.List(ctx, prefix); lerr == nil && len(keys) == 0 {
 				// Not this result's fault: nothing at all is staged where
@@ -339,10 +340,38 @@ func (c *Control) promoteAll(ctx context.Context, prefix string, files []api.Art
 			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("artifact %s: declared %d bytes, staged %d", a.Name, a.SizeBytes, size), api.ErrTypeArtifactMismatch, nil)
 		}
 		out = append(out, a)
-		activity.RecordHeartbeat(ctx, len(out))
+		hb.record(api.IngestProgress{Artifact: len(out), Bytes: 0}, true)
 	}
 	return out, nil
 }
+
+// ingestHeartbeatEvery is how often promotion heartbeats while it streams
+// one artifact: by bytes, so a large artifact on a slow store does not run
+// into the Ingest activity's heartbeat timeout.
+var ingestHeartbeatEvery = time.Second
+
+// ingestHeartbeat heartbeats the Ingest activity at most every
+// ingestHeartbeatEvery while bytes flow, and after every artifact.
+type ingestHeartbeat struct {
+	ctx  context.Context
+	last time.Time
+}
+
+// bytes returns the progress callback for artifact i (0-based).
+func (h *ingestHeartbeat) bytes(i int) func(int64) {
+	return func(n int64) { h.record(api.IngestProgress{Artifact: i, Bytes: n}, false) }
+}
+
+func (h *ingestHeartbeat) record(p api.IngestProgress, force bool) {
+	if now := time.Now(); force || now.Sub(h.last) >= ingestHeartbeatEvery {
+		h.last = now
+		recordHeartbeat(h.ctx, p)
+	}
+}
+
+// recordHeartbeat is activity.RecordHeartbeat (tests watch the calls: the
+// SDK throttles what it sends).
+var recordHeartbeat = activity.RecordHeartbeat
 
 // CleanupStaging removes every attempt's staging of an ended task, so a
 // stale attempt's outputs never linger (they are never promoted).

@@ -1,13 +1,18 @@
 package activities
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
@@ -43,8 +48,8 @@ func TestIngestPromotesVerifiedArtifactsAndCleansStaging(t *testing.T) {
 	assert.Equal(t, []api.Artifact{a}, res.Artifacts)
 	assert.Equal(t, []api.Artifact{l}, res.Logs)
 	ctx := context.Background()
-	assert.True(t, store.Has(ctx, a.Digest))
-	assert.True(t, store.Has(ctx, l.Digest))
+	assert.True(t, has(t, store, a.Digest))
+	assert.True(t, has(t, store, l.Digest))
 	keys, err := store.List(ctx, "staging/")
 	require.NoError(t, err)
 	assert.Empty(t, keys, "the attempt's staging is removed")
@@ -59,7 +64,7 @@ func TestIngestRefusesATamperedArtifact(t *testing.T) {
 	require.True(t, errors.As(err, &appErr), "got %v", err)
 	assert.Equal(t, api.ErrTypeArtifactMismatch, appErr.Type())
 	assert.True(t, appErr.NonRetryable())
-	assert.False(t, store.Has(context.Background(), a.Digest))
+	assert.False(t, has(t, store, a.Digest))
 }
 
 func TestIngestRefusesPathEscapes(t *testing.T) {
@@ -84,4 +89,68 @@ func TestIngestWithoutStagingIsRetryable(t *testing.T) {
 		assert.False(t, appErr.NonRetryable())
 	}
 	assert.Contains(t, err.Error(), "must share --blob-url")
+}
+
+// Ingest heartbeats while bytes flow through one large artifact, not only
+// between artifacts: a big artifact on a slow store must not run into the
+// activity's heartbeat timeout.
+func TestIngestHeartbeatsByBytes(t *testing.T) {
+	defer func(d time.Duration, r func(context.Context, ...any)) {
+		ingestHeartbeatEvery, recordHeartbeat = d, r
+	}(ingestHeartbeatEvery, recordHeartbeat)
+	ingestHeartbeatEvery = 0 // every read, so a fast local store shows it
+	var mu sync.Mutex
+	var beats []api.IngestProgress
+	recordHeartbeat = func(ctx context.Context, details ...any) {
+		mu.Lock()
+		beats = append(beats, details[0].(api.IngestProgress))
+		mu.Unlock()
+		activity.RecordHeartbeat(ctx, details...)
+	}
+	env, store := ingestEnv(t)
+	big := stage(t, store, blobstore.StagingPrefix("t1", 2, 3), "big.bin", bytes.Repeat([]byte("0123456789abcdef"), 5<<16)) // 5 MiB
+	_, err := env.ExecuteActivity("Ingest", api.IngestInput{Claim: claim, Artifacts: []api.Artifact{big}})
+	require.NoError(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	var during []int64
+	for _, b := range beats {
+		if b.Artifact == 0 && b.Bytes > 0 {
+			during = append(during, b.Bytes)
+		}
+	}
+	require.GreaterOrEqual(t, len(during), 2, "heartbeats while the artifact streams: %+v", beats)
+	assert.True(t, slices.IsSorted(during), "bytes only grow")
+	assert.Equal(t, big.SizeBytes, during[len(during)-1], "up to the whole artifact")
+	assert.Equal(t, api.IngestProgress{Artifact: 1}, beats[len(beats)-1], "and once the artifact is promoted")
+}
+
+// A store that cannot be reached is infrastructure trouble: Ingest fails
+// retryably, naming the store, and promotes nothing.
+func TestIngestOnAnUnreachableStoreIsRetryable(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "unused")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "unused-secret")
+	url := "s3://gone?endpoint=http://127.0.0.1:1&use_path_style=true&region=us-east-1&disable_https=true"
+	store, err := blobstore.Open(context.Background(), url)
+	require.NoError(t, err)
+	var ts testsuite.WorkflowTestSuite
+	env := ts.NewTestActivityEnvironment()
+	env.RegisterActivity(&Control{Blobs: store})
+	_, err = env.ExecuteActivity("Ingest", api.IngestInput{Claim: claim, Artifacts: []api.Artifact{{Name: "x", Digest: blobstore.DigestBytes(nil)}}})
+	require.Error(t, err)
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		assert.False(t, appErr.NonRetryable(), "retried, not the result's fault: %v", err)
+		assert.NotEqual(t, api.ErrTypeArtifactMismatch, appErr.Type())
+	}
+	assert.Contains(t, err.Error(), "s3://gone?endpoint=")
+	assert.NotContains(t, err.Error(), "unused-secret")
+}
+
+// has is Has for a store that must answer.
+func has(t testing.TB, s *blobstore.Store, digest string) bool {
+	t.Helper()
+	ok, err := s.Has(context.Background(), digest)
+	require.NoError(t, err)
+	return ok
 }

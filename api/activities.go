@@ -75,6 +75,15 @@ type IngestResult struct {
 	Logs      []Artifact `json:"logs,omitempty"`
 }
 
+// IngestProgress is the Ingest activity's heartbeat detail: artifacts
+// promoted so far, or while one streams, its index (0-based, artifacts
+// then logs) and the bytes re-hashed so far. Informational only: a retried
+// Ingest starts over.
+type IngestProgress struct {
+	Artifact int   `json:"artifact"`
+	Bytes    int64 `json:"bytes"`
+}
+
 // CleanupInput removes a task's staging area once the task has ended.
 type CleanupInput struct {
 	TaskID string `json:"task_id"`

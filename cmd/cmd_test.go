@@ -74,6 +74,15 @@ func TestBadInputIsExitTwoWithOneLineNamingTheProblem(t *testing.T) {
 		{"too many args", []string{"tasks", "status", "a", "b"}, "accepts 1 arg"},
 		{"start-dev bad port", []string{"server", "start-dev", "--port", "70000"}, "--port 70000"},
 		{"start-dev bad ip", []string{"server", "start-dev", "--ip", "localhost"}, "not an IP address"},
+		{"start-dev bad s3 port", []string{"server", "start-dev", "--s3-port", "70000"}, "--s3-port 70000: want 1-65535"},
+		{"start-dev zero s3 port", []string{"server", "start-dev", "--s3-port", "0"}, "--s3-port 0: want 1-65535"},
+		{"start-dev s3 port is the frontend's", []string{"server", "start-dev", "--s3-port", "7233"}, "--s3-port 7233: must differ from --port and --ui-port"},
+		{"start-dev s3 port is the ui's", []string{"server", "start-dev", "--s3-port", "8233"}, "--s3-port 8233: must differ"},
+		{"start-dev bad s3 bucket", []string{"server", "start-dev", "--s3-bucket", "Has_Caps"}, `--s3-bucket "Has_Caps"`},
+		{"start-dev short s3 bucket", []string{"server", "start-dev", "--s3-bucket", "ab"}, `--s3-bucket "ab"`},
+		{"start-dev s3 access key alone", []string{"server", "start-dev", "--s3-access-key", "AK"}, "--s3-access-key and --s3-secret-key: give both or neither"},
+		{"start-dev s3 secret key alone", []string{"server", "start-dev", "--s3-secret-key", "SK"}, "give both or neither"},
+		{"start-dev s3 port not a number", []string{"server", "start-dev", "--s3-port", "web"}, "--s3-port"},
 		{"render without worker", []string{"workers", "render-launch", bad}, "--worker-id"},
 		{"commit without events", []string{"runs", "commit", "r1", "--expected-parent-time", "0"}, "--event"},
 		{"commit without expected parent time", []string{"runs", "commit", "r1", "--event", "1"}, `required flag(s) "expected-parent-time"`},
@@ -161,4 +170,13 @@ func TestQuantityParsing(t *testing.T) {
 	n, err := parseCPU("")
 	require.NoError(t, err)
 	assert.Positive(t, n, "default is this machine's cores")
+}
+
+func TestStartDevHelpExplainsTheS3Endpoint(t *testing.T) {
+	code, stdout, _ := run(t, "server", "start-dev", "--help")
+	assert.Equal(t, ExitOK, code)
+	for _, want := range []string{"--s3-port", "--no-s3", "--s3-bucket", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+		"<db-filename>.s3/credentials", "env WDC_DEV_S3_SECRET_KEY", "--blob-url"} {
+		assert.Contains(t, stdout, want)
+	}
 }

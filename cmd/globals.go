@@ -205,9 +205,11 @@ func (a *app) wdcClient(c client.Client) *wdcclient.Client {
 	return &wdcclient.Client{C: c, Address: a.global.address, Namespace: a.global.namespace, CallTimeout: a.global.controlPlaneTimeout}
 }
 
-// printJSON writes v as indented JSON.
+// printJSON writes v as indented JSON, with &, < and > as themselves (a
+// URL's query stays copyable: s3://b?endpoint=…&region=…).
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
@@ -349,9 +351,9 @@ func (a *app) defaultDataDir() string {
 	return ".wdc"
 }
 
-const dataDirHelp = "data directory shared by the control plane and agents: the blob store and staging unless --blob-url says otherwise (env WDC_DATA_DIR; default $XDG_DATA_HOME/wdc or ~/.local/share/wdc)"
+const dataDirHelp = "this process's data directory: agents' task dirs, and the blob store (then shared by the control plane and agents) unless --blob-url says otherwise (env WDC_DATA_DIR; default $XDG_DATA_HOME/wdc or ~/.local/share/wdc)"
 
-const blobURLHelp = "artifact store shared by the control plane and agents: file:///dir, or s3://BUCKET?endpoint=URL&region=R&use_path_style=true[&disable_https=true] with credentials from the AWS default chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY), never in the URL (env WDC_BLOB_URL; default file://<data-dir>/blobs)"
+const blobURLHelp = "artifact store shared by the control plane and agents: file:///dir, s3://BUCKET?region=R[&endpoint=URL&use_path_style=true&disable_https=true] (credentials from the AWS default chain: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY; 'wdc server start-dev' prints its own), gs://BUCKET or azblob://CONTAINER?storage_account=NAME (their default credentials); never credentials in the URL (env WDC_BLOB_URL; default file://<data-dir>/blobs)"
 
 // appError renders wdc refusals for the CLI: invalid input is a usage
 // error (exit 2).

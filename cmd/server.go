@@ -32,6 +32,11 @@ type startDevOptions struct {
 	headless   bool
 	namespaces []string
 	logLevel   string
+	s3Port     int
+	noS3       bool
+	s3Bucket   string
+	s3Access   string
+	s3Secret   string
 }
 
 func (a *app) newStartDevCommand() *cobra.Command {
@@ -43,14 +48,35 @@ func (a *app) newStartDevCommand() *cobra.Command {
 SQLite persistence, namespace "default" (plus any --namespace), every wdc search
 attribute registered before the first workflow, and the Temporal Web UI.
 
+It also serves an S3 endpoint for the artifact store on --s3-port (the embedded
+VersityGW gateway, files under a directory) with bucket --s3-bucket, so agents
+on other machines need no shared filesystem. It prints the --blob-url to give
+every wdc command (or export as WDC_BLOB_URL) and the AWS_ACCESS_KEY_ID /
+AWS_SECRET_ACCESS_KEY to export where they run. --no-s3 turns it off.
+
 State lives in --db-filename; without it, everything is kept in memory and lost
 on exit. Restarting on the same file keeps every workflow (workers, tasks, runs).
+The S3 data lives beside it in <db-filename>.s3/, with credentials generated
+once and kept in <db-filename>.s3/credentials (mode 0600), so they stay the same
+across restarts; in memory mode they are new each time and the data is removed
+on exit. --s3-access-key and --s3-secret-key (env WDC_DEV_S3_ACCESS_KEY,
+WDC_DEV_S3_SECRET_KEY) choose them instead (not stored).
+
+With --ip 0.0.0.0 every service listens on all interfaces and the printed URL
+names this machine's first non-loopback IPv4 address.
 Stop with Ctrl-C (SIGINT) or SIGTERM.`,
 		Example: `  wdc server start-dev --db-filename wdc.db
   wdc server start-dev --port 7233 --ui-port 8233 --namespace science
-  wdc server start-dev --headless`,
+  wdc server start-dev --headless --no-s3
+  wdc server start-dev --ip 0.0.0.0 --db-filename /var/lib/wdc/dev.db --s3-bucket artifacts -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
+			if o.s3Access == "" {
+				o.s3Access = a.deps.Getenv("WDC_DEV_S3_ACCESS_KEY")
+			}
+			if o.s3Secret == "" {
+				o.s3Secret = a.deps.Getenv("WDC_DEV_S3_SECRET_KEY")
+			}
 			if err := o.validate(); err != nil {
 				return err
 			}
@@ -65,6 +91,11 @@ Stop with Ctrl-C (SIGINT) or SIGTERM.`,
 	f.BoolVar(&o.headless, "headless", false, "do not serve the Web UI")
 	f.StringArrayVar(&o.namespaces, "namespace", nil, "extra namespace to create (repeatable); \"default\" always exists")
 	f.StringVar(&o.logLevel, "server-log-level", "off", "the Temporal server's own log level: debug, info, warn, error, off")
+	f.IntVar(&o.s3Port, "s3-port", 7300, "S3 endpoint port for the artifact store")
+	f.BoolVar(&o.noS3, "no-s3", false, "do not serve the S3 endpoint")
+	f.StringVar(&o.s3Bucket, "s3-bucket", "wdc", "bucket to create on the S3 endpoint")
+	f.StringVar(&o.s3Access, "s3-access-key", "", "S3 access key ID clients must use (env WDC_DEV_S3_ACCESS_KEY; default: generated, kept beside --db-filename)")
+	f.StringVar(&o.s3Secret, "s3-secret-key", "", "S3 secret access key (env WDC_DEV_S3_SECRET_KEY; default: generated, kept beside --db-filename)")
 	return c
 }
 
@@ -94,6 +125,21 @@ func (o *startDevOptions) validate() error {
 	default:
 		return usagef("--server-log-level %q: want debug, info, warn, error or off", o.logLevel)
 	}
+	if o.noS3 {
+		return nil
+	}
+	if o.s3Port < 1 || o.s3Port > 65535 {
+		return usagef("--s3-port %d: want 1-65535", o.s3Port)
+	}
+	if o.s3Port == o.port || (!o.headless && o.s3Port == o.uiPort) {
+		return usagef("--s3-port %d: must differ from --port and --ui-port", o.s3Port)
+	}
+	if !devopts.ValidBucket(o.s3Bucket) {
+		return usagef("--s3-bucket %q: want 3-63 of a-z, 0-9, '.', '-', starting and ending with a letter or digit", o.s3Bucket)
+	}
+	if (o.s3Access == "") != (o.s3Secret == "") {
+		return usagef("--s3-access-key and --s3-secret-key: give both or neither")
+	}
 	return nil
 }
 
@@ -101,12 +147,16 @@ func (a *app) runStartDev(ctx context.Context, o *startDevOptions) error {
 	if a.deps.StartDevServer == nil {
 		return errors.New("this build has no embedded server")
 	}
-	srv, err := a.deps.StartDevServer(ctx, devopts.Options{
+	opts := devopts.Options{
 		DBFilename: o.dbFilename, IP: o.ip, Port: o.port, UIPort: o.uiPort, EnableUI: !o.headless,
 		Namespaces: o.namespaces, SearchAttributes: api.SearchAttributes(), LogLevel: o.logLevel,
-	})
+	}
+	if !o.noS3 {
+		opts.S3 = &devopts.S3Options{Port: o.s3Port, Bucket: o.s3Bucket, AccessKey: o.s3Access, SecretKey: o.s3Secret}
+	}
+	srv, err := a.deps.StartDevServer(ctx, opts)
 	if err != nil {
-		return err
+		return startDevError(err)
 	}
 	store := o.dbFilename
 	if store == "" {
@@ -116,6 +166,14 @@ func (a *app) runStartDev(ctx context.Context, o *startDevOptions) error {
 		"address": srv.FrontendHostPort(), "ui": srv.UIAddress(), "namespaces": append([]string{"default"}, o.namespaces...),
 		"store": store, "ready_seconds": srv.StartupDuration().Seconds(),
 	}
+	s3 := srv.S3()
+	if s3 != nil {
+		info["s3"] = map[string]any{
+			"endpoint": s3.Endpoint, "bucket": s3.Bucket, "blob_url": s3.BlobURL, "region": s3.Region, "dir": s3.Dir,
+			"persistent": s3.Persistent,
+			"env":        map[string]string{"WDC_BLOB_URL": s3.BlobURL, "AWS_ACCESS_KEY_ID": s3.AccessKey, "AWS_SECRET_ACCESS_KEY": s3.SecretKey, "AWS_REGION": s3.Region},
+		}
+	}
 	if err := a.emit(info, func(w io.Writer) error {
 		fmt.Fprintf(w, "Temporal server ready in %s\n", srv.StartupDuration().Round(time.Millisecond))
 		fmt.Fprintf(w, "  frontend   %s\n", srv.FrontendHostPort())
@@ -124,6 +182,12 @@ func (a *app) runStartDev(ctx context.Context, o *startDevOptions) error {
 		}
 		fmt.Fprintf(w, "  namespaces %s\n", strings.Join(append([]string{"default"}, o.namespaces...), ", "))
 		fmt.Fprintf(w, "  store      %s\n", store)
+		if s3 != nil {
+			fmt.Fprintf(w, "  s3         %s (bucket %s, files in %s)\n", s3.Endpoint, s3.Bucket, s3.Dir)
+			fmt.Fprintf(w, "Artifact store: give every wdc command this environment (or --blob-url):\n")
+			fmt.Fprintf(w, "  export WDC_BLOB_URL='%s'\n", s3.BlobURL)
+			fmt.Fprintf(w, "  export AWS_ACCESS_KEY_ID='%s' AWS_SECRET_ACCESS_KEY='%s' AWS_REGION=%s\n", s3.AccessKey, s3.SecretKey, s3.Region)
+		}
 		fmt.Fprintf(w, "Stop with Ctrl-C.\n")
 		return nil
 	}); err != nil {
@@ -133,4 +197,15 @@ func (a *app) runStartDev(ctx context.Context, o *startDevOptions) error {
 	<-ctx.Done()
 	fmt.Fprintln(a.deps.Stderr, "wdc: stopping the server")
 	return srv.Stop()
+}
+
+// startDevError names the flag in the dev server's refusals of a port
+// (port, ui-port, s3-port: "--s3-port 7300: cannot listen …").
+func startDevError(err error) error {
+	for _, flag := range []string{"s3-port ", "ui-port ", "port "} {
+		if strings.HasPrefix(err.Error(), flag) {
+			return fmt.Errorf("--%w", err)
+		}
+	}
+	return err
 }

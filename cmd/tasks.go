@@ -170,7 +170,14 @@ submitted. --wait does not apply to a batch: follow the run with
 					defer store.Close()
 					put = putFile(ctx, store)
 					for i, in := range env.Inputs {
-						if in.Digest != "" && !store.Has(ctx, in.Digest) {
+						if in.Digest == "" {
+							continue
+						}
+						ok, err := store.Has(ctx, in.Digest)
+						if err != nil {
+							return fmt.Errorf("%s: inputs[%d].digest: %w", args[0], i, err)
+						}
+						if !ok {
 							return usagef("%s: inputs[%d].digest: %s is not in the blob store %s (give a path instead, or use the blob store that holds it)", args[0], i, in.Digest, store)
 						}
 					}

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -117,3 +119,11 @@ func (s *syncBuffer) String() string {
 
 // Contains reports whether what was written so far contains sub.
 func (s *syncBuffer) Contains(sub string) bool { return strings.Contains(s.String(), sub) }
+
+// has is Has for a store that must answer.
+func has(t testing.TB, s *blobstore.Store, digest string) bool {
+	t.Helper()
+	ok, err := s.Has(context.Background(), digest)
+	require.NoError(t, err)
+	return ok
+}

@@ -4,9 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -99,16 +97,4 @@ func TestLeaseExpiresPromptlyAfterAServerOutage(t *testing.T) {
 	t.Logf("lease ended %s (%s) %s after the server was back", first.State, first.EndReason, took.Round(time.Millisecond))
 	require.Equal(t, lease.Expired, first.State)
 	require.Less(t, took, 2*time.Second, "the lease expired late after the outage")
-}
-
-func freeTCPPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	_, p, err := net.SplitHostPort(l.Addr().String())
-	require.NoError(t, err)
-	port, err := strconv.Atoi(p)
-	require.NoError(t, err)
-	return port
 }

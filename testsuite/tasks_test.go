@@ -180,7 +180,7 @@ func TestOutputSymlinkIsRejectedWithAClearReason(t *testing.T) {
 	passwd, err := os.ReadFile("/etc/passwd")
 	require.NoError(t, err)
 	d := blobstore.DigestBytes(passwd)
-	assert.False(t, suite.blobs.Has(context.Background(), d))
+	assert.False(t, has(t, suite.blobs, d))
 
 	code, stdout, _ := cli(t, "tasks", "result", env.TaskID)
 	assert.Equal(t, 4, code, "the result is shown; the exit code says the outputs were rejected")
@@ -277,7 +277,7 @@ func TestResultValidationAndDeduplication(t *testing.T) {
 	second, err := send(in, api.SubmitResultUpdateID(claim))
 	require.NoError(t, err)
 	assert.Equal(t, first, second, "the resubmission returns the first outcome")
-	assert.True(t, suite.blobs.Has(context.Background(), d))
+	assert.True(t, has(t, suite.blobs, d))
 
 	out, view := waitOutcome(t, env.TaskID)
 	assert.Equal(t, api.TaskCompleted, out.State)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -58,7 +59,7 @@ var contract = []struct {
 		require.NoError(t, err)
 		assert.Equal(t, helloDigest, d)
 		assert.Equal(t, int64(6), n)
-		assert.True(t, s.Has(ctx, d))
+		assert.True(t, has(t, s, d))
 		d2, _, err := s.Put(ctx, strings.NewReader("hello\n"))
 		require.NoError(t, err)
 		assert.Equal(t, d, d2, "content-addressed: the same bytes, the same blob")
@@ -87,16 +88,16 @@ var contract = []struct {
 		require.NoError(t, err)
 		assert.Equal(t, DigestBytes([]byte("file bytes\n")), fd)
 		assert.Equal(t, int64(11), fn)
-		assert.True(t, s.Has(ctx, fd))
+		assert.True(t, has(t, s, fd))
 
 		require.NoError(t, s.RemovePrefix(ctx, "sha256/"))
-		assert.False(t, s.Has(ctx, d))
+		assert.False(t, has(t, s, d))
 		assert.Error(t, s.RemovePrefix(ctx, "/"), "never everything")
 	}},
 	{"Missing", func(t *testing.T, s *Store) {
 		ctx := context.Background()
 		none := "sha256:" + strings.Repeat("00", 32)
-		assert.False(t, s.Has(ctx, none))
+		assert.False(t, has(t, s, none))
 		_, err := s.Open(ctx, none)
 		assert.ErrorIs(t, err, ErrNotFound)
 		err = s.CopyTo(ctx, none, filepath.Join(t.TempDir(), "x"), 0o644)
@@ -119,11 +120,13 @@ var contract = []struct {
 		require.NoError(t, err)
 		assert.Equal(t, helloDigest, d)
 		assert.Equal(t, int64(6), n)
-		assert.False(t, s.Has(ctx, d), "staging is not content")
-		size, err := s.Promote(ctx, key, helloDigest)
+		assert.False(t, has(t, s, d), "staging is not content")
+		var progress []int64
+		size, err := s.PromoteWithProgress(ctx, key, helloDigest, func(n int64) { progress = append(progress, n) })
 		require.NoError(t, err)
 		assert.Equal(t, int64(6), size)
-		assert.True(t, s.Has(ctx, helloDigest))
+		assert.Equal(t, []int64{6}, progress, "progress counts the bytes re-hashed")
+		assert.True(t, has(t, s, helloDigest))
 		// Promoting content already present re-hashes only.
 		size, err = s.Promote(ctx, key, helloDigest)
 		require.NoError(t, err)
@@ -139,7 +142,7 @@ var contract = []struct {
 		require.ErrorIs(t, err, ErrDigestMismatch)
 		assert.Contains(t, err.Error(), other)
 		assert.Contains(t, err.Error(), DigestBytes([]byte("tampered\n")))
-		assert.False(t, s.Has(ctx, other), "a mismatching object is never promoted")
+		assert.False(t, has(t, s, other), "a mismatching object is never promoted")
 		keys, err := s.List(ctx, "sha256/")
 		require.NoError(t, err)
 		assert.Empty(t, keys, "nothing half-written under sha256/")
@@ -154,6 +157,21 @@ var contract = []struct {
 		assert.Empty(t, keys)
 		_, err = s.Promote(ctx, key, "sha256:nothex")
 		assert.Error(t, err)
+	}},
+	{"PromoteProgressByBytes", func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		content := bytes.Repeat([]byte("p"), 7<<20)
+		key := StagingPrefix("t1", 1, 1) + "big"
+		d, _, err := s.Stage(ctx, key, bytes.NewReader(content))
+		require.NoError(t, err)
+		for _, round := range []string{"new blob", "blob already there"} {
+			var progress []int64
+			_, err = s.PromoteWithProgress(ctx, key, d, func(n int64) { progress = append(progress, n) })
+			require.NoError(t, err, round)
+			require.Greater(t, len(progress), 1, "%s: called while the bytes stream", round)
+			assert.True(t, slices.IsSorted(progress), round)
+			assert.Equal(t, int64(len(content)), progress[len(progress)-1], round)
+		}
 	}},
 	{"ConcurrentPromoteOfOneDigest", func(t *testing.T, s *Store) {
 		ctx := context.Background()

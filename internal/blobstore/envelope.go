@@ -21,7 +21,9 @@ func (s *Store) PutEnvelope(ctx context.Context, env envelope.Envelope) (digest 
 		return "", err
 	}
 	digest = DigestBytes(canon)
-	if s.Has(ctx, digest) {
+	if ok, err := s.Has(ctx, digest); err != nil {
+		return "", err
+	} else if ok {
 		return digest, nil
 	}
 	if _, _, err := s.Put(ctx, bytes.NewReader(canon)); err != nil {

@@ -14,9 +14,12 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"gocloud.dev/blob"
-	_ "gocloud.dev/blob/fileblob" // file://
-	_ "gocloud.dev/blob/s3blob"   // s3://
+	_ "gocloud.dev/blob/azureblob" // azblob://
+	_ "gocloud.dev/blob/fileblob"  // file://
+	_ "gocloud.dev/blob/gcsblob"   // gs://
+	_ "gocloud.dev/blob/s3blob"    // s3://
 	"gocloud.dev/gcerrors"
 
 	"github.com/wdc-runtime/wdc/internal/envelope"
@@ -212,24 +215,28 @@ func (s *Store) fail(op, key string, err error) error {
 }
 
 // legacyKey is where the store before gocloud kept a blob under
-// <data-dir>/blobs: sha256/<2 hex>/<64 hex>. Blobs there are still read, so
-// an existing data dir keeps its results; new blobs go to ContentKey.
+// <data-dir>/blobs: sha256/<2 hex>/<64 hex>. Blobs there are still read
+// (file stores only: that store had no other backend), so an existing
+// data dir keeps its results; new blobs go to ContentKey.
 func legacyKey(key string) string {
 	h := strings.TrimPrefix(key, "sha256/")
 	return "sha256/" + h[:2] + "/" + h
 }
 
-// Has reports whether the blob exists.
-func (s *Store) Has(ctx context.Context, digest string) bool {
+// Has reports whether the blob with digest exists. Only the store's "not
+// found" means absent: any other failure (an unreachable endpoint, denied
+// credentials) is returned, naming the store's URL (without secrets) and
+// the operation. Errors: a malformed digest.
+func (s *Store) Has(ctx context.Context, digest string) (bool, error) {
 	key, err := ContentKey(digest)
 	if err != nil {
-		return false
+		return false, err
 	}
-	if ok, err := s.bucket.Exists(ctx, key); err == nil && ok {
-		return true
+	ok, err := s.Exists(ctx, key)
+	if err != nil || ok || s.dir == "" {
+		return ok, err
 	}
-	ok, err := s.bucket.Exists(ctx, legacyKey(key))
-	return err == nil && ok
+	return s.Exists(ctx, legacyKey(key))
 }
 
 // Exists reports whether an object (any key) exists.
@@ -272,7 +279,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]string, error) {
 // the content hashes differently, the write is aborted (nothing appears
 // under key) and the error wraps ErrDigestMismatch. A read error of r also
 // aborts it.
-func (s *Store) write(ctx context.Context, key string, r io.Reader, want string) (digest string, size int64, err error) {
+func (s *Store) write(ctx context.Context, key string, r io.Reader, want string, progress func(int64)) (digest string, size int64, err error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w, err := s.bucket.NewWriter(wctx, key, &blob.WriterOptions{ContentType: "application/octet-stream"})
@@ -280,6 +287,9 @@ func (s *Store) write(ctx context.Context, key string, r io.Reader, want string)
 		return "", 0, s.fail("write", key, err)
 	}
 	h := sha256.New()
+	if progress != nil {
+		r = &countingReader{r: r, progress: progress}
+	}
 	size, err = io.CopyBuffer(io.MultiWriter(w, h), r, make([]byte, copyBuf))
 	if err != nil {
 		cancel()
@@ -317,7 +327,7 @@ func (s *Store) syncLocal(key string) {
 // Stage streams r into key (a staging key) and returns its digest and
 // size. A read error of r aborts the write and is returned as is.
 func (s *Store) Stage(ctx context.Context, key string, r io.Reader) (digest string, size int64, err error) {
-	return s.write(ctx, key, r, "")
+	return s.write(ctx, key, r, "", nil)
 }
 
 // Put stores r's bytes and returns their digest and size. The bytes go to
@@ -329,7 +339,7 @@ func (s *Store) Put(ctx context.Context, r io.Reader) (digest string, size int64
 	_, _ = rand.Read(rnd[:])
 	tmp := "tmp/put-" + hex.EncodeToString(rnd[:])
 	defer func() { _ = s.bucket.Delete(context.WithoutCancel(ctx), tmp) }()
-	digest, size, err = s.write(ctx, tmp, r, "")
+	digest, size, err = s.write(ctx, tmp, r, "", nil)
 	if err != nil {
 		return "", 0, fmt.Errorf("blob store %s: put: %w", s.where, err)
 	}
@@ -347,15 +357,15 @@ func (s *Store) PutFile(ctx context.Context, path string) (digest string, size i
 		return "", 0, err
 	}
 	key, _ := ContentKey(digest)
-	if ok, _ := s.bucket.Exists(ctx, key); ok {
-		return digest, size, nil
+	if ok, err := s.Exists(ctx, key); err != nil || ok {
+		return digest, size, err
 	}
 	f, err := os.Open(path)
 	if err != nil {
 		return "", 0, err
 	}
 	defer f.Close()
-	if _, _, err := s.write(ctx, key, f, digest); err != nil {
+	if _, _, err := s.write(ctx, key, f, digest, nil); err != nil {
 		return "", 0, fmt.Errorf("blob store %s: put %s: %w", s.where, path, err)
 	}
 	return digest, size, nil
@@ -365,20 +375,37 @@ func (s *Store) PutFile(ctx context.Context, path string) (digest string, size i
 // sha256/<hex of want>, and completes that write only when the content
 // hashes to want. Errors: ErrNotFound when srcKey is missing,
 // ErrDigestMismatch (wrapped, with both digests); nothing is then written.
-// When the blob is already there the staged object is only re-hashed.
+// Any other error is the store's (unreachable, denied, gone mid-stream):
+// the write is aborted as well, and a retry may succeed. When the blob is
+// already there the staged object is only re-hashed.
 func (s *Store) Promote(ctx context.Context, srcKey, want string) (size int64, err error) {
+	return s.PromoteWithProgress(ctx, srcKey, want, nil)
+}
+
+// PromoteWithProgress is Promote calling progress (when not nil) with the
+// number of bytes re-hashed so far, after every read from the staged
+// object, so a caller can heartbeat by bytes through a large object.
+func (s *Store) PromoteWithProgress(ctx context.Context, srcKey, want string, progress func(bytes int64)) (size int64, err error) {
 	key, err := ContentKey(want)
 	if err != nil {
 		return 0, err
 	}
-	r, err := s.bucket.NewReader(ctx, srcKey, nil)
+	r, err := s.bucket.NewReader(ctx, srcKey, readerOptions)
 	if err != nil {
 		return 0, s.fail("promote", srcKey, err)
 	}
 	defer r.Close()
-	if ok, _ := s.bucket.Exists(ctx, key); ok {
+	exists, err := s.Exists(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	if exists {
+		var src io.Reader = r
+		if progress != nil {
+			src = &countingReader{r: r, progress: progress}
+		}
 		h := sha256.New()
-		size, err = io.CopyBuffer(h, r, make([]byte, copyBuf))
+		size, err = io.CopyBuffer(h, src, make([]byte, copyBuf))
 		if err != nil {
 			return 0, s.fail("promote", srcKey, err)
 		}
@@ -387,7 +414,7 @@ func (s *Store) Promote(ctx context.Context, srcKey, want string) (size int64, e
 		}
 		return size, nil
 	}
-	_, size, err = s.write(ctx, key, r, want)
+	_, size, err = s.write(ctx, key, r, want, progress)
 	if err != nil {
 		if errors.Is(err, ErrDigestMismatch) {
 			return 0, fmt.Errorf("blob store %s: promote %s: %w", s.where, srcKey, err)
@@ -397,15 +424,43 @@ func (s *Store) Promote(ctx context.Context, srcKey, want string) (size int64, e
 	return size, nil
 }
 
+// readerOptions quiets the AWS SDK's "Skipped validation of multipart
+// checksum" warning on every read of a multipart object: the store checks
+// every byte against its SHA-256 digest itself.
+var readerOptions = &blob.ReaderOptions{BeforeRead: func(as func(any) bool) error {
+	var opts *[]func(*s3.Options)
+	if as(&opts) {
+		*opts = append(*opts, func(o *s3.Options) { o.DisableLogOutputChecksumValidationSkipped = true })
+	}
+	return nil
+}}
+
+// countingReader calls progress with the bytes read so far after every
+// read.
+type countingReader struct {
+	r        io.Reader
+	n        int64
+	progress func(int64)
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if n > 0 {
+		c.n += int64(n)
+		c.progress(c.n)
+	}
+	return n, err
+}
+
 // Open opens a blob for reading. Errors: ErrNotFound.
 func (s *Store) Open(ctx context.Context, digest string) (io.ReadCloser, error) {
 	key, err := ContentKey(digest)
 	if err != nil {
 		return nil, err
 	}
-	r, err := s.bucket.NewReader(ctx, key, nil)
-	if gcerrors.Code(err) == gcerrors.NotFound {
-		if lr, lerr := s.bucket.NewReader(ctx, legacyKey(key), nil); lerr == nil {
+	r, err := s.bucket.NewReader(ctx, key, readerOptions)
+	if gcerrors.Code(err) == gcerrors.NotFound && s.dir != "" {
+		if lr, lerr := s.bucket.NewReader(ctx, legacyKey(key), readerOptions); lerr == nil {
 			return lr, nil
 		}
 	}

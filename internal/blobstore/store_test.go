@@ -124,9 +124,46 @@ func TestLegacyBlobsStayReadable(t *testing.T) {
 	s, err := OpenDir(ctx, dir)
 	require.NoError(t, err)
 	defer s.Close()
-	assert.True(t, s.Has(ctx, helloDigest))
+	assert.True(t, has(t, s, helloDigest))
 	out := filepath.Join(t.TempDir(), "out")
 	require.NoError(t, s.CopyTo(ctx, helloDigest, out, 0o644))
 	b, _ := os.ReadFile(out)
 	assert.Equal(t, "hello\n", string(b))
+}
+
+// has is Has for a store that must answer.
+func has(t testing.TB, s *Store, digest string) bool {
+	t.Helper()
+	ok, err := s.Has(context.Background(), digest)
+	require.NoError(t, err)
+	return ok
+}
+
+// gs:// and azblob:// have drivers: without credentials a URL opens (the
+// driver authenticates on first use) or fails naming the URL and what is
+// missing — never "no driver registered".
+func TestCloudSchemesHaveDrivers(t *testing.T) {
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", "")
+	t.Setenv("AZURE_STORAGE_ACCOUNT", "")
+	for _, tc := range []struct{ url, wantErr string }{
+		{"gs://wdc-artifacts", ""},
+		{"azblob://wdc-artifacts?storage_account=wdcacct", ""},
+		{"azblob://wdc-artifacts", "AccountName is required"},
+	} {
+		t.Run(tc.url, func(t *testing.T) {
+			s, err := Open(context.Background(), tc.url)
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				assert.Equal(t, tc.url, s.String())
+				require.NoError(t, s.Close())
+				return
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "blob store "+tc.url+": open: ")
+			assert.Contains(t, err.Error(), tc.wantErr)
+			assert.NotContains(t, err.Error(), "no driver registered")
+		})
+	}
+	_, err := Open(context.Background(), "nosuch://b")
+	assert.ErrorContains(t, err, "no driver registered", "what an unknown scheme says")
 }

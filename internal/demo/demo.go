@@ -167,7 +167,8 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		if c.TaskID == ids.task && c.Attempt == 1 {
 			summary := filepath.Join(executor.TaskDir(filepath.Join(opts.DataDir, "work", c.WorkerID), c), "outputs", "summary.json")
 			if d, _, err := blobstore.HashFile(summary); err == nil {
-				staleDigest, stalePreexisting = d, store.Has(ctx, d)
+				staleDigest = d
+				stalePreexisting, _ = store.Has(ctx, d) // an error counts as absent: the check after the run then fails loudly
 			}
 			say("attempt 1 on %s finished its command; its executor is frozen before submitting (no heartbeats)", c.WorkerID)
 			select {
@@ -279,7 +280,11 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	res.StaleResultRejected = stale.Outcome == executor.OutcomeRejected
 	res.StaleRejectReason = stale.Reason
 	res.StaleArtifactDigest = staleDigest
-	res.StaleArtifactInStore = staleDigest == "" || (store.Has(ctx, staleDigest) && !stalePreexisting)
+	staleInStore, err := store.Has(ctx, staleDigest)
+	if staleDigest != "" && err != nil {
+		return res, err
+	}
+	res.StaleArtifactInStore = staleDigest == "" || (staleInStore && !stalePreexisting)
 	if keys, err := store.List(ctx, blobstore.StagingPrefix(ids.task, 1, 1)); err != nil || len(keys) > 0 {
 		return res, fmt.Errorf("attempt 1's staging was not cleaned up (%d objects left; %v)", len(keys), err)
 	}

@@ -61,13 +61,18 @@ type Server struct {
 	frontend string
 	uiAddr   string
 	started  time.Duration
+	s3       *s3Endpoint // nil when no S3 endpoint is served
 }
 
 // Start creates the store if needed, registers namespaces and search
 // attributes, starts the server and, when asked, the Web UI. It returns when
 // the frontend answers; the context bounds that wait.
 //
-// Errors: a port already in use, a DBFilename whose directory does not exist
+// With opts.S3 it also serves an S3 endpoint (see devopts.S3Options) and
+// creates its bucket.
+//
+// Errors: a port already in use (named as the CLI flag: port, ui-port,
+// s3-port), an invalid S3 bucket name, a DBFilename whose directory does not exist
 // or that is not a SQLite database, or more search attributes of one type
 // than SQLite visibility has slots for.
 func Start(ctx context.Context, opts Options) (*Server, error) {
@@ -96,6 +101,11 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		}
 		if err := checkPortFree(opts.IP, opts.UIPort); err != nil {
 			return nil, fmt.Errorf("ui-port %d: %w", opts.UIPort, err)
+		}
+	}
+	if opts.S3 != nil {
+		if err := checkS3Options(opts); err != nil {
+			return nil, err
 		}
 	}
 
@@ -141,6 +151,14 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		s.ui = ui
 		s.uiAddr = "http://" + net.JoinHostPort(opts.IP, strconv.Itoa(opts.UIPort))
 	}
+	if opts.S3 != nil {
+		e, err := startS3(opts)
+		if err != nil {
+			_ = s.Stop()
+			return nil, err
+		}
+		s.s3 = e
+	}
 	s.started = time.Since(began)
 	return s, nil
 }
@@ -159,12 +177,27 @@ func (s *Server) Namespaces() []string {
 // StartupDuration is how long Start took until the frontend answered.
 func (s *Server) StartupDuration() time.Duration { return s.started }
 
-// Stop stops the UI and the server. Safe to call once.
+// S3 describes the S3 endpoint (credentials included), or nil when none
+// is served.
+func (s *Server) S3() *devopts.S3Info {
+	if s.s3 == nil {
+		return nil
+	}
+	info := s.s3.info
+	return &info
+}
+
+// Stop stops the S3 endpoint (removing a temporary one's directory), the
+// UI and the server. Safe to call once.
 func (s *Server) Stop() error {
+	var err error
+	if s.s3 != nil {
+		err = s.s3.stop()
+	}
 	if s.ui != nil {
 		s.ui.stop()
 	}
-	return s.server.Stop()
+	return errors.Join(err, s.server.Stop())
 }
 
 // waitReady dials the frontend until it answers a health check and every

@@ -56,8 +56,9 @@ const (
 	// OutcomeRejected: the result was submitted and refused (Reason says
 	// why, e.g. stale_fence); its staging was removed.
 	OutcomeRejected Outcome = "rejected"
-	// OutcomeInfraKilled: the command was killed without a result; the
-	// attempt was reported as infra_killed.
+	// OutcomeInfraKilled: the command was killed without a result, or
+	// its outputs could not be staged because the artifact store failed
+	// (StoreError); the attempt was reported as infra_killed.
 	OutcomeInfraKilled Outcome = "infra_killed"
 	// OutcomeSelfFenced: the executor killed the command because its lease
 	// was lost or Temporal was unreachable for a whole TTL.
@@ -515,7 +516,20 @@ func (e *Execution) finish(rep *Report) {
 	staging := blobstore.StagingPrefix(e.claim.TaskID, e.claim.Attempt, e.claim.Fence)
 	arts, err := StageOutputs(ctx, filepath.Join(e.taskDir, "outputs"), e.opts.Blobs, staging, e.opts.Limits)
 	var outErr *OutputError
+	var storeErr *StoreError
 	switch {
+	case errors.As(err, &storeErr) && ctx.Err() == nil:
+		// The store failed, not the program: infrastructure trouble. The
+		// attempt's staging was removed (as far as the store allows); the
+		// task retries it, on another worker when one fits.
+		stopHeartbeats()
+		detail := "staging outputs: " + storeErr.Error()
+		e.log.Warn("artifact store failed; reporting infra_killed", "error", storeErr)
+		rep.Outcome, rep.Reason, rep.Message = OutcomeInfraKilled, string(lease.ReasonInfraKilled), detail
+		if err := e.opts.Control.ReportFailure(ctx, api.AttemptFailedSignal{Claim: e.claim, Reason: lease.ReasonInfraKilled, Detail: detail}); err != nil {
+			e.log.Warn("report infra kill", "error", err)
+		}
+		return
 	case errors.As(err, &outErr):
 		rep.OutputError = outErr.Error()
 		e.log.Warn("outputs rejected", "error", outErr)

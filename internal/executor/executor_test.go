@@ -559,3 +559,22 @@ func TestUndeliveredResultKeepsItsStaging(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{blobstore.StagingPrefix(f.lease.TaskID, f.lease.Attempt, f.lease.Fence) + "a.txt"}, keys, "the staged output is kept")
 }
+
+// An artifact store that cannot take the outputs is infrastructure
+// trouble, not the program's result: the attempt is reported infra_killed
+// (retried) and nothing is submitted.
+func TestStoreFailureWhileStagingIsInfraKilled(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "unused")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "unused")
+	gone, err := blobstore.Open(context.Background(), "s3://gone?endpoint=http://127.0.0.1:1&use_path_style=true&region=us-east-1&disable_https=true")
+	require.NoError(t, err)
+	f := newFixture(t, `echo data > outputs/result.txt`, nil)
+	ex := f.start(func(o *Options) { o.Blobs = gone })
+	rep := f.wait(ex)
+	assert.Equal(t, OutcomeInfraKilled, rep.Outcome)
+	assert.Equal(t, string(lease.ReasonInfraKilled), rep.Reason)
+	assert.Contains(t, rep.Message, "artifact store: blob store s3://gone?endpoint=")
+	require.Len(t, f.ctl.failures, 1)
+	assert.Equal(t, lease.ReasonInfraKilled, f.ctl.failures[0].Reason)
+	assert.Empty(t, f.ctl.submitted, "no result without its outputs")
+}

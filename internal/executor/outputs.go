@@ -148,9 +148,13 @@ func stageFile(ctx context.Context, src string, store *blobstore.Store, key stri
 		return api.Artifact{}, err
 	}
 	defer f.Close()
-	d, n, err := store.Stage(ctx, key, &capReader{r: f, left: maxBytes})
+	cr := &capReader{r: f, left: maxBytes}
+	d, n, err := store.Stage(ctx, key, cr)
 	if errors.Is(err, errOverCap) {
 		return api.Artifact{}, &OutputError{Reason: fmt.Sprintf("grew over the %d-byte cap while staging", maxBytes)}
+	}
+	if err != nil && (cr.readErr == nil || !errors.Is(err, cr.readErr)) {
+		return api.Artifact{}, &StoreError{Err: err}
 	}
 	if err != nil {
 		return api.Artifact{}, err
@@ -160,15 +164,28 @@ func stageFile(ctx context.Context, src string, store *blobstore.Store, key stri
 
 var errOverCap = errors.New("over the size cap")
 
+// StoreError is a failure of the artifact store while staging outputs (an
+// unreachable endpoint, a store that went away mid-upload): not the
+// program's fault, so the attempt is reported infra_killed and retried
+// rather than its result being submitted without outputs.
+type StoreError struct{ Err error }
+
+func (e *StoreError) Error() string { return "artifact store: " + e.Err.Error() }
+func (e *StoreError) Unwrap() error { return e.Err }
+
 // capReader reads r and fails with errOverCap once more than left bytes
 // come (so the upload is aborted, not truncated).
 type capReader struct {
-	r    io.Reader
-	left int64
+	r       io.Reader
+	left    int64
+	readErr error // the first error of r other than EOF
 }
 
 func (c *capReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
+	if err != nil && err != io.EOF && c.readErr == nil {
+		c.readErr = err
+	}
 	c.left -= int64(n)
 	if c.left < 0 {
 		return n, errOverCap
