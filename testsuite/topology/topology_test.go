@@ -118,8 +118,11 @@ func testDemo(t *testing.T, c *cluster) {
 // other control plane carries on; no second lease, the task completes on
 // attempt 1.
 func testControlPlaneKilled(t *testing.T, c *cluster, cps []*proc) []*proc {
-	env := topoTask(t, "cp-killed", `sleep 15; echo done > outputs/done.txt`)
-	c.submit(t, env, api.TaskOptions{LeaseTTL: 10 * time.Second, MaxAttempts: 3})
+	// The task workflow stalls on the killed control plane's sticky queue
+	// until Temporal's sticky schedule-to-start timeout (5 s) sends it to
+	// the shared queue; heartbeats wait as signals meanwhile.
+	env := topoTask(t, "cp-killed", `sleep 20; echo done > outputs/done.txt`)
+	c.submit(t, env, api.TaskOptions{LeaseTTL: 15 * time.Second, MaxAttempts: 3})
 	t.Cleanup(func() { c.logHistoryIfFailed(t, env.TaskID) })
 	v := c.waitRunning(t, env.TaskID)
 	held := v.Lease.HeartbeatSeq
