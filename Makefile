@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= bin/wdc
 PKGS    := ./...
 
-.PHONY: all build test test-short demo bench fuzz lint clean
+.PHONY: all build test test-short demo bench fuzz lint clean temporal-tools
 
 all: build
 
@@ -11,9 +11,15 @@ build:
 	$(GO) build -o $(BIN) ./cmd/wdc
 
 # Everything: formatting, vet, unit, workflow, replay and system tests
-# (the system tests embed the real Temporal server and spawn real agents).
-test: lint
+# (the system tests embed the real Temporal server and spawn real agents;
+# testsuite/topology runs PostgreSQL and the official temporal-server).
+test: lint temporal-tools
 	$(GO) test -count=1 -timeout 20m $(PKGS)
+
+# The official temporal-server and temporal-sql-tool for testsuite/topology,
+# built by the separate module tools/ into ~/.cache/wdc-tools (once).
+temporal-tools:
+	tools/build.sh >/dev/null
 
 # Quick loop: everything but the system tests in ./testsuite.
 test-short: lint
