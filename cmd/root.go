@@ -154,6 +154,7 @@ Start here:
 		a.newAgentCommand(),
 		a.newControlPlaneCommand(),
 		a.newDemoCommand(),
+		a.newBenchCommand(),
 	)
 	// Unknown subcommands and bad arguments are usage errors too; a group
 	// without a subcommand prints its help.
