@@ -132,7 +132,7 @@ could not be carried out. Ctrl-C stops the bench and its agents.`,
 			}
 			o.Client, o.DataDir, o.BlobURL, o.Executable = tc, dataDir, blobURL, exe
 			o.AgentArgs, o.AgentEnv = a.agentArgs(address, dataDir, blobURL)
-			o.Progress, o.Logger = progress, a.logger()
+			o.Progress, o.Logger, o.Shared = progress, a.logger(), external
 			res, err := bench.Run(ctx, o)
 			if keep {
 				progress("data and agent logs kept in " + dataDir)
@@ -238,8 +238,11 @@ func writeBenchTable(w io.Writer, r bench.Result) error {
 		fmt.Fprintf(w, "failover samples (s): %v\n", r.FailoverSamples)
 	}
 	if r.FalseStale != nil {
-		fmt.Fprintf(w, "selection: %d tasks; fleet watched %.0fs; simulated heartbeats %d sent, %d not delivered",
-			p.Selections, *r.ObservedSeconds, *r.SimHeartbeatsSent, *r.SimHeartbeatsFailed)
+		if r.SelectionUngranted != nil && *r.SelectionUngranted > 0 {
+			fmt.Fprintf(w, "selection: %d of %d tasks got no lease within 2m; they count as that long, so the percentiles are lower bounds\n", *r.SelectionUngranted, p.Selections)
+		}
+		fmt.Fprintf(w, "selection: %d tasks; fleet watched %.0fs; simulated heartbeats %d sent, %d not delivered, %d unanswered by the registry",
+			p.Selections, *r.ObservedSeconds, *r.SimHeartbeatsSent, *r.SimHeartbeatsFailed, *r.SimHeartbeatsUnanswered)
 		if len(r.FalseStaleWorkers) > 0 {
 			fmt.Fprintf(w, "; false stale: %s", strings.Join(r.FalseStaleWorkers, ", "))
 		}

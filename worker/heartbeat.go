@@ -32,7 +32,7 @@ type Heartbeater struct {
 	mu          sync.Mutex
 	incarnation int64
 
-	sent, failed, registrations atomic.Int64
+	sent, failed, unanswered, registrations atomic.Int64
 
 	stop   chan struct{}
 	done   chan struct{}
@@ -110,6 +110,10 @@ type HeartbeaterStats struct {
 	// Failed is heartbeat signals that were not delivered (retried after
 	// a quarter interval).
 	Failed int64 `json:"failed"`
+	// Unanswered is delivered heartbeats after which the registry did not
+	// answer the worker query within the interval (a busy or absent
+	// control plane).
+	Unanswered int64 `json:"unanswered"`
 	// Registrations counts registrations, the first one included: more
 	// than one means the registry lost the worker (OFFLINE, gone) and it
 	// registered again.
@@ -118,7 +122,7 @@ type HeartbeaterStats struct {
 
 // Stats returns the counters so far.
 func (h *Heartbeater) Stats() HeartbeaterStats {
-	return HeartbeaterStats{Sent: h.sent.Load(), Failed: h.failed.Load(), Registrations: h.registrations.Load()}
+	return HeartbeaterStats{Sent: h.sent.Load(), Failed: h.failed.Load(), Unanswered: h.unanswered.Load(), Registrations: h.registrations.Load()}
 }
 
 func (h *Heartbeater) register(ctx context.Context) error {
@@ -173,6 +177,7 @@ func (h *Heartbeater) loop() {
 			case errors.Is(qerr, wdcclient.ErrNotFound):
 				err = h.register(ctx)
 			case qerr != nil:
+				h.unanswered.Add(1)
 				err = fmt.Errorf("heartbeat delivered, but the registry did not answer (is the control plane running?): %w", qerr)
 			case v.State == fleet.Offline:
 				h.log.Warn("the registry marked this worker OFFLINE; registering again", "incarnation", v.Incarnation)

@@ -108,6 +108,10 @@ type Options struct {
 	AgentArgs []string
 	// AgentEnv is added to the agents' environment.
 	AgentEnv []string
+	// Shared says the server outlives the bench (--address): the bench
+	// then cancels its leftover tasks and deregisters its simulated
+	// workers at the end; an embedded server just goes away.
+	Shared bool
 	// ServerVersion is the Temporal server's version when the caller
 	// knows it better than GetClusterInfo (optional).
 	ServerVersion string
@@ -263,8 +267,12 @@ type Result struct {
 	// workflow's start (submit) to its first lease's grant, both Temporal
 	// times, with the simulated fleet and the agents registered and
 	// heartbeating.
-	SelectionP50 *float64 `json:"selection_p50"`
-	SelectionP99 *float64 `json:"selection_p99"`
+	// SelectionUngranted counts tasks not granted a lease within two
+	// minutes after the last submit; each counts as that long, which
+	// makes the percentiles lower bounds.
+	SelectionP50       *float64 `json:"selection_p50"`
+	SelectionP99       *float64 `json:"selection_p99"`
+	SelectionUngranted *int64   `json:"selection_ungranted"`
 	// FalseStale counts workers (simulated or real agents) that went
 	// STALE or OFFLINE during the selection phase although they kept
 	// heartbeating: seen so in visibility (polled every second), or made
@@ -272,9 +280,12 @@ type Result struct {
 	FalseStale        *int64   `json:"false_stale"`
 	FalseStaleWorkers []string `json:"false_stale_workers,omitempty"`
 	// SimHeartbeatsSent and SimHeartbeatsFailed count the simulated
-	// workers' heartbeat signals delivered and not delivered.
-	SimHeartbeatsSent   *int64 `json:"sim_heartbeats_sent"`
-	SimHeartbeatsFailed *int64 `json:"sim_heartbeats_failed"`
+	// workers' heartbeat signals delivered and not delivered;
+	// SimHeartbeatsUnanswered the delivered ones after which the registry
+	// did not answer the agent's worker query within the interval.
+	SimHeartbeatsSent       *int64 `json:"sim_heartbeats_sent"`
+	SimHeartbeatsFailed     *int64 `json:"sim_heartbeats_failed"`
+	SimHeartbeatsUnanswered *int64 `json:"sim_heartbeats_unanswered"`
 	// ObservedSeconds is how long false staleness was watched.
 	ObservedSeconds *float64 `json:"observed_seconds"`
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sort"
 	"sync"
@@ -17,6 +18,10 @@ import (
 
 // registerConcurrency bounds concurrent registrations of simulated workers.
 const registerConcurrency = 16
+
+// selectionGrantWait bounds the wait for the selection phase's grants,
+// from its last submit.
+const selectionGrantWait = 2 * time.Minute
 
 // selection registers W simulated workers that heartbeat as agents do
 // (worker.Heartbeater), then places Selections tasks among them and the
@@ -44,11 +49,14 @@ func (b *bench) selection(ctx context.Context, res *Result) error {
 			}
 		}
 		wg.Wait()
-		// Take them out of the registry (deregister completes the
-		// workflow); on a shared server this keeps the namespace clean.
-		_ = forEach(context.Background(), ids, registerConcurrency, func(ctx context.Context, id string) error {
-			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
+		if !b.opts.Shared {
+			return // the registry goes with the server
+		}
+		// Take them out of the shared registry (deregister completes the
+		// workflow), within a minute in all.
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = forEach(dctx, ids, registerConcurrency, func(ctx context.Context, id string) error {
 			_, _ = b.wc.DeregisterWorker(ctx, id, true, "bench finished")
 			return nil
 		})
@@ -63,7 +71,9 @@ func (b *bench) selection(ctx context.Context, res *Result) error {
 			Labels:     map[string]string{labelKey: b.label},
 			StaleAfter: stale, OfflineAfter: offlineAfter(interval), HeartbeatInterval: interval,
 		}
-		h, err := worker.StartHeartbeater(ctx, b.opts.Client, worker.HeartbeaterOptions{Registration: reg, Interval: interval, Logger: b.opts.Logger})
+		// A thousand workers' warnings would drown the progress lines; the
+		// counters (Stats) say what went wrong.
+		h, err := worker.StartHeartbeater(ctx, b.opts.Client, worker.HeartbeaterOptions{Registration: reg, Interval: interval, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			return fmt.Errorf("register simulated worker %s: %w", ids[i], err)
 		}
@@ -80,8 +90,12 @@ func (b *bench) selection(ctx context.Context, res *Result) error {
 		return err
 	}
 	watched := append(slices.Clone(ids), b.agentIDs...)
-	if err := b.waitActive(ctx, watched); err != nil {
+	// A fleet that does not show ACTIVE all at once is a finding, not a
+	// failure: wait a while, then watch (the watch counts the stale ones).
+	if missing, err := b.waitActive(ctx, watched, max(30*time.Second, 2*stale)); err != nil {
 		return err
+	} else if missing > 0 {
+		b.say("selection: %d of %d workers still not ACTIVE in visibility; going on", missing, len(watched))
 	}
 
 	// Watch visibility for false staleness while tasks are placed.
@@ -114,19 +128,24 @@ func (b *bench) selection(ctx context.Context, res *Result) error {
 		return nil
 	}()
 	var samples []float64
+	ungranted := 0
 	if placeErr == nil {
-		samples, placeErr = b.selectionTimes(ctx, taskIDs)
+		b.say("selection: %d tasks submitted; waiting up to %s for their grants", len(taskIDs), selectionGrantWait)
+		samples, ungranted, placeErr = b.selectionTimes(ctx, taskIDs, selectionGrantWait)
 	}
-	// Cancel what did not end (tasks on simulated workers never launch).
-	_ = forEach(context.Background(), taskIDs, SubmitConcurrency, func(ctx context.Context, id string) error {
-		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		if _, err := b.wc.CancelTask(cctx, id, "bench selection sample"); err == nil {
-			_, _ = b.wc.WaitEnded(cctx, id)
-		}
-		return nil
-	})
-	b.closeRun(ctx, runID)
+	if b.opts.Shared {
+		// Cancel what did not end (tasks on simulated workers never
+		// launch), within a minute in all.
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		_ = forEach(cctx, taskIDs, SubmitConcurrency, func(ctx context.Context, id string) error {
+			if _, err := b.wc.CancelTask(ctx, id, "bench selection sample"); err == nil {
+				_, _ = b.wc.WaitEnded(ctx, id)
+			}
+			return nil
+		})
+		cancel()
+		b.closeRun(ctx, runID)
+	}
 	if placeErr != nil {
 		stopWatch()
 		<-watchDone
@@ -147,7 +166,7 @@ func (b *bench) selection(ctx context.Context, res *Result) error {
 		return err
 	}
 	observed := time.Since(watchStart).Seconds()
-	var sent, failed int64
+	var sent, failed, unanswered int64
 	for _, h := range sims {
 		if h == nil {
 			continue
@@ -155,6 +174,7 @@ func (b *bench) selection(ctx context.Context, res *Result) error {
 		s := h.Stats()
 		sent += s.Sent
 		failed += s.Failed
+		unanswered += s.Unanswered
 		if s.Registrations > 1 {
 			falseStale[h.WorkerID()] = true
 		}
@@ -166,47 +186,70 @@ func (b *bench) selection(ctx context.Context, res *Result) error {
 	sort.Strings(names)
 	res.FalseStale = ptr(int64(len(names)))
 	res.FalseStaleWorkers = names[:min(len(names), 20)]
-	res.SimHeartbeatsSent, res.SimHeartbeatsFailed = ptr(sent), ptr(failed)
+	res.SimHeartbeatsSent, res.SimHeartbeatsFailed, res.SimHeartbeatsUnanswered = ptr(sent), ptr(failed), ptr(unanswered)
 	res.ObservedSeconds = ptr(round3(observed))
 	res.SelectionP50 = ptr(round3(Percentile(samples, 50)))
 	res.SelectionP99 = ptr(round3(Percentile(samples, 99)))
-	b.say("selection: p50 %.3fs, p99 %.3fs over %d tasks; %d false stale over %.0fs; %d heartbeats sent, %d not delivered",
-		*res.SelectionP50, *res.SelectionP99, len(samples), len(names), observed, sent, failed)
+	res.SelectionUngranted = ptr(int64(ungranted))
+	if ungranted > 0 {
+		b.say("selection: %d of %d tasks got no lease within %s (counted as that long)", ungranted, len(samples), selectionGrantWait)
+	}
+	b.say("selection: p50 %.3fs, p99 %.3fs over %d tasks; %d false stale over %.0fs; %d heartbeats sent, %d not delivered, %d unanswered",
+		*res.SelectionP50, *res.SelectionP99, len(samples), len(names), observed, sent, failed, unanswered)
 	return nil
 }
 
-// selectionTimes waits until every task has a lease and returns, for
-// each, its first lease's grant time minus its workflow's start time
-// (both Temporal's), in seconds.
-func (b *bench) selectionTimes(ctx context.Context, taskIDs []string) ([]float64, error) {
+// selectionTimes waits, up to grantWait after the call, until every task
+// has a lease, and returns for each its first lease's grant time minus its
+// workflow's start time (both Temporal's), in seconds, and how many were
+// not granted in time. A task not granted counts as start → end of the
+// wait (a lower bound), so a p99 with ungranted tasks is a lower bound too.
+func (b *bench) selectionTimes(ctx context.Context, taskIDs []string, grantWait time.Duration) ([]float64, int, error) {
 	wfIDs := make([]string, len(taskIDs))
 	for i, id := range taskIDs {
 		wfIDs[i] = api.TaskWorkflowID(id)
 	}
 	starts, _, err := b.windows(ctx, wfIDs)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	out := make([]float64, len(taskIDs))
-	for i, id := range taskIDs {
-		var granted time.Time
-		if err := b.until(ctx, 5*time.Minute, "task "+id+" granted a lease", func(v api.TaskView) bool {
-			if len(v.Leases) > 0 {
-				granted = v.Leases[0].GrantedAt
-				return true
+	granted := make([]bool, len(taskIDs))
+	left := len(taskIDs)
+	deadline := time.Now().Add(grantWait)
+	for left > 0 && time.Now().Before(deadline) {
+		for i, id := range taskIDs {
+			if granted[i] {
+				continue
 			}
-			return false
-		}, id); err != nil {
-			return nil, err
+			if v, err := b.wc.Task(ctx, id); err == nil && len(v.Leases) > 0 {
+				out[i] = round3(v.Leases[0].GrantedAt.Sub(starts[i]).Seconds())
+				granted[i] = true
+				left--
+			}
 		}
-		out[i] = round3(granted.Sub(starts[i]).Seconds())
+		if left == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
-	return out, nil
+	end := time.Now()
+	for i := range taskIDs {
+		if !granted[i] {
+			out[i] = round3(end.Sub(starts[i]).Seconds())
+		}
+	}
+	return out, left, nil
 }
 
-// waitActive waits until visibility lists every worker in ids ACTIVE.
-func (b *bench) waitActive(ctx context.Context, ids []string) error {
-	deadline := time.Now().Add(5 * time.Minute)
+// waitActive waits up to timeout until visibility lists every worker in
+// ids ACTIVE, and returns how many are not. Errors: ctx ended.
+func (b *bench) waitActive(ctx context.Context, ids []string, timeout time.Duration) (int, error) {
+	deadline := time.Now().Add(timeout)
 	for {
 		states, err := b.wc.WorkerStates(ctx)
 		active := map[string]bool{}
@@ -221,15 +264,12 @@ func (b *bench) waitActive(ctx context.Context, ids []string) error {
 				missing++
 			}
 		}
-		if err == nil && missing == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d workers not ACTIVE in visibility after 5m (%v)", missing, len(ids), err)
+		if (err == nil && missing == 0) || time.Now().After(deadline) {
+			return missing, nil
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return 0, ctx.Err()
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
