@@ -239,7 +239,10 @@ func writeBenchTable(w io.Writer, r bench.Result) error {
 	}
 	if r.FalseStale != nil {
 		if r.SelectionUngranted != nil && *r.SelectionUngranted > 0 {
-			fmt.Fprintf(w, "selection: %d of %d tasks got no lease within 2m; they count as that long, so the percentiles are lower bounds\n", *r.SelectionUngranted, p.Selections)
+			fmt.Fprintf(w, "selection: %d of %d tasks got no lease (not submitted within 3m, or not granted within 2m); the percentiles are lower bounds\n", *r.SelectionUngranted, p.Selections)
+		}
+		if r.WorkersRegistered != nil && int(*r.WorkersRegistered) < p.SimWorkers {
+			fmt.Fprintf(w, "selection: only %d of %d simulated workers registered in time\n", *r.WorkersRegistered, p.SimWorkers)
 		}
 		fmt.Fprintf(w, "selection: %d tasks; fleet watched %.0fs; simulated heartbeats %d sent, %d not delivered, %d unanswered by the registry",
 			p.Selections, *r.ObservedSeconds, *r.SimHeartbeatsSent, *r.SimHeartbeatsFailed, *r.SimHeartbeatsUnanswered)

@@ -267,9 +267,10 @@ type Result struct {
 	// workflow's start (submit) to its first lease's grant, both Temporal
 	// times, with the simulated fleet and the agents registered and
 	// heartbeating.
-	// SelectionUngranted counts tasks not granted a lease within two
-	// minutes after the last submit; each counts as that long, which
-	// makes the percentiles lower bounds.
+	// SelectionUngranted counts tasks not submitted within three minutes
+	// (no sample) or not granted a lease within two minutes after the last
+	// submit (counted as that long); either makes the percentiles lower
+	// bounds.
 	SelectionP50       *float64 `json:"selection_p50"`
 	SelectionP99       *float64 `json:"selection_p99"`
 	SelectionUngranted *int64   `json:"selection_ungranted"`
@@ -286,6 +287,9 @@ type Result struct {
 	SimHeartbeatsSent       *int64 `json:"sim_heartbeats_sent"`
 	SimHeartbeatsFailed     *int64 `json:"sim_heartbeats_failed"`
 	SimHeartbeatsUnanswered *int64 `json:"sim_heartbeats_unanswered"`
+	// WorkersRegistered is how many simulated workers registered (within
+	// a minute each and five minutes in all); the others take no part.
+	WorkersRegistered *int64 `json:"workers_registered"`
 	// ObservedSeconds is how long false staleness was watched.
 	ObservedSeconds *float64 `json:"observed_seconds"`
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -18,6 +17,12 @@ import (
 
 // registerConcurrency bounds concurrent registrations of simulated workers.
 const registerConcurrency = 16
+
+// registerWait bounds the registration of the whole simulated fleet.
+const registerWait = 5 * time.Minute
+
+// submitWait bounds the selection phase's submits.
+const submitWait = 3 * time.Minute
 
 // selectionGrantWait bounds the wait for the selection phase's grants,
 // from its last submit.
@@ -65,7 +70,13 @@ func (b *bench) selection(ctx context.Context, res *Result) error {
 	for i := range idx {
 		idx[i] = i
 	}
-	err := forEach(ctx, idx, registerConcurrency, func(ctx context.Context, i int) error {
+	// Registration is bounded: one registration by a minute, all of them
+	// by registerWait. A fleet the control plane cannot register in time is
+	// a finding (workers_registered), not a failure.
+	rctx, cancelReg := context.WithTimeout(ctx, registerWait)
+	defer cancelReg()
+	regFailed := 0
+	_ = forEach(rctx, idx, registerConcurrency, func(ctx context.Context, i int) error {
 		reg := fleet.Registration{
 			WorkerID: ids[i], Capacity: resource.List{CPUMillis: 4000, MemoryBytes: 8 << 30},
 			Labels:     map[string]string{labelKey: b.label},
@@ -73,23 +84,39 @@ func (b *bench) selection(ctx context.Context, res *Result) error {
 		}
 		// A thousand workers' warnings would drown the progress lines; the
 		// counters (Stats) say what went wrong.
-		h, err := worker.StartHeartbeater(ctx, b.opts.Client, worker.HeartbeaterOptions{Registration: reg, Interval: interval, Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			return fmt.Errorf("register simulated worker %s: %w", ids[i], err)
-		}
+		one, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		h, err := worker.StartHeartbeater(one, b.opts.Client, worker.HeartbeaterOptions{Registration: reg, Interval: interval, Logger: slog.New(slog.DiscardHandler)})
 		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			regFailed++
+			if regFailed == 1 {
+				b.say("selection: registering %s failed: %v", ids[i], err)
+			}
+			return nil
+		}
 		sims[i] = h
 		registered++
 		if registered%100 == 0 || registered == w {
 			b.say("selection: %d/%d simulated workers registered", registered, w)
 		}
-		mu.Unlock()
 		return nil
 	})
-	if err != nil {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	watched := append(slices.Clone(ids), b.agentIDs...)
+	res.WorkersRegistered = ptr(int64(registered))
+	var watched []string
+	for _, h := range sims {
+		if h != nil {
+			watched = append(watched, h.WorkerID())
+		}
+	}
+	if registered < w {
+		b.say("selection: only %d of %d simulated workers registered within %s (%d registrations failed or timed out); going on with them", registered, w, registerWait, regFailed)
+	}
+	watched = append(watched, b.agentIDs...)
 	// A fleet that does not show ACTIVE all at once is a finding, not a
 	// failure: wait a while, then watch (the watch counts the stale ones).
 	if missing, err := b.waitActive(ctx, watched, max(30*time.Second, 2*stale)); err != nil {
@@ -112,7 +139,11 @@ func (b *bench) selection(ctx context.Context, res *Result) error {
 	for i := range taskIDs {
 		taskIDs[i] = fmt.Sprintf("bench-sel%s-%03d", b.opts.Suffix, i+1)
 	}
+	// Submits are bounded too (a minute each, submitWait in all); a task
+	// that could not be submitted in time counts as not granted.
+	submitted := taskIDs[:0:0]
 	placeErr := func() error {
+		deadline := time.Now().Add(submitWait)
 		for i, id := range taskIDs {
 			if i > 0 {
 				select {
@@ -121,17 +152,31 @@ func (b *bench) selection(ctx context.Context, res *Result) error {
 				case <-time.After(200 * time.Millisecond):
 				}
 			}
-			if _, err := b.wc.SubmitTask(ctx, b.trueTask(id, runID, false), api.TaskOptions{}); err != nil {
-				return err
+			if time.Now().After(deadline) {
+				b.say("selection: submitting took over %s; %d of %d tasks submitted", submitWait, len(submitted), len(taskIDs))
+				return nil
 			}
+			sctx, cancel := context.WithTimeout(ctx, time.Minute)
+			_, err := b.wc.SubmitTask(sctx, b.trueTask(id, runID, false), api.TaskOptions{})
+			cancel()
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err != nil {
+				b.say("selection: submit %s failed within a minute: %v", id, err)
+				continue
+			}
+			submitted = append(submitted, id)
 		}
 		return nil
 	}()
 	var samples []float64
-	ungranted := 0
-	if placeErr == nil {
-		b.say("selection: %d tasks submitted; waiting up to %s for their grants", len(taskIDs), selectionGrantWait)
-		samples, ungranted, placeErr = b.selectionTimes(ctx, taskIDs, selectionGrantWait)
+	ungranted := len(taskIDs) - len(submitted)
+	if placeErr == nil && len(submitted) > 0 {
+		b.say("selection: %d tasks submitted; waiting up to %s for their grants", len(submitted), selectionGrantWait)
+		var n int
+		samples, n, placeErr = b.selectionTimes(ctx, submitted, selectionGrantWait)
+		ungranted += n
 	}
 	if b.opts.Shared {
 		// Cancel what did not end (tasks on simulated workers never
@@ -192,7 +237,7 @@ func (b *bench) selection(ctx context.Context, res *Result) error {
 	res.SelectionP99 = ptr(round3(Percentile(samples, 99)))
 	res.SelectionUngranted = ptr(int64(ungranted))
 	if ungranted > 0 {
-		b.say("selection: %d of %d tasks got no lease within %s (counted as that long)", ungranted, len(samples), selectionGrantWait)
+		b.say("selection: %d of %d tasks got no lease (not submitted in time, or not granted within %s: counted as that long)", ungranted, len(taskIDs), selectionGrantWait)
 	}
 	b.say("selection: p50 %.3fs, p99 %.3fs over %d tasks; %d false stale over %.0fs; %d heartbeats sent, %d not delivered, %d unanswered",
 		*res.SelectionP50, *res.SelectionP99, len(samples), len(names), observed, sent, failed, unanswered)
