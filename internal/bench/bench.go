@@ -240,7 +240,7 @@ type Result struct {
 	ThroughputRatio *float64 `json:"throughput_ratio"`
 	// EventsPerTask is the history length of a single-attempt WdcTask
 	// from the throughput phase; EventsByType breaks it down by event type
-	// (Temporal's enum names without EVENT_TYPE_, lower case).
+	// (Temporal's enum names: "WorkflowTaskCompleted").
 	EventsPerTask *int64           `json:"events_per_task"`
 	EventsByType  map[string]int64 `json:"events_by_type"`
 	// BareEvents is a bare workflow's history length; BareEventsByType

@@ -289,8 +289,8 @@ func (b *bench) windows(ctx context.Context, wfIDs []string) (starts, closes []t
 }
 
 // history returns a workflow's history length, its events by type (the
-// Temporal enum name without EVENT_TYPE_, lower case:
-// "workflow_execution_signaled") and its signals by name.
+// Temporal enum's name: "WorkflowExecutionSignaled") and its signals by
+// name.
 func (b *bench) history(ctx context.Context, wfID string) (n int64, byType, signals map[string]int64, err error) {
 	it := b.opts.Client.GetWorkflowHistory(ctx, wfID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	byType, signals = map[string]int64{}, map[string]int64{}
@@ -300,7 +300,7 @@ func (b *bench) history(ctx context.Context, wfID string) (n int64, byType, sign
 			return 0, nil, nil, fmt.Errorf("history of %s: %w", wfID, err)
 		}
 		n++
-		byType[strings.ToLower(strings.TrimPrefix(ev.GetEventType().String(), "EVENT_TYPE_"))]++
+		byType[strings.TrimPrefix(ev.GetEventType().String(), "EVENT_TYPE_")]++
 		if s := ev.GetWorkflowExecutionSignaledEventAttributes(); s != nil {
 			signals[s.GetSignalName()]++
 		}

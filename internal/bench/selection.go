@@ -233,14 +233,16 @@ func (b *bench) selection(ctx context.Context, res *Result) error {
 	res.FalseStaleWorkers = names[:min(len(names), 20)]
 	res.SimHeartbeatsSent, res.SimHeartbeatsFailed, res.SimHeartbeatsUnanswered = ptr(sent), ptr(failed), ptr(unanswered)
 	res.ObservedSeconds = ptr(round3(observed))
-	res.SelectionP50 = ptr(round3(Percentile(samples, 50)))
-	res.SelectionP99 = ptr(round3(Percentile(samples, 99)))
+	if len(samples) > 0 { // else null: no task was even submitted in time
+		res.SelectionP50 = ptr(round3(Percentile(samples, 50)))
+		res.SelectionP99 = ptr(round3(Percentile(samples, 99)))
+	}
 	res.SelectionUngranted = ptr(int64(ungranted))
 	if ungranted > 0 {
 		b.say("selection: %d of %d tasks got no lease (not submitted in time, or not granted within %s: counted as that long)", ungranted, len(taskIDs), selectionGrantWait)
 	}
 	b.say("selection: p50 %.3fs, p99 %.3fs over %d tasks; %d false stale over %.0fs; %d heartbeats sent, %d not delivered, %d unanswered",
-		*res.SelectionP50, *res.SelectionP99, len(samples), len(names), observed, sent, failed, unanswered)
+		Percentile(samples, 50), Percentile(samples, 99), len(samples), len(names), observed, sent, failed, unanswered)
 	return nil
 }
 
