@@ -29,8 +29,12 @@ test-short: lint
 demo: build
 	./$(BIN) demo worker-leases
 
-# Benchmarks print figures (server time to ready, ...); they assert nothing.
-bench:
+# Benchmarks print figures; they assert nothing. First `wdc bench` at full
+# size (wdc against bare Temporal; several minutes; BENCH_FLAGS adds flags,
+# e.g. BENCH_FLAGS='-o json'), then the Go benchmarks (server time to ready).
+BENCH_FLAGS ?=
+bench: build
+	./$(BIN) bench $(BENCH_FLAGS)
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./testsuite/
 
 # Fuzz the strict envelope decoder.

@@ -160,6 +160,7 @@ Start here:
 		a.newExecCommand(),
 		a.newControlPlaneCommand(),
 		a.newDemoCommand(),
+		a.newBenchCommand(),
 	)
 	// Unknown subcommands and bad arguments are usage errors too; a group
 	// without a subcommand prints its help.

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -68,21 +67,16 @@ type Agent struct {
 	launcher AgentLauncher
 	worker   sdkworker.Worker
 	log      *slog.Logger
+	hb       *Heartbeater
 
-	mu          sync.Mutex
-	incarnation int64
-
-	stop     chan struct{}
-	done     chan struct{}
 	lost     chan struct{}
 	lostErr  error
-	hbOnce   sync.Once
 	stopOnce sync.Once
 }
 
 // StartAgent registers the worker (a new incarnation), starts its Temporal
-// worker on api.AgentTaskQueue and its heartbeat loop. The agent
-// re-registers by itself when the registry says it went OFFLINE.
+// worker on api.AgentTaskQueue and its heartbeat loop (a Heartbeater). The
+// agent re-registers by itself when the registry says it went OFFLINE.
 //
 // Errors: invalid registration (field named), an unreachable server.
 func StartAgent(ctx context.Context, c client.Client, opts AgentOptions) (*Agent, error) {
@@ -90,20 +84,15 @@ func StartAgent(ctx context.Context, c client.Client, opts AgentOptions) (*Agent
 		opts.Logger = slog.Default()
 	}
 	reg := opts.Registration
-	if err := reg.Validate(); err != nil {
+	log := opts.Logger.With("worker", reg.WorkerID)
+	a := &Agent{opts: opts, client: &wdcclient.Client{C: c}, log: log, lost: make(chan struct{})}
+	hb, err := newHeartbeater(c, HeartbeaterOptions{Registration: reg, Interval: opts.HeartbeatInterval, Logger: log, OnTakenOver: a.giveWay})
+	if err != nil {
 		return nil, err
 	}
-	if opts.HeartbeatInterval == 0 {
-		stale := reg.StaleAfter
-		if stale == 0 {
-			stale = fleet.DefaultStaleAfter
-		}
-		opts.HeartbeatInterval = stale / fleet.HeartbeatsPerStaleWindow
-	}
-	log := opts.Logger.With("worker", reg.WorkerID)
-	wc := &wdcclient.Client{C: c}
+	a.hb = hb
+	a.opts.HeartbeatInterval = hb.interval
 	var launcher AgentLauncher
-	var err error
 	if h := opts.HandOff; h != nil {
 		ho := *h
 		ho.WorkerID, ho.Blobs, ho.Logger = reg.WorkerID, opts.Blobs, log
@@ -118,17 +107,17 @@ func StartAgent(ctx context.Context, c client.Client, opts AgentOptions) (*Agent
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{opts: opts, client: wc, launcher: launcher, log: log, stop: make(chan struct{}), done: make(chan struct{}), lost: make(chan struct{})}
+	a.launcher = launcher
 	a.worker = sdkworker.New(c, api.AgentTaskQueue(reg.WorkerID), sdkworker.Options{})
 	a.worker.RegisterActivityWithOptions(&activities.Agent{WorkerID: reg.WorkerID, Launcher: launcher}, activity.RegisterOptions{SkipInvalidStructFunctions: true})
 	if err := a.worker.Start(); err != nil {
 		return nil, fmt.Errorf("start agent worker: %w", err)
 	}
-	if err := a.register(ctx); err != nil {
+	if err := hb.register(ctx); err != nil {
 		a.worker.Stop()
 		return nil, err
 	}
-	go a.heartbeatLoop()
+	go hb.loop()
 	return a, nil
 }
 
@@ -136,80 +125,10 @@ func StartAgent(ctx context.Context, c client.Client, opts AgentOptions) (*Agent
 func (a *Agent) WorkerID() string { return a.opts.Registration.WorkerID }
 
 // Incarnation is the current registration's incarnation.
-func (a *Agent) Incarnation() int64 {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.incarnation
-}
+func (a *Agent) Incarnation() int64 { return a.hb.Incarnation() }
 
 // Launcher is the agent's launcher: Local, or external with HandOff.
 func (a *Agent) Launcher() AgentLauncher { return a.launcher }
-
-func (a *Agent) register(ctx context.Context) error {
-	res, err := a.client.RegisterWorker(ctx, a.opts.Registration)
-	if err != nil {
-		return err
-	}
-	a.mu.Lock()
-	a.incarnation = res.Incarnation
-	a.mu.Unlock()
-	a.log.Info("registered", "incarnation", res.Incarnation)
-	return nil
-}
-
-// heartbeatLoop sends worker heartbeats every HeartbeatInterval, retrying
-// an undelivered one every HeartbeatInterval/4 (so that a short network
-// partition does not add up to the registry's stale-after window), and
-// re-registers when the registry lost this worker (OFFLINE, deregistered,
-// or the workflow is gone). When another agent registered the same worker
-// ID (a newer incarnation while this one is not OFFLINE), this agent gives
-// way: it stops and Lost reports why, instead of the two re-registering in
-// turn and revoking each other's leases.
-func (a *Agent) heartbeatLoop() {
-	defer close(a.done)
-	var seq int64
-	wait := a.opts.HeartbeatInterval
-	tick := time.NewTimer(wait)
-	defer tick.Stop()
-	for {
-		select {
-		case <-a.stop:
-			return
-		case <-tick.C:
-		}
-		seq++
-		wait = a.opts.HeartbeatInterval
-		ctx, cancel := context.WithTimeout(context.Background(), a.opts.HeartbeatInterval)
-		err := a.client.WorkerHeartbeat(ctx, api.WorkerHeartbeatSignal{WorkerID: a.WorkerID(), Incarnation: a.Incarnation(), Seq: seq})
-		switch {
-		case errors.Is(err, wdcclient.ErrNotFound):
-			err = a.register(ctx)
-		case err != nil:
-			err = fmt.Errorf("worker heartbeat not delivered (retrying in %s): %w", a.opts.HeartbeatInterval/4, err)
-			wait = a.opts.HeartbeatInterval / 4
-		default:
-			v, qerr := a.client.Worker(ctx, a.WorkerID())
-			switch {
-			case errors.Is(qerr, wdcclient.ErrNotFound):
-				err = a.register(ctx)
-			case qerr != nil:
-				err = fmt.Errorf("heartbeat delivered, but the registry did not answer (is the control plane running?): %w", qerr)
-			case v.State == fleet.Offline:
-				a.log.Warn("the registry marked this worker OFFLINE; registering again", "incarnation", v.Incarnation)
-				err = a.register(ctx)
-			case v.Incarnation > a.Incarnation():
-				cancel()
-				a.giveWay(fmt.Errorf("another agent registered worker %s (incarnation %d, this agent has %d); this agent stops", a.WorkerID(), v.Incarnation, a.Incarnation()))
-				return
-			}
-		}
-		if err != nil {
-			a.log.Warn("worker heartbeat", "error", err)
-		}
-		cancel()
-		tick.Reset(wait)
-	}
-}
 
 // giveWay stops this agent's polling and attempts after another agent took
 // its worker ID over; Lost then reports why.
@@ -265,8 +184,5 @@ func (a *Agent) Stop(ctx context.Context) {
 // the worker STALE, then OFFLINE); tests use it to simulate a silent
 // worker.
 func (a *Agent) StopHeartbeats() {
-	a.hbOnce.Do(func() {
-		close(a.stop)
-		<-a.done
-	})
+	a.hb.Stop()
 }

@@ -1,0 +1,455 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/wdc-runtime/wdc/internal/blobstore"
+	"github.com/wdc-runtime/wdc/internal/wdcclient"
+	"github.com/wdc-runtime/wdc/worker"
+)
+
+// Phase names a part of the bench that can be run on its own.
+type Phase string
+
+// The phases, in the order they run.
+const (
+	// PhaseThroughput: N bare workflows, then N wdc tasks; also the
+	// events per task of both.
+	PhaseThroughput Phase = "throughput"
+	// PhaseHeartbeat: one task heartbeating for the heartbeat window.
+	PhaseHeartbeat Phase = "heartbeat"
+	// PhaseFailover: SIGKILL the agent holding a lease, time the retry.
+	PhaseFailover Phase = "failover"
+	// PhaseSelection: W simulated workers heartbeating; selection times
+	// and false staleness.
+	PhaseSelection Phase = "selection"
+)
+
+// AllPhases lists every phase in running order.
+var AllPhases = []Phase{PhaseThroughput, PhaseHeartbeat, PhaseFailover, PhaseSelection}
+
+// Defaults of Options (`wdc bench` flags).
+const (
+	DefaultTasks                  = 200
+	DefaultSimWorkers             = 1000
+	DefaultSimHeartbeatInterval   = 5 * time.Second
+	DefaultAgents                 = 2
+	DefaultAgentHeartbeatInterval = 2 * time.Second
+	DefaultFailoverTrials         = 10
+	DefaultHeartbeatWindow        = 30 * time.Second
+	DefaultLeaseHeartbeatInterval = 2 * time.Second
+	DefaultSelections             = 50
+	// SubmitConcurrency bounds concurrent starts (bare) and submits (wdc)
+	// alike; below Temporal's 10 in-flight updates per workflow, since
+	// every submit is an update of the one run.
+	SubmitConcurrency = 8
+)
+
+// Options configures a bench run. Zero numeric fields take the defaults
+// above, except SimWorkers (zero: no simulated workers).
+type Options struct {
+	// Client reaches the Temporal namespace to use. Required.
+	Client client.Client
+	// DataDir holds the blob store (unless BlobURL), the agents' task
+	// directories and their logs (DataDir/logs/<worker>.log). Required.
+	DataDir string
+	// BlobURL is the artifact store (default file://<DataDir>/blobs).
+	BlobURL string
+	// Suffix makes IDs unique (runs, tasks, workers); required when the
+	// namespace is shared.
+	Suffix string
+	// Phases to run (default all), run in AllPhases order.
+	Phases []Phase
+	// Tasks is N: concurrent bare workflows, and wdc tasks (throughput).
+	Tasks int
+	// SimWorkers is W: simulated fleet workers (selection phase); `wdc
+	// bench` defaults it to DefaultSimWorkers.
+	SimWorkers int
+	// SimHeartbeatInterval is the simulated workers' heartbeat period;
+	// their stale window is fleet.HeartbeatsPerStaleWindow intervals and
+	// their offline window 15 intervals, as for an agent.
+	SimHeartbeatInterval time.Duration
+	// Agents is how many real agents run (at least 2: failover moves a
+	// task from one to another).
+	Agents int
+	// AgentHeartbeatInterval is the real agents' worker heartbeat period
+	// (windows derived as for simulated workers). Default the agent's, 2 s.
+	AgentHeartbeatInterval time.Duration
+	// FailoverTrials is how many agents are killed under a lease.
+	FailoverTrials int
+	// HeartbeatWindow is how long the heartbeat phase's task runs.
+	HeartbeatWindow time.Duration
+	// LeaseHeartbeatInterval is the heartbeat phase's task's lease
+	// heartbeat period; its lease TTL is three times that (the default
+	// ratio).
+	LeaseHeartbeatInterval time.Duration
+	// Selections is how many tasks the selection phase places.
+	Selections int
+	// Executable is the wdc binary agents run as (`<Executable> agent
+	// …`). Required.
+	Executable string
+	// AgentArgs are appended to every agent's command line (connection
+	// flags: --address, --namespace, TLS; --data-dir, --blob-url).
+	AgentArgs []string
+	// AgentEnv is added to the agents' environment.
+	AgentEnv []string
+	// Shared says the server outlives the bench (--address): the bench
+	// then cancels its leftover tasks and deregisters its simulated
+	// workers at the end; an embedded server just goes away.
+	Shared bool
+	// ServerVersion is the Temporal server's version when the caller
+	// knows it better than GetClusterInfo (optional).
+	ServerVersion string
+	// Logger receives the in-process components' logs (nil: discarded).
+	Logger *slog.Logger
+	// Progress, when set, is called with short progress lines.
+	Progress func(string)
+}
+
+func (o *Options) defaults() {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defd := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&o.Tasks, DefaultTasks)
+	def(&o.Agents, DefaultAgents)
+	def(&o.FailoverTrials, DefaultFailoverTrials)
+	def(&o.Selections, DefaultSelections)
+	defd(&o.SimHeartbeatInterval, DefaultSimHeartbeatInterval)
+	defd(&o.AgentHeartbeatInterval, DefaultAgentHeartbeatInterval)
+	defd(&o.HeartbeatWindow, DefaultHeartbeatWindow)
+	defd(&o.LeaseHeartbeatInterval, DefaultLeaseHeartbeatInterval)
+	if len(o.Phases) == 0 {
+		o.Phases = AllPhases
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Progress == nil {
+		o.Progress = func(string) {}
+	}
+}
+
+// Validate checks the options after defaulting; every error names the
+// option as its `wdc bench` flag.
+func (o Options) Validate() error {
+	var errs []error
+	if o.Tasks < 1 {
+		errs = append(errs, fmt.Errorf("--tasks %d: must be at least 1", o.Tasks))
+	}
+	if o.SimWorkers < 0 {
+		errs = append(errs, fmt.Errorf("--workers %d: must not be negative", o.SimWorkers))
+	}
+	if o.SimHeartbeatInterval < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--heartbeat-interval %s: must be at least 100ms", o.SimHeartbeatInterval))
+	}
+	if o.Agents < 2 {
+		errs = append(errs, fmt.Errorf("--agents %d: must be at least 2 (failover moves a task to another agent)", o.Agents))
+	}
+	if o.AgentHeartbeatInterval < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--agent-heartbeat-interval %s: must be at least 100ms", o.AgentHeartbeatInterval))
+	}
+	if o.FailoverTrials < 1 {
+		errs = append(errs, fmt.Errorf("--trials %d: must be at least 1", o.FailoverTrials))
+	}
+	if o.HeartbeatWindow < time.Second {
+		errs = append(errs, fmt.Errorf("--heartbeat-window %s: must be at least 1s", o.HeartbeatWindow))
+	}
+	if o.LeaseHeartbeatInterval < 100*time.Millisecond || o.LeaseHeartbeatInterval*2 > o.HeartbeatWindow {
+		errs = append(errs, fmt.Errorf("--lease-heartbeat-interval %s: must be at least 100ms and at most half of --heartbeat-window %s", o.LeaseHeartbeatInterval, o.HeartbeatWindow))
+	}
+	if o.Selections < 1 {
+		errs = append(errs, fmt.Errorf("--selections %d: must be at least 1", o.Selections))
+	}
+	for _, p := range o.Phases {
+		if !slices.Contains(AllPhases, p) {
+			errs = append(errs, fmt.Errorf("--phases %q: unknown phase (want some of %s)", p, phaseList()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func phaseList() string {
+	s := make([]string, len(AllPhases))
+	for i, p := range AllPhases {
+		s[i] = string(p)
+	}
+	return strings.Join(s, ",")
+}
+
+// ParsePhases parses a comma-separated phase list ("throughput,failover").
+// Errors name the --phases flag.
+func ParsePhases(s string) ([]Phase, error) {
+	var out []Phase
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		p := Phase(f)
+		if !slices.Contains(AllPhases, p) {
+			return nil, fmt.Errorf("--phases %q: unknown phase %q (want some of %s)", s, f, phaseList())
+		}
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--phases %q: name at least one of %s", s, phaseList())
+	}
+	return out, nil
+}
+
+// Result is what one bench run measured. The JSON field names are a
+// contract. A field of a phase that did not run is null. Throughputs are
+// completions per second; every duration is in seconds (float); event
+// counts are history events.
+type Result struct {
+	// BareThroughput: N bare workflows (one activity that execs
+	// /bin/true), started concurrently, over the window from the first
+	// workflow's start to the last one's close, as Temporal recorded them;
+	// workflows per second.
+	BareThroughput *float64 `json:"bare_throughput"`
+	// WdcThroughput: N trivial tasks (/bin/true) submitted, leased,
+	// launched on real agents and accepted, over the window from the
+	// run's start (the first submit starts it) to the last task
+	// workflow's close; tasks per second.
+	WdcThroughput *float64 `json:"wdc_throughput"`
+	// ThroughputRatio is WdcThroughput / BareThroughput.
+	ThroughputRatio *float64 `json:"throughput_ratio"`
+	// EventsPerTask is the history length of a single-attempt WdcTask
+	// from the throughput phase; EventsByType breaks it down by event type
+	// (Temporal's enum names: "WorkflowTaskCompleted").
+	EventsPerTask *int64           `json:"events_per_task"`
+	EventsByType  map[string]int64 `json:"events_by_type"`
+	// BareEvents is a bare workflow's history length; BareEventsByType
+	// breaks it down.
+	BareEvents       *int64           `json:"bare_events"`
+	BareEventsByType map[string]int64 `json:"bare_events_by_type"`
+	// EventsPerHeartbeat is what one lease heartbeat costs in history:
+	// (HeartbeatTaskEvents − EventsPerTask) / Heartbeats, where
+	// HeartbeatTaskEvents is the history length of a task that ran (and
+	// heartbeated) for the heartbeat window and Heartbeats the
+	// lease-heartbeat signals in it.
+	EventsPerHeartbeat  *float64 `json:"events_per_heartbeat"`
+	HeartbeatTaskEvents *int64   `json:"heartbeat_task_events"`
+	Heartbeats          *int64   `json:"heartbeats"`
+	// FailoverP50 and FailoverP99 (seconds, nearest rank): from SIGKILL of
+	// the agent process holding a task's lease to the task's next attempt
+	// running on another worker (lease granted, launch done: phase
+	// Running), observed by polling the task's lease query every 50 ms.
+	// FailoverSamples are the trials' times in seconds, in order.
+	FailoverP50     *float64  `json:"failover_p50"`
+	FailoverP99     *float64  `json:"failover_p99"`
+	FailoverSamples []float64 `json:"failover_samples"`
+	// SelectionP50 and SelectionP99 (seconds, nearest rank): from a task
+	// workflow's start (submit) to its first lease's grant, both Temporal
+	// times, with the simulated fleet and the agents registered and
+	// heartbeating.
+	// SelectionUngranted counts tasks not submitted within three minutes
+	// (no sample) or not granted a lease within two minutes after the last
+	// submit (counted as that long); either makes the percentiles lower
+	// bounds.
+	SelectionP50       *float64 `json:"selection_p50"`
+	SelectionP99       *float64 `json:"selection_p99"`
+	SelectionUngranted *int64   `json:"selection_ungranted"`
+	// FalseStale counts workers (simulated or real agents) that went
+	// STALE or OFFLINE during the selection phase although they kept
+	// heartbeating: seen so in visibility (polled every second), or made
+	// to register again. FalseStaleWorkers names up to 20 of them.
+	FalseStale        *int64   `json:"false_stale"`
+	FalseStaleWorkers []string `json:"false_stale_workers,omitempty"`
+	// SimHeartbeatsSent and SimHeartbeatsFailed count the simulated
+	// workers' heartbeat signals delivered and not delivered;
+	// SimHeartbeatsUnanswered the delivered ones after which the registry
+	// did not answer the agent's worker query within the interval.
+	SimHeartbeatsSent       *int64 `json:"sim_heartbeats_sent"`
+	SimHeartbeatsFailed     *int64 `json:"sim_heartbeats_failed"`
+	SimHeartbeatsUnanswered *int64 `json:"sim_heartbeats_unanswered"`
+	// WorkersRegistered is how many simulated workers registered (within
+	// a minute each and five minutes in all); the others take no part.
+	WorkersRegistered *int64 `json:"workers_registered"`
+	// ObservedSeconds is how long false staleness was watched.
+	ObservedSeconds *float64 `json:"observed_seconds"`
+
+	Params   Params   `json:"params"`
+	Machine  Machine  `json:"machine"`
+	Versions Versions `json:"versions"`
+	// StartedAt is when the bench began (RFC 3339); ElapsedSeconds how
+	// long it took.
+	StartedAt      time.Time `json:"started_at"`
+	ElapsedSeconds float64   `json:"elapsed_seconds"`
+}
+
+// Params echoes the options that shape the figures (durations in seconds).
+type Params struct {
+	Phases                        []Phase `json:"phases"`
+	Tasks                         int     `json:"tasks"`
+	SimWorkers                    int     `json:"workers"`
+	SimHeartbeatIntervalSeconds   float64 `json:"heartbeat_interval_seconds"`
+	Agents                        int     `json:"agents"`
+	AgentHeartbeatIntervalSeconds float64 `json:"agent_heartbeat_interval_seconds"`
+	FailoverTrials                int     `json:"trials"`
+	HeartbeatWindowSeconds        float64 `json:"heartbeat_window_seconds"`
+	LeaseHeartbeatIntervalSeconds float64 `json:"lease_heartbeat_interval_seconds"`
+	Selections                    int     `json:"selections"`
+}
+
+// Run runs the phases and returns what they measured. Errors mean a phase
+// could not be carried out (a task did not complete, an agent did not
+// register, ctx ended); every subprocess is gone when Run returns.
+func Run(ctx context.Context, opts Options) (Result, error) {
+	began := time.Now()
+	opts.defaults()
+	res := Result{StartedAt: began.UTC().Truncate(time.Second), Params: Params{
+		Phases: opts.Phases, Tasks: opts.Tasks, SimWorkers: opts.SimWorkers,
+		SimHeartbeatIntervalSeconds: opts.SimHeartbeatInterval.Seconds(), Agents: opts.Agents,
+		AgentHeartbeatIntervalSeconds: opts.AgentHeartbeatInterval.Seconds(), FailoverTrials: opts.FailoverTrials,
+		HeartbeatWindowSeconds: opts.HeartbeatWindow.Seconds(), LeaseHeartbeatIntervalSeconds: opts.LeaseHeartbeatInterval.Seconds(),
+		Selections: opts.Selections,
+	}}
+	if err := opts.Validate(); err != nil {
+		return res, err
+	}
+	res.Machine = ThisMachine()
+	res.Versions = BuildVersions()
+	res.Versions.TemporalServer = opts.ServerVersion
+	if info, err := opts.Client.WorkflowService().GetClusterInfo(ctx, &workflowservice.GetClusterInfoRequest{}); err == nil && info.GetServerVersion() != "" {
+		res.Versions.TemporalServer = info.GetServerVersion()
+	}
+	b := &bench{opts: opts, wc: &wdcclient.Client{C: opts.Client}, say: func(format string, args ...any) {
+		opts.Progress(fmt.Sprintf(format, args...))
+	}, label: "b" + strings.TrimPrefix(strings.ToLower(opts.Suffix), "-")}
+	if b.label == "b" {
+		b.label = "local"
+	}
+
+	blobURL := opts.BlobURL
+	if blobURL == "" {
+		u, err := blobstore.DefaultURL(opts.DataDir)
+		if err != nil {
+			return res, err
+		}
+		blobURL = u
+	}
+	store, err := blobstore.Open(ctx, blobURL)
+	if err != nil {
+		return res, err
+	}
+	defer store.Close()
+
+	// The control plane and the bare baseline's worker, in process.
+	cp := worker.NewControlPlane(opts.Client, store)
+	if err := cp.Start(); err != nil {
+		return res, fmt.Errorf("start control plane: %w", err)
+	}
+	defer cp.Stop()
+	b.bareQueue = "wdc-bench-bare" + opts.Suffix
+	bw := sdkworker.New(opts.Client, b.bareQueue, sdkworker.Options{})
+	bw.RegisterWorkflowWithOptions(BareWorkflow, workflow.RegisterOptions{Name: BareWorkflowType})
+	bw.RegisterActivityWithOptions(ExecTrue, activity.RegisterOptions{Name: BareActivityType})
+	if err := bw.Start(); err != nil {
+		return res, fmt.Errorf("start bare worker: %w", err)
+	}
+	defer bw.Stop()
+
+	// The real agents, as subprocesses (every phase uses them).
+	{
+		if opts.Executable == "" {
+			return res, errors.New("bench: Options.Executable is required to run agents")
+		}
+		logDir := filepath.Join(opts.DataDir, "logs")
+		if err := os.MkdirAll(logDir, 0o755); err != nil {
+			return res, err
+		}
+		b.agents = &agents{
+			exe: opts.Executable, args: opts.AgentArgs, env: opts.AgentEnv, logDir: logDir,
+			workRoot: filepath.Join(opts.DataDir, "work"),
+			labels:   map[string]string{labelKey: b.label, roleKey: roleAgent},
+			slots:    max(opts.Tasks, 4), interval: opts.AgentHeartbeatInterval, wc: b.wc,
+			procs: map[string]*proc{}, logs: map[string]*os.File{},
+		}
+		defer func() {
+			b.say("stopping the agents")
+			b.agents.stopAll(10 * time.Second)
+		}()
+		var wg sync.WaitGroup
+		errs := make([]error, opts.Agents)
+		for i := range opts.Agents {
+			id := fmt.Sprintf("bench-agent-%d%s", i+1, opts.Suffix)
+			b.agentIDs = append(b.agentIDs, id)
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[i] = b.agents.start(ctx, id, 0) }()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return res, err
+		}
+		b.say("%d agents registered as subprocesses (%s)", opts.Agents, strings.Join(b.agentIDs, ", "))
+	}
+
+	for _, p := range AllPhases {
+		if !slices.Contains(opts.Phases, p) {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		var err error
+		switch p {
+		case PhaseThroughput:
+			err = b.throughput(ctx, &res)
+		case PhaseHeartbeat:
+			err = b.heartbeat(ctx, &res)
+		case PhaseFailover:
+			err = b.failover(ctx, &res)
+		case PhaseSelection:
+			err = b.selection(ctx, &res)
+		}
+		if err != nil {
+			return res, fmt.Errorf("phase %s: %w", p, err)
+		}
+	}
+	res.ElapsedSeconds = round3(time.Since(began).Seconds())
+	return res, nil
+}
+
+// Labels that keep the bench's tasks on the bench's workers: every bench
+// worker has labelKey=<run label>; the agents also roleKey=roleAgent.
+const (
+	labelKey  = "wdc-bench"
+	roleKey   = "wdc-bench-role"
+	roleAgent = "agent"
+)
+
+// bench is one run's shared state.
+type bench struct {
+	opts      Options
+	wc        *wdcclient.Client
+	say       func(format string, args ...any)
+	label     string
+	bareQueue string
+	agents    *agents
+	agentIDs  []string
+}

@@ -1,0 +1,349 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/envelope"
+	"github.com/wdc-runtime/wdc/internal/lease"
+	"github.com/wdc-runtime/wdc/internal/wdcclient"
+)
+
+// throughput runs N bare workflows, then N wdc tasks, each batch started
+// concurrently (SubmitConcurrency at a time), and takes both windows from
+// Temporal's start and close times; then one history of each kind.
+func (b *bench) throughput(ctx context.Context, res *Result) error {
+	n := b.opts.Tasks
+	c := b.opts.Client
+
+	b.say("throughput: starting %d bare workflows (one activity: %s)", n, TrueCommand)
+	bareIDs := make([]string, n)
+	for i := range bareIDs {
+		bareIDs[i] = fmt.Sprintf("wdc-bench-bare%s-%04d", b.opts.Suffix, i+1)
+	}
+	err := forEach(ctx, bareIDs, SubmitConcurrency, func(ctx context.Context, id string) error {
+		_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: b.bareQueue}, BareWorkflowType, BareInput{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("start bare workflows: %w", err)
+	}
+	if err := forEach(ctx, bareIDs, n, func(ctx context.Context, id string) error {
+		var r BareResult
+		return c.GetWorkflow(ctx, id, "").Get(ctx, &r)
+	}); err != nil {
+		return fmt.Errorf("bare workflow: %w", err)
+	}
+	starts, closes, err := b.windows(ctx, bareIDs)
+	if err != nil {
+		return err
+	}
+	bare := Throughput(n, starts, closes)
+	res.BareThroughput = ptr(round3(bare))
+	b.say("throughput: bare %.1f workflows/s", bare)
+
+	runID := "bench-tp" + b.opts.Suffix
+	b.say("throughput: submitting %d wdc tasks (%s) to run %s", n, TrueCommand, runID)
+	taskIDs := make([]string, n)
+	for i := range taskIDs {
+		taskIDs[i] = fmt.Sprintf("bench-tp%s-%04d", b.opts.Suffix, i+1)
+	}
+	err = forEach(ctx, taskIDs, SubmitConcurrency, func(ctx context.Context, id string) error {
+		_, err := b.wc.SubmitTask(ctx, b.trueTask(id, runID, true), api.TaskOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("submit tasks: %w", err)
+	}
+	var mu sync.Mutex
+	single := ""
+	if err := forEach(ctx, taskIDs, n, func(ctx context.Context, id string) error {
+		out, err := b.wc.WaitTask(ctx, id)
+		if err != nil {
+			return err
+		}
+		if out.State != api.TaskCompleted || out.Result == nil || out.Result.ExitCode != 0 {
+			return fmt.Errorf("task %s ended %s after %d attempt(s), want COMPLETED with exit code 0", id, out.State, out.Attempts)
+		}
+		mu.Lock()
+		if out.Attempts == 1 && (single == "" || id < single) {
+			single = id
+		}
+		mu.Unlock()
+		return nil
+	}); err != nil {
+		return err
+	}
+	wfIDs := make([]string, n)
+	for i, id := range taskIDs {
+		wfIDs[i] = api.TaskWorkflowID(id)
+	}
+	starts, closes, err = b.windows(ctx, append([]string{api.RunWorkflowID(runID)}, wfIDs...))
+	if err != nil {
+		return err
+	}
+	wdc := Throughput(n, starts[:1], closes[1:])
+	res.WdcThroughput = ptr(round3(wdc))
+	if bare > 0 {
+		res.ThroughputRatio = ptr(round3(wdc / bare))
+	}
+	b.say("throughput: wdc %.1f tasks/s (ratio %.2f)", wdc, wdc/bare)
+	b.closeRun(ctx, runID)
+
+	if single == "" {
+		return errors.New("no task completed in a single attempt: events per task not measured")
+	}
+	total, byType, _, err := b.history(ctx, api.TaskWorkflowID(single))
+	if err != nil {
+		return err
+	}
+	res.EventsPerTask, res.EventsByType = ptr(total), byType
+	if total, byType, _, err = b.history(ctx, bareIDs[0]); err != nil {
+		return err
+	}
+	res.BareEvents, res.BareEventsByType = ptr(total), byType
+	b.say("events: %d per wdc task (%s), %d per bare workflow", *res.EventsPerTask, single, *res.BareEvents)
+	return nil
+}
+
+// heartbeat runs one task for the heartbeat window and prices its lease
+// heartbeats in history events against a single-attempt trivial task.
+func (b *bench) heartbeat(ctx context.Context, res *Result) error {
+	runID := "bench-hb" + b.opts.Suffix
+	if res.EventsPerTask == nil {
+		b.say("heartbeat: one trivial task for the baseline history")
+		id := "bench-hb-base" + b.opts.Suffix
+		if _, err := b.wc.SubmitTask(ctx, b.trueTask(id, runID, true), api.TaskOptions{}); err != nil {
+			return err
+		}
+		out, err := b.wc.WaitTask(ctx, id)
+		if err != nil {
+			return err
+		}
+		if out.State != api.TaskCompleted || out.Attempts != 1 {
+			return fmt.Errorf("baseline task %s ended %s after %d attempt(s), want COMPLETED after 1", id, out.State, out.Attempts)
+		}
+		total, byType, _, err := b.history(ctx, api.TaskWorkflowID(id))
+		if err != nil {
+			return err
+		}
+		res.EventsPerTask, res.EventsByType = ptr(total), byType
+	}
+	id := "bench-hb" + b.opts.Suffix
+	env := b.trueTask(id, runID, true)
+	env.Command = []string{"/bin/sleep", fmt.Sprintf("%g", b.opts.HeartbeatWindow.Seconds())}
+	interval := b.opts.LeaseHeartbeatInterval
+	b.say("heartbeat: one task sleeping %s, lease heartbeats every %s (lease TTL %s)", b.opts.HeartbeatWindow, interval, 3*interval)
+	if _, err := b.wc.SubmitTask(ctx, env, api.TaskOptions{LeaseTTL: 3 * interval, HeartbeatInterval: interval}); err != nil {
+		return err
+	}
+	out, err := b.wc.WaitTask(ctx, id)
+	if err != nil {
+		return err
+	}
+	if out.State != api.TaskCompleted || out.Attempts != 1 {
+		return fmt.Errorf("task %s ended %s after %d attempt(s), want COMPLETED after 1 (a lease expired under load?)", id, out.State, out.Attempts)
+	}
+	total, _, signals, err := b.history(ctx, api.TaskWorkflowID(id))
+	if err != nil {
+		return err
+	}
+	beats := signals[api.SignalLeaseHeartbeat]
+	if beats == 0 {
+		return fmt.Errorf("task %s: no lease-heartbeat signal in %d events", id, total)
+	}
+	res.HeartbeatTaskEvents, res.Heartbeats = ptr(total), ptr(beats)
+	res.EventsPerHeartbeat = ptr(round3(float64(total-*res.EventsPerTask) / float64(beats)))
+	b.say("heartbeat: %d events for %d heartbeats: %.2f events per heartbeat", total, beats, *res.EventsPerHeartbeat)
+	b.closeRun(ctx, runID)
+	return nil
+}
+
+// failover kills the agent holding a running task's lease, trial after
+// trial, and times the next attempt's start on another worker.
+func (b *bench) failover(ctx context.Context, res *Result) error {
+	runID := "bench-fo" + b.opts.Suffix
+	res.FailoverSamples = []float64{}
+	for i := range b.opts.FailoverTrials {
+		id := fmt.Sprintf("bench-fo%s-%02d", b.opts.Suffix, i+1)
+		env := b.trueTask(id, runID, true)
+		env.Command = []string{"/bin/sleep", "3600"}
+		if _, err := b.wc.SubmitTask(ctx, env, api.TaskOptions{}); err != nil {
+			return err
+		}
+		var holder lease.Lease
+		if err := b.until(ctx, 2*time.Minute, "task "+id+" running", func(v api.TaskView) bool {
+			if v.Lease != nil && v.Phase == "Running" {
+				holder = *v.Lease
+				return true
+			}
+			return false
+		}, id); err != nil {
+			return err
+		}
+		// The holder's registry entry, to restart the agent above it.
+		before, err := b.wc.Worker(ctx, holder.WorkerID)
+		if err != nil {
+			return err
+		}
+		killed := time.Now()
+		if err := b.agents.kill(holder.WorkerID); err != nil {
+			return err
+		}
+		var next lease.Lease
+		if err := b.until(ctx, 3*time.Minute, "task "+id+"'s next attempt running", func(v api.TaskView) bool {
+			if v.Lease != nil && v.Lease.Attempt > holder.Attempt && v.Lease.WorkerID != holder.WorkerID && v.Phase == "Running" {
+				next = *v.Lease
+				return true
+			}
+			return false
+		}, id); err != nil {
+			return err
+		}
+		d := time.Since(killed).Seconds()
+		res.FailoverSamples = append(res.FailoverSamples, round3(d))
+		reason := ""
+		if v, err := b.wc.Task(ctx, id); err == nil && len(v.Directives) > 0 {
+			reason = string(v.Directives[len(v.Directives)-1].Reason)
+		}
+		b.say("failover %d/%d: killed %s (attempt %d); attempt %d running on %s after %.2fs (%s)",
+			i+1, b.opts.FailoverTrials, holder.WorkerID, holder.Attempt, next.Attempt, next.WorkerID, d, reason)
+		if _, err := b.wc.CancelTask(ctx, id, "bench trial done"); err != nil {
+			return err
+		}
+		if _, err := b.wc.WaitEnded(ctx, id); err != nil {
+			return err
+		}
+		if err := b.agents.start(ctx, holder.WorkerID, before.Incarnation); err != nil {
+			return err
+		}
+	}
+	res.FailoverP50 = ptr(Percentile(res.FailoverSamples, 50))
+	res.FailoverP99 = ptr(Percentile(res.FailoverSamples, 99))
+	b.closeRun(ctx, runID)
+	return nil
+}
+
+// until polls task id's lease query every 50 ms until cond holds.
+func (b *bench) until(ctx context.Context, timeout time.Duration, what string, cond func(api.TaskView) bool, id string) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		v, err := b.wc.Task(ctx, id)
+		if err == nil && cond(v) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s waiting for %s (last: %s, %v)", timeout, what, v.Phase, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// trueTask is a trivial task envelope for the bench's workers; onAgents
+// keeps it on the real agents (simulated workers cannot run anything).
+func (b *bench) trueTask(taskID, runID string, onAgents bool) envelope.Envelope {
+	sel := map[string]string{labelKey: b.label}
+	if onAgents {
+		sel[roleKey] = roleAgent
+	}
+	return envelope.Envelope{
+		TaskID: taskID, RunID: runID, WorldID: "bench" + b.opts.Suffix,
+		Command: []string{TrueCommand}, Env: map[string]string{"PATH": "/usr/bin:/bin"},
+		Selector: sel,
+	}
+}
+
+// windows describes each workflow and returns its start and close times,
+// as Temporal recorded them, in order. Errors: a workflow not closed.
+func (b *bench) windows(ctx context.Context, wfIDs []string) (starts, closes []time.Time, err error) {
+	starts, closes = make([]time.Time, len(wfIDs)), make([]time.Time, len(wfIDs))
+	idx := make([]int, len(wfIDs))
+	for i := range idx {
+		idx[i] = i
+	}
+	err = forEach(ctx, idx, SubmitConcurrency, func(ctx context.Context, i int) error {
+		d, err := b.opts.Client.DescribeWorkflowExecution(ctx, wfIDs[i], "")
+		if err != nil {
+			return fmt.Errorf("describe %s: %w", wfIDs[i], err)
+		}
+		info := d.GetWorkflowExecutionInfo()
+		starts[i] = info.GetStartTime().AsTime()
+		if info.GetCloseTime() != nil {
+			closes[i] = info.GetCloseTime().AsTime()
+		}
+		return nil
+	})
+	return starts, closes, err
+}
+
+// history returns a workflow's history length, its events by type (the
+// Temporal enum's name: "WorkflowExecutionSignaled") and its signals by
+// name.
+func (b *bench) history(ctx context.Context, wfID string) (n int64, byType, signals map[string]int64, err error) {
+	it := b.opts.Client.GetWorkflowHistory(ctx, wfID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	byType, signals = map[string]int64{}, map[string]int64{}
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			return 0, nil, nil, fmt.Errorf("history of %s: %w", wfID, err)
+		}
+		n++
+		byType[strings.TrimPrefix(ev.GetEventType().String(), "EVENT_TYPE_")]++
+		if s := ev.GetWorkflowExecutionSignaledEventAttributes(); s != nil {
+			signals[s.GetSignalName()]++
+		}
+	}
+	return n, byType, signals, nil
+}
+
+// closeRun closes a bench run (best effort: it ends once its tasks have).
+func (b *bench) closeRun(ctx context.Context, runID string) {
+	if _, err := b.wc.CloseRun(ctx, runID); err != nil && !errors.Is(err, wdcclient.ErrNotFound) {
+		b.opts.Logger.Warn("close bench run", "run", runID, "error", err)
+	}
+}
+
+// forEach runs f on every item, at most limit at a time, and returns the
+// first error (the others are cancelled).
+func forEach[T any](ctx context.Context, items []T, limit int, f func(context.Context, T) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, max(limit, 1))
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for _, it := range items {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := f(ctx, it); err != nil {
+				once.Do(func() { first = err; cancel() })
+			}
+		}()
+	}
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return first
+}

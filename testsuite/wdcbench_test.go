@@ -1,0 +1,124 @@
+package testsuite
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// benchContractFields are the `wdc bench -o json` fields other tools read.
+var benchContractFields = []string{
+	"bare_throughput", "wdc_throughput", "throughput_ratio",
+	"events_per_task", "events_by_type", "bare_events", "events_per_heartbeat",
+	"failover_p50", "failover_p99", "selection_p50", "selection_p99", "false_stale",
+	"machine", "versions",
+}
+
+// TestBenchCommandSmall runs `wdc bench` at a small size as a real
+// subprocess (its own in-process server, control plane and agent
+// subprocesses) and checks its JSON: every contract field present and
+// plausible, and no agent left behind. It asserts no figure against a
+// target: figures come from `make bench`.
+func TestBenchCommandSmall(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	began := time.Now()
+	c := exec.CommandContext(ctx, os.Args[0], "bench", "-o", "json",
+		"--tasks", "20", "--workers", "20", "--trials", "3", "--selections", "10",
+		"--heartbeat-window", "10s", "--heartbeat-interval", "1s", "--agent-heartbeat-interval", "500ms")
+	c.Env = append(os.Environ(), envRunCLI+"=1")
+	var stdout, stderr bytes.Buffer
+	c.Stdout, c.Stderr = &stdout, &stderr
+	err := c.Run()
+	t.Logf("wdc bench took %s; progress:\n%s", time.Since(began).Round(time.Millisecond), stderr.String())
+	require.NoError(t, err)
+
+	var raw map[string]any
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &raw), stdout.String())
+	for _, f := range benchContractFields {
+		assert.Contains(t, raw, f)
+		assert.NotNil(t, raw[f], f)
+	}
+	var r struct {
+		BareThroughput     float64          `json:"bare_throughput"`
+		WdcThroughput      float64          `json:"wdc_throughput"`
+		ThroughputRatio    float64          `json:"throughput_ratio"`
+		EventsPerTask      int64            `json:"events_per_task"`
+		EventsByType       map[string]int64 `json:"events_by_type"`
+		BareEvents         int64            `json:"bare_events"`
+		EventsPerHeartbeat float64          `json:"events_per_heartbeat"`
+		Heartbeats         int64            `json:"heartbeats"`
+		FailoverP50        float64          `json:"failover_p50"`
+		FailoverP99        float64          `json:"failover_p99"`
+		FailoverSamples    []float64        `json:"failover_samples"`
+		SelectionP50       float64          `json:"selection_p50"`
+		SelectionP99       float64          `json:"selection_p99"`
+		FalseStale         int64            `json:"false_stale"`
+		Machine            struct {
+			Cores     int    `json:"cores"`
+			GOOS      string `json:"goos"`
+			GoVersion string `json:"go_version"`
+		} `json:"machine"`
+		Versions struct {
+			TemporalServer string `json:"temporal_server"`
+			SDK            string `json:"temporal_sdk_module"`
+		} `json:"versions"`
+	}
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &r))
+	assert.Positive(t, r.BareThroughput)
+	assert.Positive(t, r.WdcThroughput)
+	assert.InDelta(t, r.WdcThroughput/r.BareThroughput, r.ThroughputRatio, 0.01)
+	assert.Positive(t, r.EventsPerTask)
+	var sum int64
+	for _, n := range r.EventsByType {
+		sum += n
+	}
+	assert.Equal(t, r.EventsPerTask, sum, "the breakdown adds up to the history length")
+	assert.Positive(t, r.BareEvents)
+	assert.Positive(t, r.EventsPerHeartbeat)
+	assert.Positive(t, r.Heartbeats)
+	assert.Len(t, r.FailoverSamples, 3)
+	assert.Positive(t, r.FailoverP50)
+	assert.LessOrEqual(t, r.FailoverP50, r.FailoverP99)
+	assert.Positive(t, r.SelectionP50)
+	assert.LessOrEqual(t, r.SelectionP50, r.SelectionP99)
+	assert.GreaterOrEqual(t, r.FalseStale, int64(0))
+	assert.Positive(t, r.Machine.Cores)
+	assert.NotEmpty(t, r.Machine.GOOS)
+	assert.NotEmpty(t, r.Machine.GoVersion)
+	assert.NotEmpty(t, r.Versions.TemporalServer)
+	assert.NotEmpty(t, r.Versions.SDK)
+
+	// The bench's agents are gone with it.
+	assert.Empty(t, processesWith(t, "bench-agent-"), "agent subprocesses left behind")
+}
+
+// processesWith lists the command lines of this binary's processes that
+// contain s.
+func processesWith(t *testing.T, s string) []string {
+	t.Helper()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	paths, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var out []string
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if (args[0] == exe || args[0] == os.Args[0]) && strings.Contains(string(b), s) {
+			out = append(out, strings.Join(args, " "))
+		}
+	}
+	return out
+}

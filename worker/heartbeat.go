@@ -1,0 +1,207 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/fleet"
+	"github.com/wdc-runtime/wdc/internal/wdcclient"
+)
+
+// Heartbeater is a fleet worker's registration and worker-heartbeat loop:
+// the part of an agent that keeps its registry entry alive. The agent runs
+// one next to its Temporal worker; `wdc bench` runs many without one to
+// simulate a large fleet with exactly the agent's registry traffic.
+type Heartbeater struct {
+	reg      fleet.Registration
+	interval time.Duration
+	client   *wdcclient.Client
+	log      *slog.Logger
+	// onTakenOver is called (once, from the loop) when another agent
+	// registered a newer incarnation of the worker; the loop then ends.
+	onTakenOver func(error)
+
+	mu          sync.Mutex
+	incarnation int64
+
+	sent, failed, unanswered, registrations atomic.Int64
+
+	stop   chan struct{}
+	done   chan struct{}
+	hbOnce sync.Once
+}
+
+// HeartbeaterOptions configures StartHeartbeater.
+type HeartbeaterOptions struct {
+	// Registration is what the worker declares. Required (validated).
+	Registration fleet.Registration
+	// Interval is the worker heartbeat period. Default: the registration's
+	// stale-after window / fleet.HeartbeatsPerStaleWindow (2 s by default).
+	Interval time.Duration
+	// Logger receives warnings (nil: slog.Default()).
+	Logger *slog.Logger
+	// OnTakenOver is called once when another agent registered the same
+	// worker ID with a newer incarnation; the heartbeats have stopped then.
+	OnTakenOver func(error)
+}
+
+// StartHeartbeater registers the worker (a new incarnation) and starts its
+// heartbeat loop. Errors: an invalid registration (field named), or the
+// registration update failed (server or control plane unreachable within
+// ctx).
+func StartHeartbeater(ctx context.Context, c client.Client, opts HeartbeaterOptions) (*Heartbeater, error) {
+	h, err := newHeartbeater(c, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.register(ctx); err != nil {
+		return nil, err
+	}
+	go h.loop()
+	return h, nil
+}
+
+func newHeartbeater(c client.Client, opts HeartbeaterOptions) (*Heartbeater, error) {
+	reg := opts.Registration
+	if err := reg.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Interval == 0 {
+		stale := reg.StaleAfter
+		if stale == 0 {
+			stale = fleet.DefaultStaleAfter
+		}
+		opts.Interval = stale / fleet.HeartbeatsPerStaleWindow
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.OnTakenOver == nil {
+		opts.OnTakenOver = func(error) {}
+	}
+	return &Heartbeater{
+		reg: reg, interval: opts.Interval, client: &wdcclient.Client{C: c}, log: opts.Logger,
+		onTakenOver: opts.OnTakenOver, stop: make(chan struct{}), done: make(chan struct{}),
+	}, nil
+}
+
+// WorkerID is the fleet worker's ID.
+func (h *Heartbeater) WorkerID() string { return h.reg.WorkerID }
+
+// Incarnation is the current registration's incarnation.
+func (h *Heartbeater) Incarnation() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.incarnation
+}
+
+// HeartbeaterStats counts what a Heartbeater did since it started.
+type HeartbeaterStats struct {
+	// Sent is heartbeat signals delivered to the registry.
+	Sent int64 `json:"sent"`
+	// Failed is heartbeat signals that were not delivered (retried after
+	// a quarter interval).
+	Failed int64 `json:"failed"`
+	// Unanswered is delivered heartbeats after which the registry did not
+	// answer the worker query within the interval (a busy or absent
+	// control plane).
+	Unanswered int64 `json:"unanswered"`
+	// Registrations counts registrations, the first one included: more
+	// than one means the registry lost the worker (OFFLINE, gone) and it
+	// registered again.
+	Registrations int64 `json:"registrations"`
+}
+
+// Stats returns the counters so far.
+func (h *Heartbeater) Stats() HeartbeaterStats {
+	return HeartbeaterStats{Sent: h.sent.Load(), Failed: h.failed.Load(), Unanswered: h.unanswered.Load(), Registrations: h.registrations.Load()}
+}
+
+func (h *Heartbeater) register(ctx context.Context) error {
+	res, err := h.client.RegisterWorker(ctx, h.reg)
+	if err != nil {
+		return err
+	}
+	h.registrations.Add(1)
+	h.mu.Lock()
+	h.incarnation = res.Incarnation
+	h.mu.Unlock()
+	h.log.Info("registered", "incarnation", res.Incarnation)
+	return nil
+}
+
+// loop sends worker heartbeats every interval, retrying an undelivered
+// one every interval/4 (so that a short network partition does not add up
+// to the registry's stale-after window), and re-registers when the
+// registry lost this worker (OFFLINE, deregistered, or the workflow is
+// gone). When another agent registered the same worker ID (a newer
+// incarnation while this one is not OFFLINE), it gives way: the loop ends
+// and OnTakenOver says why, instead of the two re-registering in turn and
+// revoking each other's leases.
+func (h *Heartbeater) loop() {
+	defer close(h.done)
+	var seq int64
+	wait := h.interval
+	tick := time.NewTimer(wait)
+	defer tick.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-tick.C:
+		}
+		seq++
+		wait = h.interval
+		ctx, cancel := context.WithTimeout(context.Background(), h.interval)
+		err := h.client.WorkerHeartbeat(ctx, api.WorkerHeartbeatSignal{WorkerID: h.WorkerID(), Incarnation: h.Incarnation(), Seq: seq})
+		switch {
+		case errors.Is(err, wdcclient.ErrNotFound):
+			h.failed.Add(1)
+			err = h.register(ctx)
+		case err != nil:
+			h.failed.Add(1)
+			err = fmt.Errorf("worker heartbeat not delivered (retrying in %s): %w", h.interval/4, err)
+			wait = h.interval / 4
+		default:
+			h.sent.Add(1)
+			v, qerr := h.client.Worker(ctx, h.WorkerID())
+			switch {
+			case errors.Is(qerr, wdcclient.ErrNotFound):
+				err = h.register(ctx)
+			case qerr != nil:
+				h.unanswered.Add(1)
+				err = fmt.Errorf("heartbeat delivered, but the registry did not answer (is the control plane running?): %w", qerr)
+			case v.State == fleet.Offline:
+				h.log.Warn("the registry marked this worker OFFLINE; registering again", "incarnation", v.Incarnation)
+				err = h.register(ctx)
+			case v.Incarnation > h.Incarnation():
+				cancel()
+				h.onTakenOver(fmt.Errorf("another agent registered worker %s (incarnation %d, this agent has %d); this agent stops", h.WorkerID(), v.Incarnation, h.Incarnation()))
+				return
+			}
+		}
+		if err != nil {
+			h.log.Warn("worker heartbeat", "error", err)
+		}
+		cancel()
+		tick.Reset(wait)
+	}
+}
+
+// Stop stops the heartbeats (the registry will mark the worker STALE,
+// then OFFLINE) and waits for the loop to end. Safe to call more than
+// once.
+func (h *Heartbeater) Stop() {
+	h.hbOnce.Do(func() {
+		close(h.stop)
+		<-h.done
+	})
+}
