@@ -13,6 +13,12 @@ const (
 	// ControlTaskQueue is polled by `wdc control-plane`: every workflow and
 	// the control activities (select/reserve, ingest, cleanup).
 	ControlTaskQueue = "wdc-control"
+	// RunTaskQueue is also polled by `wdc control-plane`, for the workflow
+	// tasks of runs (WdcRun) only: a run answers submissions and its
+	// tasks' reports without queueing behind the workflow tasks of the
+	// tasks it started. Runs started before it existed stay on
+	// ControlTaskQueue, which serves every workflow too.
+	RunTaskQueue = "wdc-control-runs"
 	// agentTaskQueuePrefix + worker ID is polled by that worker's agent.
 	agentTaskQueuePrefix = "wdc-agent/"
 )

@@ -32,7 +32,7 @@ import (
 // raceEnv is a soak-namespace client with a running control plane (which
 // the test stops and restarts) and one fleet worker whose agent runs
 // launcher.
-func raceEnv(t *testing.T, workerID string, launcher launchers.Launcher) (client.Client, *wdcclient.Client, sdkworker.Worker, map[string]string) {
+func raceEnv(t *testing.T, workerID string, launcher launchers.Launcher) (client.Client, *wdcclient.Client, stopper, map[string]string) {
 	t.Helper()
 	c, err := client.Dial(client.Options{HostPort: suite.srv.FrontendHostPort(), Namespace: soakNamespace, Logger: quietLogger{}})
 	require.NoError(t, err)

@@ -47,7 +47,7 @@ func soakEnv(t *testing.T) (client.Client, *wdcclient.Client) {
 
 // startControlPlane starts a control plane on c's namespace, stopped when
 // the test ends unless the caller stops it first.
-func startControlPlane(t *testing.T, c client.Client) sdkworker.Worker {
+func startControlPlane(t *testing.T, c client.Client) stopper {
 	t.Helper()
 	cp := worker.NewControlPlane(c, suite.blobs)
 	require.NoError(t, cp.Start())
@@ -56,13 +56,16 @@ func startControlPlane(t *testing.T, c client.Client) sdkworker.Worker {
 	return stopOnce{cp, &once}
 }
 
+// stopper is a control plane a test may stop.
+type stopper interface{ Stop() }
+
 // stopOnce lets a test stop a control plane that its cleanup also stops.
 type stopOnce struct {
-	sdkworker.Worker
+	cp   *worker.ControlPlane
 	once *sync.Once
 }
 
-func (s stopOnce) Stop() { s.once.Do(s.Worker.Stop) }
+func (s stopOnce) Stop() { s.once.Do(s.cp.Stop) }
 
 // runCount counts the runs (continue-as-new generations) of a workflow.
 func runCount(t *testing.T, c client.Client, wfID string) int {

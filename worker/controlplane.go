@@ -20,11 +20,37 @@ func RegisterWorkflows(r sdkworker.WorkflowRegistry) {
 	r.RegisterWorkflowWithOptions(workflows.WdcRun, workflow.RegisterOptions{Name: api.RunWorkflowType})
 }
 
-// NewControlPlane returns an unstarted Temporal worker on api.ControlTaskQueue
-// with every workflow and the Control activities.
-func NewControlPlane(c client.Client, blobs *blobstore.Store) sdkworker.Worker {
-	w := sdkworker.New(c, api.ControlTaskQueue, sdkworker.Options{})
-	RegisterWorkflows(w)
-	w.RegisterActivityWithOptions(&activities.Control{Client: c, Blobs: blobs}, activity.RegisterOptions{SkipInvalidStructFunctions: true})
-	return w
+// ControlPlane is the control plane's Temporal workers: one on
+// api.ControlTaskQueue with every workflow and the Control activities, one
+// on api.RunTaskQueue for the workflow tasks of runs.
+type ControlPlane struct {
+	control, runs sdkworker.Worker
+}
+
+// NewControlPlane returns an unstarted control plane.
+func NewControlPlane(c client.Client, blobs *blobstore.Store) *ControlPlane {
+	control := sdkworker.New(c, api.ControlTaskQueue, sdkworker.Options{})
+	RegisterWorkflows(control)
+	control.RegisterActivityWithOptions(&activities.Control{Client: c, Blobs: blobs}, activity.RegisterOptions{SkipInvalidStructFunctions: true})
+	runs := sdkworker.New(c, api.RunTaskQueue, sdkworker.Options{})
+	RegisterWorkflows(runs)
+	return &ControlPlane{control: control, runs: runs}
+}
+
+// Start starts both workers; on an error neither runs.
+func (p *ControlPlane) Start() error {
+	if err := p.control.Start(); err != nil {
+		return err
+	}
+	if err := p.runs.Start(); err != nil {
+		p.control.Stop()
+		return err
+	}
+	return nil
+}
+
+// Stop stops both workers.
+func (p *ControlPlane) Stop() {
+	p.runs.Stop()
+	p.control.Stop()
 }

@@ -145,7 +145,7 @@ func (c *Client) checkRunOpen(ctx context.Context, runID string) error {
 func (c *Client) runStartOptions(runID string) client.StartWorkflowOptions {
 	return client.StartWorkflowOptions{
 		ID:                       api.RunWorkflowID(runID),
-		TaskQueue:                api.ControlTaskQueue,
+		TaskQueue:                api.RunTaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		TypedSearchAttributes:    temporal.NewSearchAttributes(api.SAKind.ValueSet(api.KindRun), api.SARunID.ValueSet(runID)),
