@@ -142,7 +142,7 @@ func (c *Control) selectWorker(ctx context.Context, in api.SelectWorkerInput, pr
 			}
 		}
 		drawn, possible, passed := fleet.Probe(listed, in.Requirements, draw, fleet.DefaultProbes, asked)
-		if len(drawn) > 0 {
+		if len(drawn) > 0 && rounds < MaxSelectionRounds {
 			rounds++
 			res, ok, passedHere, err := c.tryWorkers(ctx, wc, drawn, in, place, progress)
 			if err != nil || ok {
@@ -156,7 +156,7 @@ func (c *Control) selectWorker(ctx context.Context, in api.SelectWorkerInput, pr
 				continue // more workers could take it: ask the next ones
 			}
 		}
-		if !relisted && fetched.Before(began) {
+		if !relisted && fetched.Before(began) && rounds < MaxSelectionRounds {
 			// A shared list from before this selection: a worker may have
 			// registered or freed up since; list once more.
 			relisted, newerThan = true, fetched
@@ -199,6 +199,8 @@ func (c *Control) tryWorkers(ctx context.Context, wc *wdcclient.Client, drawn []
 			passed = append(passed, fleet.Ineligible{WorkerID: drawn[i], Reason: "unreachable", Detail: errs[i].Error()})
 		case v.Registered:
 			workers = append(workers, v.Worker)
+		default:
+			passed = append(passed, fleet.Ineligible{WorkerID: drawn[i], Reason: fleet.IneligibleState, Detail: "not registered"})
 		}
 	}
 	ranked, rankPassed := fleet.Place(workers, in.Requirements, place)

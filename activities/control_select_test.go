@@ -403,6 +403,15 @@ func TestSelectWorkerAsksAtMostTwoRoundsOfWorkers(t *testing.T) {
 	assert.Contains(t, res.Waiting, fmt.Sprintf("%d more that could fit were not asked this time", 50-MaxSelectionRounds*fleet.DefaultProbes))
 	assert.LessOrEqual(t, len(res.PassedOver), maxPassedOver)
 
+	// A second selection sharing the first one's list (the same control
+	// plane, within FleetViewMaxAge) keeps the same bound.
+	env := selectEnv(reg, t0)
+	runSelect(t, env, api.SelectWorkerInput{TaskID: "t2", Fence: 1})
+	reg.queries = 0
+	res = runSelect(t, env, api.SelectWorkerInput{TaskID: "t3", Fence: 1})
+	assert.Empty(t, res.WorkerID)
+	assert.LessOrEqual(t, reg.queries, MaxSelectionRounds*fleet.DefaultProbes, "a shared list adds no round")
+
 	// The one worker with room is found across selections (the draw
 	// differs each time), not never.
 	reg.workers["w37"].Release("other-0", 1)
@@ -412,4 +421,18 @@ func TestSelectWorkerAsksAtMostTwoRoundsOfWorkers(t *testing.T) {
 		found = res.WorkerID == "w37"
 	}
 	assert.True(t, found, "the free worker was never asked")
+}
+
+// A task that lost a lease on the only worker with room still gets it
+// when every other worker is full: the avoided worker keeps one draw.
+func TestSelectWorkerFallsBackToAnAvoidedWorkerWithRoom(t *testing.T) {
+	var workers []fleet.Worker
+	for i := range 10 {
+		workers = append(workers, idleWorker(fmt.Sprintf("w%02d", i), 4)) // full
+	}
+	workers = append(workers, idleWorker("lost", 0))
+	reg := newFakeRegistry(workers...)
+	reg.profiles = true
+	res := runSelect(t, selectEnv(reg, t0), api.SelectWorkerInput{TaskID: "t1", Fence: 2, AvoidWorkers: []string{"lost"}})
+	assert.Equal(t, "lost", res.WorkerID, "waiting: %s", res.Waiting)
 }

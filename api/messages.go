@@ -423,8 +423,10 @@ type AddTasksResult struct {
 	Errors  []string        `json:"errors"`
 }
 
-// MaxTasksPerBatch bounds one add-tasks update, keeping its input and its
-// history events well inside Temporal's payload limits.
+// MaxTasksPerBatch bounds one add-tasks update. The update's request
+// must also stay inside Temporal's 2 MiB payload limit: callers with large
+// envelopes split by bytes too (`tasks submit --batch` sends at most
+// 512 KiB of envelopes per update).
 const MaxTasksPerBatch = 200
 
 // AddTaskResult confirms the task's child workflow started (or already

@@ -205,7 +205,12 @@ to another server.`,
 			}
 			defer tc.Close()
 			defer store.Close()
-			if err := wdcclient.CheckSearchAttributes(ctx, tc, a.global.namespace, registerSA); err != nil {
+			// Calls wait for the connection (worker.DialOptions): bound
+			// this one, or an unreachable server would hang it silently.
+			sctx, cancel := context.WithTimeout(ctx, a.global.controlPlaneTimeout)
+			err = wdcclient.CheckSearchAttributes(sctx, tc, a.global.namespace, registerSA)
+			cancel()
+			if err != nil {
 				return err
 			}
 			w := worker.NewControlPlane(tc, store)

@@ -29,9 +29,11 @@ const maxBatchProblems = 20
 // round trips.
 const batchChunk = 100
 
-// batchLine is one envelope of a batch file with its 1-based line number.
+// batchLine is one envelope of a batch file with its 1-based line number
+// and its size in bytes.
 type batchLine struct {
 	line int
+	size int
 	env  envelope.Envelope
 }
 
@@ -104,7 +106,7 @@ func (a *app) readBatch(path string) (lines []batchLine, base string, err error)
 			problems = append(problems, fmt.Sprintf("line %d: %v", n, err))
 			continue
 		}
-		lines = append(lines, batchLine{line: n, env: env})
+		lines = append(lines, batchLine{line: n, size: len(text), env: env})
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
@@ -184,14 +186,17 @@ func (a *app) submitBatch(ctx context.Context, path string, o api.TaskOptions, d
 					put = putFile(ctx, store)
 				}
 				sealed, err := sealEnvelope(l.env, base, put)
+				if err == nil {
+					err = storeEnvelope(ctx, store, sealed)
+				}
 				if err != nil {
-					return fmt.Errorf("line %d: %w (lines before it were submitted)", l.line, err)
+					return fmt.Errorf("line %d: %w (the lines before it were submitted; submitting the file again is idempotent)", l.line, err)
 				}
 				envs[i] = sealed
 			}
 			res, err := wc.SubmitTasks(ctx, envs, o)
 			if err != nil {
-				return fmt.Errorf("lines %d-%d: %w (lines before them were submitted)", chunk[0].line, chunk[len(chunk)-1].line, appError(err))
+				return fmt.Errorf("lines %d-%d: %w (the lines before them were submitted and these may have been; submitting the file again is idempotent)", chunk[0].line, chunk[len(chunk)-1].line, appError(err))
 			}
 			for i, l := range chunk {
 				out := batchOutcome{Line: l.line, TaskID: l.env.TaskID, RunID: l.env.RunID, Existing: res.Results[i].Existing, Error: res.Errors[i]}
@@ -232,11 +237,19 @@ func (a *app) submitBatch(ctx context.Context, path string, o api.TaskOptions, d
 	})
 }
 
+// batchChunkBytes bounds the envelope bytes of one add-tasks update (its
+// request and the child starts it records stay well inside Temporal's
+// 2 MiB payload limit).
+const batchChunkBytes = 512 << 10
+
 // nextChunk is the longest prefix of lines with one run and world, at
-// most batchChunk long.
+// most batchChunk long and at most batchChunkBytes of envelopes (at least
+// one line).
 func nextChunk(lines []batchLine) []batchLine {
-	n := 1
-	for n < len(lines) && n < batchChunk && lines[n].env.RunID == lines[0].env.RunID && lines[n].env.WorldID == lines[0].env.WorldID {
+	n, size := 1, lines[0].size
+	for n < len(lines) && n < batchChunk && size+lines[n].size <= batchChunkBytes &&
+		lines[n].env.RunID == lines[0].env.RunID && lines[n].env.WorldID == lines[0].env.WorldID {
+		size += lines[n].size
 		n++
 	}
 	return lines[:n]

@@ -2,6 +2,8 @@ package cmd
 
 import (
 	"fmt"
+
+	"github.com/wdc-runtime/wdc/internal/envelope"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,4 +62,22 @@ func TestBatchSubmitRefusesBadInputUpFront(t *testing.T) {
 			assert.NotContains(t, stderr, "connect", "nothing may be dialed for bad input")
 		})
 	}
+}
+
+// A chunk holds one run's consecutive lines, at most batchChunk of them and
+// at most batchChunkBytes of envelopes, but always at least one line.
+func TestNextChunkSplitsByRunCountAndBytes(t *testing.T) {
+	line := func(run string, size int) batchLine {
+		return batchLine{size: size, env: envelope.Envelope{RunID: run, WorldID: "w"}}
+	}
+	var same []batchLine
+	for range batchChunk + 5 {
+		same = append(same, line("r1", 100))
+	}
+	assert.Len(t, nextChunk(same), batchChunk)
+	assert.Len(t, nextChunk([]batchLine{line("r1", 1), line("r1", 1), line("r2", 1)}), 2, "a chunk is one run")
+	big := []batchLine{line("r1", batchChunkBytes/2), line("r1", batchChunkBytes/2), line("r1", 1)}
+	assert.Len(t, nextChunk(big), 2)
+	huge := []batchLine{line("r1", 2*batchChunkBytes), line("r1", 1)}
+	assert.Len(t, nextChunk(huge), 1, "one line even when it alone passes the bound")
 }

@@ -65,9 +65,10 @@ func TestRunAddTasksRefusesABadBatchWhole(t *testing.T) {
 func TestRunAddTasksStartsEveryTask(t *testing.T) {
 	h := newRunHarness(t)
 	var first, again updateOutcome
+	var firstRes, againRes api.AddTasksResult
 	in := batchOf(t, "a", "b", "c")
-	h.update(time.Second, api.UpdateAddTasks, in, &first, nil)
-	h.update(2*time.Second, api.UpdateAddTasks, in, &again, nil)
+	h.update(time.Second, api.UpdateAddTasks, in, &first, &firstRes)
+	h.update(2*time.Second, api.UpdateAddTasks, in, &again, &againRes)
 	var v api.RunView
 	h.query(3*time.Second, &v)
 	for _, id := range []string{"a", "b", "c"} {
@@ -79,6 +80,14 @@ func TestRunAddTasksStartsEveryTask(t *testing.T) {
 	require.NoError(t, first.err)
 	require.True(t, again.completed)
 	require.NoError(t, again.err)
+	require.Len(t, firstRes.Results, 3)
+	require.Len(t, againRes.Results, 3)
+	for i := range 3 {
+		assert.Empty(t, firstRes.Errors[i])
+		assert.False(t, firstRes.Results[i].Existing, "added the first time")
+		assert.Equal(t, in.Tasks[i].Envelope.TaskID, firstRes.Results[i].TaskID)
+		assert.True(t, againRes.Results[i].Existing, "already there the second time")
+	}
 	require.Len(t, v.Tasks, 3)
 	for i, task := range v.Tasks {
 		assert.Equal(t, in.Tasks[i].Envelope.TaskID, task.TaskID)

@@ -61,6 +61,8 @@ func (h *runHarness) update(at time.Duration, name string, arg any, out *updateO
 					switch r := result.(type) {
 					case *api.CommitResult:
 						*r = v.(api.CommitResult)
+					case *api.AddTasksResult:
+						*r = v.(api.AddTasksResult)
 					}
 				}
 			},

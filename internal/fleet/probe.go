@@ -49,7 +49,10 @@ const DefaultProbes = 4
 //
 // Order of the draw: workers not in p.Avoid first, then avoided ones
 // (oldest loss first); within each, by the hash of p.Seed and the worker
-// ID (by worker ID when Seed is empty). A worker listed without a profile
+// ID (by worker ID when Seed is empty). When k or more workers that are
+// not avoided could take the task, the last draw goes to the avoided one
+// with the oldest loss (if any), so it is asked while the others may all
+// be full. A worker listed without a profile
 // cannot be ruled out and is drawn like the others. skip names workers
 // already asked (an earlier round); they are neither drawn nor passed.
 //
@@ -81,7 +84,20 @@ func Probe(listed []Listed, req Requirements, p Placement, k int, skip map[strin
 		}
 		return cands[i].byTie(cands[j]) < 0
 	})
-	for _, c := range cands[:min(k, len(cands))] {
+	// One draw is kept for the avoided worker with the oldest loss when
+	// there are at least k others: otherwise a task that lost a lease on
+	// the only worker with room would never ask it while the others are
+	// full (Place still ranks it last among the answers).
+	n := min(k, len(cands))
+	if k >= 2 && len(cands) > k && !cands[k-1].avoided {
+		for _, c := range cands[k:] {
+			if c.avoided {
+				cands[k-1] = c
+				break
+			}
+		}
+	}
+	for _, c := range cands[:n] {
 		drawn = append(drawn, c.id)
 	}
 	return drawn, possible, passed

@@ -93,3 +93,21 @@ func TestProbeSeedsSpreadSelections(t *testing.T) {
 		assert.Less(t, n, 40, "%s asked by %d of 200 selections", id, n)
 	}
 }
+
+// When more than k workers that are not avoided could take the task, one
+// draw still goes to the avoided worker with the oldest loss: it may be
+// the only one with room.
+func TestProbeKeepsOneDrawForTheOldestAvoidedWorker(t *testing.T) {
+	var fleet []Listed
+	for i := range 10 {
+		fleet = append(fleet, listed(fmt.Sprintf("w%d", i), Active, 4, nil))
+	}
+	fleet = append(fleet, listed("lost-1", Active, 4, nil), listed("lost-2", Active, 4, nil))
+	drawn, possible, _ := Probe(fleet, Requirements{}, Placement{Seed: "t/2", Avoid: []string{"lost-2", "lost-1"}}, 4, nil)
+	require.Len(t, drawn, 4)
+	assert.Equal(t, 12, possible)
+	assert.Equal(t, "lost-2", drawn[3], "the oldest loss takes the last draw")
+	for _, id := range drawn[:3] {
+		assert.NotContains(t, []string{"lost-1", "lost-2"}, id)
+	}
+}
