@@ -22,7 +22,10 @@ var artifactMiB = flag.Int("artifact-mib", 0, "size of BenchmarkLargeArtifact's 
 // ingest promotes it (re-hash while streaming into sha256/<hex>), a client
 // copies the result out (CopyTo, verified). It reports MB/s per step and
 // the growth of the process's peak RSS, which stays small however large
-// the artifact: nothing holds it in memory.
+// the artifact: nothing holds it in memory. The s3 backend's gateway runs
+// in this process and its buffers count; WDC_BENCH_BLOB_URL adds a store
+// in another process (with its AWS_* credentials in the environment),
+// whose growth is the client's alone.
 //
 //	go test ./internal/blobstore -run '^$' -bench LargeArtifact -artifact-mib 1024
 func BenchmarkLargeArtifact(b *testing.B) {
@@ -36,7 +39,24 @@ func BenchmarkLargeArtifact(b *testing.B) {
 	size := int64(mib) << 20
 	src := filepath.Join(b.TempDir(), "artifact")
 	digest := writeRandomFile(b, src, size)
-	for _, be := range backends {
+	all := backends
+	if u := os.Getenv("WDC_BENCH_BLOB_URL"); u != "" {
+		// A store in another process (e.g. the S3 endpoint of
+		// `wdc server start-dev`): the RSS growth is then wdc's side only,
+		// without an in-process gateway's buffers.
+		all = append(all, struct {
+			name string
+			open func(t testing.TB) *Store
+		}{"external", func(t testing.TB) *Store {
+			s, err := Open(context.Background(), u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		}})
+	}
+	for _, be := range all {
 		b.Run(fmt.Sprintf("%s/%dMiB", be.name, mib), func(b *testing.B) {
 			ctx := context.Background()
 			s := be.open(b)
