@@ -170,8 +170,8 @@ an earlier agent of this work directory left behind.`,
 	f.StringVar(&workDir, "work-dir", "", "root of task directories (default <data-dir>/work/<worker-id>)")
 	f.DurationVar(&heartbeat, "heartbeat-interval", 0, "worker heartbeat period (default: --stale-after / 4, 2s with the default --stale-after)")
 	limits.bind(f)
-	f.StringVar(&launcher, "launcher", launcherLocal, "how attempts run: local (in this process, each in its own process group) or external (hand each launch off as a `wdc exec` command in --spool-dir, for another system to run)")
-	f.StringVar(&spoolDir, "spool-dir", "", "with --launcher external: where each attempt's `wdc exec` command is written, as <task>-a<attempt>-f<fence>.json (default <data-dir>/spool/<worker-id>)")
+	f.StringVar(&launcher, "launcher", launcherLocal, "how attempts run: local (in this process, each in its own process group) or external (hand each launch off as a 'wdc exec' command in --spool-dir, for another system to run)")
+	f.StringVar(&spoolDir, "spool-dir", "", "with --launcher external: where each attempt's 'wdc exec' command is written, as <task>-a<attempt>-f<fence>.json (default <data-dir>/spool/<worker-id>)")
 	f.StringVar(&execBin, "exec-binary", "wdc", "with --launcher external: "+execBinaryHelp)
 	return c
 }

@@ -265,6 +265,6 @@ func (a *app) batchProgress(total int) func(done int, run string) {
 		return func(done int, _ string) { _ = bar.Set(done) }
 	}
 	return func(done int, run string) {
-		fmt.Fprintf(a.deps.Stderr, "wdc: submitted %d/%d (run %s)\n", done, total, run)
+		fmt.Fprintf(a.deps.Stderr, "wdc: sent %d/%d (run %s)\n", done, total, run)
 	}
 }

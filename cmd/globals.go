@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -133,7 +134,7 @@ func (a *app) dialAddress(ctx context.Context, address string, extra ...grpc.Dia
 	}
 	c, err := client.DialContext(ctx, opts)
 	if err != nil {
-		return nil, fmt.Errorf("connect to Temporal at %s (namespace %s): %w; is the server running? (wdc server start-dev)", address, g.namespace, err)
+		return nil, fmt.Errorf("connect to Temporal at %s (namespace %s): %w; is the server running there (wdc server start-dev)? Another server: pass --address or set TEMPORAL_ADDRESS", address, g.namespace, err)
 	}
 	return c, nil
 }
@@ -285,7 +286,33 @@ func (a *app) connectExecutor(ctx context.Context, dataDir, blobURL string) (cli
 		store.Close()
 		return nil, nil, err
 	}
+	if err := probeStore(ctx, store); err != nil {
+		tc.Close()
+		store.Close()
+		return nil, nil, err
+	}
 	return tc, store, nil
+}
+
+// storeProbeTimeout bounds probeStore.
+const storeProbeTimeout = 20 * time.Second
+
+// probeStore asks the artifact store for one absent object, so that a
+// store that cannot be reached, or whose credentials are missing or
+// wrong, stops an agent or an executor at startup instead of failing
+// every attempt after its command ran.
+func probeStore(ctx context.Context, store *blobstore.Store) error {
+	pctx, cancel := context.WithTimeout(ctx, storeProbeTimeout)
+	defer cancel()
+	_, err := store.Has(pctx, "sha256:"+strings.Repeat("0", 64))
+	if err == nil {
+		return nil
+	}
+	hint := ""
+	if msg := err.Error(); strings.Contains(msg, "IMDS") || strings.Contains(msg, "credential") {
+		hint = "; no usable S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)"
+	}
+	return fmt.Errorf("artifact store not usable: %w%s", err, hint)
 }
 
 // table writes aligned columns; call flush when done.
@@ -329,7 +356,7 @@ func (a *app) execTarget(binary, blobURL string) external.Target {
 }
 
 // execBinaryHelp documents the flag that sets a rendered `wdc exec`'s argv[0].
-const execBinaryHelp = "argv[0] of the rendered `wdc exec` command: the wdc binary on the machine that runs it"
+const execBinaryHelp = "argv[0] of the rendered 'wdc exec' command: the wdc binary on the machine that runs it"
 
 // putFile is a store's PutFile in the shape sealEnvelope takes.
 func putFile(ctx context.Context, store *blobstore.Store) func(string) (string, int64, error) {

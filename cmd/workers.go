@@ -528,7 +528,7 @@ printed. Needs a control plane (exit 5 without one).`,
 	f.StringVar(&workDir, "work-dir", "", "the agent's work directory (default <data-dir>/work/<worker-id>)")
 	f.Int64Var(&attempt, "attempt", 1, "attempt number")
 	f.Int64Var(&fence, "fence", 1, "fencing token")
-	f.StringVar(&taskID, "task", "", "render the `wdc exec` command of this task's granted lease instead")
+	f.StringVar(&taskID, "task", "", "render the 'wdc exec' command of this task's granted lease instead")
 	f.StringVar(&execBin, "exec-binary", "wdc", "with --task: "+execBinaryHelp)
 	f.StringVar(&dataDir, "data-dir", "", "with --task: "+dataDirHelp)
 	f.StringVar(&blobURL, "blob-url", "", "with --task: "+blobURLHelp)

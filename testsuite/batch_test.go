@@ -60,7 +60,7 @@ func TestBatchSubmitAThousandTasks(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(stdout), &rep))
 	assert.Equal(t, n, rep.Submitted)
 	assert.Zero(t, rep.Failed)
-	assert.Contains(t, stderr, fmt.Sprintf("submitted %d/%d (run run-batch)", n, n), "a progress line per batch")
+	assert.Contains(t, stderr, fmt.Sprintf("sent %d/%d (run run-batch)", n, n), "a progress line per batch")
 	t.Logf("%d tasks submitted at %.0f tasks/s", n, rep.TasksPerSec)
 
 	began := time.Now()

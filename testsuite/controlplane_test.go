@@ -17,6 +17,7 @@ import (
 
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/cmd"
+	"github.com/wdc-runtime/wdc/internal/wdcclient"
 )
 
 // dialNamespace connects to the suite server in namespace ns.
@@ -159,4 +160,19 @@ func TestAControlPlaneThatNeverAnswersIsBounded(t *testing.T) {
 	assert.Contains(t, stderr, "may still take effect")
 	assert.GreaterOrEqual(t, elapsed, 2*time.Second)
 	assert.Less(t, elapsed, 15*time.Second)
+}
+
+// An agent whose artifact store cannot be reached stops at startup with
+// the store named, instead of registering and failing every attempt after
+// its command ran.
+func TestAgentWithAnUnusableStoreStopsAtStartup(t *testing.T) {
+	url := "s3://nowhere?endpoint=http://127.0.0.1:1&use_path_style=true&region=us-east-1&disable_https=true"
+	began := time.Now()
+	code, _, stderr := cli(t, "agent", "--worker-id", "bad-store", "--blob-url", url, "--data-dir", t.TempDir())
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, stderr, "artifact store not usable")
+	assert.Contains(t, stderr, "127.0.0.1:1")
+	assert.Less(t, time.Since(began), 30*time.Second)
+	_, err := suite.wdc.Worker(context.Background(), "bad-store")
+	assert.ErrorIs(t, err, wdcclient.ErrNotFound, "it never registered")
 }
