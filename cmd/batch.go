@@ -136,16 +136,8 @@ func checkInputPaths(env envelope.Envelope, base string) error {
 		if in.Path == "" {
 			continue
 		}
-		p := in.Path
-		if !filepath.IsAbs(p) {
-			p = filepath.Join(base, p)
-		}
-		fi, err := os.Stat(p)
-		if err != nil {
-			return fmt.Errorf("inputs[%d].path: %w", i, err)
-		}
-		if !fi.Mode().IsRegular() {
-			return fmt.Errorf("inputs[%d].path: %s is not a regular file", i, p)
+		if _, err := inputPath(base, i, in); err != nil {
+			return err
 		}
 	}
 	return nil

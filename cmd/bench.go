@@ -1,7 +1,6 @@
 package cmd
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,10 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/internal/bench"
-	"github.com/wdc-runtime/wdc/internal/devopts"
-	"github.com/wdc-runtime/wdc/internal/wdcclient"
 )
 
 func (a *app) newBenchCommand() *cobra.Command {
@@ -86,52 +82,15 @@ could not be carried out. Ctrl-C stops the bench and its agents.`,
 			if err != nil {
 				return fmt.Errorf("find this binary to start agents: %w", err)
 			}
-			external := c.Flags().Changed("address") || a.deps.Getenv("TEMPORAL_ADDRESS") != ""
-			address := a.global.address
-			if external {
-				o.Suffix = "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-			} else {
-				if a.deps.StartDevServer == nil {
-					return errors.New("this build has no embedded server; pass --address")
-				}
-				progress("starting an in-process Temporal server")
-				srv, err := a.deps.StartDevServer(ctx, devopts.Options{SearchAttributes: api.SearchAttributes()})
-				if err != nil {
-					return err
-				}
-				defer srv.Stop()
-				address = srv.FrontendHostPort()
-				progress(fmt.Sprintf("server ready at %s in %s", address, srv.StartupDuration().Round(time.Millisecond)))
-			}
-			switch {
-			case dataDir != "":
-			case external:
-				dataDir = a.defaultDataDir() // shared with control planes there
-			default:
-				d, err := os.MkdirTemp("", "wdc-bench-")
-				if err != nil {
-					return err
-				}
-				dataDir = d
-				if !keep {
-					defer os.RemoveAll(d)
-				}
-			}
-			tc, err := a.dialAddress(ctx, address)
+			sc, err := a.startScratch(ctx, c, "wdc-bench-", dataDir, blobURL, keep, progress)
 			if err != nil {
 				return err
 			}
-			defer tc.Close()
-			if external {
-				if err := wdcclient.CheckSearchAttributes(ctx, tc, a.global.namespace, false); err != nil {
-					return err
-				}
-			}
-			if blobURL == "" {
-				blobURL = a.deps.Getenv("WDC_BLOB_URL")
-			}
-			o.Client, o.DataDir, o.BlobURL, o.Executable = tc, dataDir, blobURL, exe
-			o.AgentArgs, o.AgentEnv = a.agentArgs(address, dataDir, blobURL)
+			defer sc.Close()
+			external, dataDir := sc.External, sc.DataDir
+			o.Suffix = sc.Suffix
+			o.Client, o.DataDir, o.BlobURL, o.Executable = sc.Client, dataDir, sc.BlobURL, exe
+			o.AgentArgs, o.AgentEnv = a.agentArgs(sc.Address, dataDir, sc.BlobURL)
 			o.Progress, o.Logger, o.Shared = progress, a.logger(), external
 			res, err := bench.Run(ctx, o)
 			if keep {

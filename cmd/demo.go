@@ -1,20 +1,14 @@
 package cmd
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/internal/demo"
-	"github.com/wdc-runtime/wdc/internal/devopts"
-	"github.com/wdc-runtime/wdc/internal/wdcclient"
 )
 
 func (a *app) newDemoCommand() *cobra.Command {
@@ -67,54 +61,13 @@ server; any control plane already polling the namespace must share the demo's
 			progress := func(s string) {
 				fmt.Fprintf(a.deps.Stderr, "%s  %s\n", time.Now().Format("15:04:05.000"), s)
 			}
-			external := c.Flags().Changed("address") || a.deps.Getenv("TEMPORAL_ADDRESS") != ""
-			address := a.global.address
-			suffix := ""
-			if external {
-				suffix = "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-			} else {
-				if a.deps.StartDevServer == nil {
-					return errors.New("this build has no embedded server; pass --address")
-				}
-				progress("starting an in-process Temporal server")
-				srv, err := a.deps.StartDevServer(ctx, devopts.Options{SearchAttributes: api.SearchAttributes()})
-				if err != nil {
-					return err
-				}
-				defer srv.Stop()
-				address = srv.FrontendHostPort()
-				progress(fmt.Sprintf("server ready at %s in %s", address, srv.StartupDuration().Round(time.Millisecond)))
-			}
-			switch {
-			case dataDir != "":
-			case external:
-				// Control planes already polling that namespace ingest from
-				// their data dir; share it (the default, or WDC_DATA_DIR).
-				dataDir = a.defaultDataDir()
-			default:
-				d, err := os.MkdirTemp("", "wdc-demo-")
-				if err != nil {
-					return err
-				}
-				dataDir = d
-				if !keep {
-					defer os.RemoveAll(d)
-				}
-			}
-			tc, err := a.dialAddress(ctx, address)
+			sc, err := a.startScratch(ctx, c, "wdc-demo-", dataDir, blobURL, keep, progress)
 			if err != nil {
 				return err
 			}
-			defer tc.Close()
-			if external {
-				if err := wdcclient.CheckSearchAttributes(ctx, tc, a.global.namespace, false); err != nil {
-					return err
-				}
-			}
-			if blobURL == "" {
-				blobURL = a.deps.Getenv("WDC_BLOB_URL")
-			}
-			res, err := demo.Run(ctx, demo.Options{Client: tc, DataDir: dataDir, BlobURL: blobURL, Suffix: suffix, LeaseTTL: leaseTTL, Progress: progress, Logger: a.logger()})
+			defer sc.Close()
+			dataDir = sc.DataDir
+			res, err := demo.Run(ctx, demo.Options{Client: sc.Client, DataDir: sc.DataDir, BlobURL: sc.BlobURL, Suffix: sc.Suffix, LeaseTTL: leaseTTL, Progress: progress, Logger: a.logger()})
 			if err != nil {
 				return err
 			}

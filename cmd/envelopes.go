@@ -68,16 +68,9 @@ func sealEnvelope(env envelope.Envelope, base string, put func(string) (string, 
 		if in.Path == "" {
 			continue
 		}
-		p := in.Path
-		if !filepath.IsAbs(p) {
-			p = filepath.Join(base, p)
-		}
-		fi, err := os.Stat(p)
+		p, err := inputPath(base, i, in)
 		if err != nil {
-			return env, usagef("inputs[%d].path: %v", i, err)
-		}
-		if !fi.Mode().IsRegular() {
-			return env, usagef("inputs[%d].path: %s is not a regular file", i, p)
+			return env, usageError{err}
 		}
 		digest, size, err := put(p)
 		if err != nil {
@@ -102,4 +95,21 @@ func storeEnvelope(ctx context.Context, store *blobstore.Store, sealed envelope.
 	}
 	_, err := store.PutEnvelope(ctx, sealed)
 	return err
+}
+
+// inputPath resolves input i's path (relative to base) and checks that it
+// names a regular file; errors name inputs[i].path.
+func inputPath(base string, i int, in envelope.Input) (string, error) {
+	p := in.Path
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(base, p)
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return "", fmt.Errorf("inputs[%d].path: %w", i, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("inputs[%d].path: %s is not a regular file", i, p)
+	}
+	return p, nil
 }
