@@ -181,7 +181,7 @@ func (h *Heartbeater) loop() {
 				mine = e.Profile.Incarnation
 			}
 			switch {
-			case errors.Is(derr, wdcclient.ErrNotFound), derr == nil && !e.Running:
+			case errors.Is(derr, wdcclient.ErrNotFound):
 				err = h.register(ctx)
 			case derr != nil:
 				h.unanswered.Add(1)

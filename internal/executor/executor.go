@@ -645,8 +645,8 @@ const HeartbeatRetryDivisor = 4
 // onLost (once, then returns) when the lease is no longer this attempt's
 // (fenced: the task has ended, so its heartbeat signal finds no workflow,
 // or — with Options.LeaseCheckInterval — the lease query fails the fence
-// check) or when no heartbeat was accepted for a whole lease TTL, counted from the
-// later of the last accepted heartbeat's send time and notBefore.
+// check) or when no heartbeat was accepted for a whole lease TTL, counted
+// from the later of the last accepted heartbeat's send time and notBefore.
 //
 // A heartbeat is accepted when Temporal took its signal. The self-fencing
 // deadline is the SEND time of the last accepted heartbeat plus the TTL:
@@ -662,8 +662,8 @@ const HeartbeatRetryDivisor = 4
 // this executor is connected reaches it as a cancel (Execution.Cancel,
 // from the agent's CancelAttempt or the cluster launcher's kill), not
 // through a query per beat. A lease query (LeaseCheckInterval) that fails
-// while the heartbeat itself got through is tolerated: the control plane may be down, and then the lease cannot
-// expire either.
+// while the heartbeat itself got through is tolerated: the control plane
+// may be down, and then the lease cannot expire either.
 func (e *Execution) heartbeatLoop(ctx context.Context, notBefore time.Time, onLost func(why string, fenced bool)) {
 	interval := e.opts.Attempt.HeartbeatInterval
 	ttl := e.opts.Attempt.Lease.TTL

@@ -318,8 +318,6 @@ func (c *Client) update(ctx context.Context, wfID, updateID, name string, arg, o
 // costs the control plane nothing.
 type WorkerEntry struct {
 	WorkerState
-	// Running is false once the registry entry's workflow has closed.
-	Running bool
 	// Unprocessed is how long the entry's oldest pending workflow task has
 	// waited without being picked up (0 when none waits): messages sent to
 	// it (heartbeats) are not being applied, e.g. no control plane polls
@@ -344,7 +342,6 @@ func (c *Client) DescribeWorker(ctx context.Context, workerID string) (WorkerEnt
 			State:    fleet.State(keyword(info.GetSearchAttributes(), api.SAWorkerState.GetName())),
 			Profile:  profile(info.GetMemo()),
 		},
-		Running: info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
 	}
 	if wft := resp.GetPendingWorkflowTask(); wft != nil && wft.GetState() == enumspb.PENDING_WORKFLOW_TASK_STATE_SCHEDULED {
 		at := wft.GetOriginalScheduledTime()
