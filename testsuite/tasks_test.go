@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -447,4 +448,35 @@ func waitAttemptRunning(t *testing.T, taskID string, n int64) api.TaskView {
 		return err == nil && v.AttemptDir != "" && v.Lease != nil && v.Lease.Attempt == n
 	})
 	return view
+}
+
+// The executor sends no lease query with its heartbeats, so a Local
+// attempt whose lease ends while it is connected is stopped by the cancel
+// the task sends to its agent: the command's whole process group is gone
+// within seconds, long before the lease TTL would have run out.
+func TestEndedLeaseKillsTheLocalAttemptThroughItsCancel(t *testing.T) {
+	agentID := "cancel-kill-a"
+	startAgent(t, agentID)
+	waitWorkersActive(t, agentID)
+	pidFile := filepath.Join(t.TempDir(), "child.pid")
+	env := taskEnvelope(t, "cancel-kill", `sleep 300 & echo $! > "$PIDFILE"; wait`)
+	env.Env["PIDFILE"] = pidFile
+	submit(t, env, api.TaskOptions{LeaseTTL: time.Minute})
+	waitAttemptRunning(t, env.TaskID, 1)
+	var pid int
+	waitFor(t, 10*time.Second, "the command started its child", func() bool {
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && pid > 0
+	})
+	ended := time.Now()
+	_, err := suite.wdc.CancelTask(context.Background(), env.TaskID, "test ends the lease")
+	require.NoError(t, err)
+	waitFor(t, 15*time.Second, "the attempt's child is killed", func() bool {
+		return syscall.Kill(pid, 0) != nil
+	})
+	assert.Less(t, time.Since(ended), 15*time.Second, "killed by the cancel, not at the 1 min TTL")
 }
