@@ -44,6 +44,7 @@ type globalOptions struct {
 	logFormat     string
 	// controlPlaneTimeout bounds each call that waits on the control plane.
 	controlPlaneTimeout time.Duration
+	profileFlags
 }
 
 // defaultControlPlaneTimeout is --control-plane-timeout's default: far
@@ -73,6 +74,7 @@ func (g *globalOptions) bind(root *cobra.Command, getenv func(string) string) {
 	f.StringVar(&g.apiKey, "api-key", env("TEMPORAL_API_KEY", ""), "API key sent as a bearer token (env TEMPORAL_API_KEY)")
 	f.StringVar(&g.logLevel, "log-level", env("WDC_LOG_LEVEL", "warn"), "wdc's own log level on stderr: debug, info, warn, error (env WDC_LOG_LEVEL)")
 	f.StringVar(&g.logFormat, "log-format", env("WDC_LOG_FORMAT", telemetry.LogText), "format of the log lines on stderr, wdc's and the Temporal SDK's alike: text (key=value) or json (one object per line) (env WDC_LOG_FORMAT)")
+	g.profileFlags.bind(f, getenv)
 	f.DurationVar(&g.controlPlaneTimeout, "control-plane-timeout", defaultControlPlaneTimeout, "give up (exit 5) when the control plane has not answered one request (update or query) within this long; following a task with --wait is not bounded")
 }
 
@@ -130,7 +132,7 @@ func (a *app) dialAddress(ctx context.Context, address string, extra ...grpc.Dia
 		MetricsHandler: a.metrics,
 	}
 	opts.ConnectionOptions.DialOptions = extra
-	if g.tls || g.tlsCertPath != "" || g.tlsKeyPath != "" || g.tlsCAPath != "" || g.tlsServerName != "" {
+	if g.tls || g.tlsCertPath != "" || g.tlsKeyPath != "" || g.tlsCAPath != "" || g.tlsServerName != "" || g.tlsCertData != nil || g.tlsCAData != nil {
 		cfg, err := g.tlsConfig()
 		if err != nil {
 			return nil, err
@@ -159,7 +161,21 @@ func (a *app) sdkLogger() *slog.Logger {
 }
 
 func (g *globalOptions) tlsConfig() (*tls.Config, error) {
-	cfg := &tls.Config{ServerName: g.tlsServerName, MinVersion: tls.VersionTLS12}
+	cfg := &tls.Config{ServerName: g.tlsServerName, MinVersion: tls.VersionTLS12, InsecureSkipVerify: g.tlsSkipVerify} //nolint:gosec // only when the profile says disable_host_verification
+	if g.tlsCertData != nil || g.tlsKeyData != nil {
+		cert, err := tls.X509KeyPair(g.tlsCertData, g.tlsKeyData)
+		if err != nil {
+			return nil, usagef("--profile %q: tls.client_cert_data/client_key_data: %v", g.profile, err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	if g.tlsCAData != nil {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(g.tlsCAData) {
+			return nil, usagef("--profile %q: tls.server_ca_cert_data: no PEM certificate found", g.profile)
+		}
+		cfg.RootCAs = pool
+	}
 	if (g.tlsCertPath == "") != (g.tlsKeyPath == "") {
 		return nil, usagef("--tls-cert-path and --tls-key-path go together")
 	}

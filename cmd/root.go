@@ -153,6 +153,11 @@ Start here:
   wdc tasks submit FILE --wait      submit a task and follow its leases`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// Settings a flag or TEMPORAL_* variable left unset come from the
+		// Temporal CLI's profile.
+		PersistentPreRunE: func(c *cobra.Command, _ []string) error {
+			return a.global.applyProfile(c.Flags(), deps.Getenv)
+		},
 	}
 	root.SetOut(deps.Stdout)
 	root.SetErr(deps.Stderr)
