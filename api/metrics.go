@@ -18,12 +18,14 @@ const (
 	// plane).
 	MetricResultsAccepted = "wdc_results_accepted"
 	// MetricResultsRejected counts refused results, tagged MetricTagReason
-	// (stale_fence, wrong_worker, digest_mismatch, lease_not_active,
-	// invalid_argument, ingest_failed). The task workflow counts what it
+	// (the fence check's: stale_fence, wrong_worker, wrong_attempt,
+	// wrong_task, digest_mismatch, lease_not_active; invalid_argument;
+	// ingest_failed). The task workflow counts what it
 	// refuses while it is open (control plane); a result sent to a task
 	// that had already ended reaches no control plane, so the executor
-	// that sent it counts that one (agent, wdc exec). Each refusal is
-	// counted once across the fleet.
+	// that sent it counts that one (an agent's executor; a standalone
+	// 'wdc exec' serves no metrics). Each refusal is counted once across
+	// the fleet.
 	MetricResultsRejected = "wdc_results_rejected"
 	// MetricAttemptsRunning is the attempts running in this agent (gauge).
 	MetricAttemptsRunning = "wdc_attempts_running"

@@ -204,7 +204,7 @@ func (a *app) runExec(ctx context.Context, o *execOptions) error {
 		}
 	}
 	ex, err := executor.Start(executor.Options{
-		Attempt: attempt, Root: workDir, Blobs: store, Control: ctl, Limits: limits, Logger: a.logger(),
+		Attempt: attempt, Root: workDir, Blobs: store, Control: ctl, Limits: limits, Logger: a.logger().With("worker", claim.WorkerID),
 		BeforeExec: func() error {
 			return bounded(func(ctx context.Context) error { return executor.LeaseCheck(ctx, ctl, claim, nil)() })
 		},
