@@ -147,8 +147,8 @@ func TestMetricsAfterTheDemo(t *testing.T) {
 	assert.GreaterOrEqual(t, sample(fams, "wdc_worker_selection_seconds"), 2.0, "one selection per lease at least")
 	assert.Equal(t, 1.0, sample(fams, "wdc_ingest_seconds"), "one ingest")
 	assert.Greater(t, sample(fams, "wdc_ingest_bytes_total"), 0.0)
-	assert.Greater(t, sample(fams, "wdc_heartbeat_round_trip_seconds"), 0.0, "the agents' worker heartbeats")
-	assert.GreaterOrEqual(t, sample(fams, "wdc_attempts_running"), 0.0, "the agents' gauge")
+	// The agents' heartbeat metrics: TestControlPlaneAndAgentTelemetry (the
+	// demo may end before its agents' first worker heartbeat).
 	for _, name := range sdkFamilies {
 		assert.Contains(t, fams, name, "the SDK's metrics go through the same registry")
 	}
@@ -186,16 +186,7 @@ func spawnTelemetry(t *testing.T, name string, args ...string) *telemetryProc {
 	c.Stdout, c.Stderr = stdout, stderr
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	require.NoError(t, c.Start())
-	t.Cleanup(func() {
-		_ = c.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _, _ = c.Process.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = c.Process.Kill()
-			<-done
-		}
+	stopAtCleanup(t, c, 15*time.Second, func() {
 		stdout.Close()
 		stderr.Close()
 		if t.Failed() {
