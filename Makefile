@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= bin/wdc
 PKGS    := ./...
 
-.PHONY: all build test test-short demo bench fuzz lint clean temporal-tools
+.PHONY: all build test test-short demo bench fuzz lint clean temporal-tools k8s-check
 
 all: build
 
@@ -13,8 +13,14 @@ build:
 # Everything: formatting, vet, unit, workflow, replay and system tests
 # (the system tests embed the real Temporal server and spawn real agents;
 # testsuite/topology runs PostgreSQL and the official temporal-server).
-test: lint temporal-tools
+test: lint temporal-tools k8s-check
 	$(GO) test -count=1 -timeout 20m $(PKGS)
+
+# The Kubernetes manifests (deploy/k8s/base): rendered with the kustomize
+# library and decoded strictly into the API types, by the separate module
+# tools/k8scheck (kustomize is no dependency of wdc).
+k8s-check:
+	cd tools/k8scheck && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 # The official temporal-server and temporal-sql-tool for testsuite/topology,
 # built by the separate module tools/ into ~/.cache/wdc-tools (once).

@@ -41,7 +41,7 @@ func (a *Agent) LaunchAttempt(ctx context.Context, in api.LaunchInput) (api.Laun
 	}
 	if err := launchers.Expired(ctx, deadline, time.Now()); err != nil {
 		if activity.IsActivity(ctx) {
-			activity.GetLogger(ctx).Warn("launch refused", "task", in.Lease.TaskID, "attempt", in.Lease.Attempt, "fence", in.Lease.Fence, "error", err)
+			activity.GetLogger(ctx).Warn("launch refused", "task", in.Lease.TaskID, "worker", in.Lease.WorkerID, "attempt", in.Lease.Attempt, "fence", in.Lease.Fence, "error", err)
 		}
 		return api.LaunchResult{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("attempt %d (fence %d) not started: %v", in.Lease.Attempt, in.Lease.Fence, err), api.ErrTypeLaunchFailed, err)

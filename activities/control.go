@@ -80,6 +80,7 @@ type selectProgress struct {
 // WorkerID and Waiting saying why (not an error: waiting is normal). Errors
 // are transport failures, which are retried.
 func (c *Control) SelectWorker(ctx context.Context, in api.SelectWorkerInput) (api.SelectWorkerResult, error) {
+	defer observeSince(ctx, api.MetricWorkerSelection, time.Now())
 	progress := selectProgress{TaskID: in.TaskID, Fence: in.Fence}
 	if activity.HasHeartbeatDetails(ctx) {
 		var prev selectProgress
@@ -297,6 +298,7 @@ func WaitingMessage(active int, passed []fleet.Ineligible) string {
 // kept in the store under a wrong name (content-addressed blobs that did
 // verify may stay: they are valid content).
 func (c *Control) Ingest(ctx context.Context, in api.IngestInput) (api.IngestResult, error) {
+	defer observeSince(ctx, api.MetricIngest, time.Now())
 	arts, err := c.promoteAll(ctx, blobstore.StagingPrefix(in.TaskID, in.Attempt, in.Fence), in.Artifacts)
 	if err != nil {
 		return api.IngestResult{}, err
@@ -308,6 +310,7 @@ func (c *Control) Ingest(ctx context.Context, in api.IngestInput) (api.IngestRes
 	if err := c.Blobs.RemoveStaging(ctx, in.TaskID, in.Attempt, in.Fence); err != nil {
 		activity.GetLogger(ctx).Warn("remove staging", "error", err)
 	}
+	countIngested(ctx, arts, logs)
 	return api.IngestResult{Artifacts: arts, Logs: logs}, nil
 }
 

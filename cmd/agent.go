@@ -12,6 +12,7 @@ import (
 
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/internal/executor"
+	"github.com/wdc-runtime/wdc/internal/telemetry"
 	"github.com/wdc-runtime/wdc/internal/wdcclient"
 	"github.com/wdc-runtime/wdc/launchers/external"
 	"github.com/wdc-runtime/wdc/worker"
@@ -28,6 +29,7 @@ func (a *app) newAgentCommand() *cobra.Command {
 		launcher  string
 		spoolDir  string
 		execBin   string
+		metrics   string
 	)
 	c := &cobra.Command{
 		Use:   "agent --worker-id ID",
@@ -92,6 +94,11 @@ an earlier agent of this work directory left behind.`,
 				}
 			}
 			ctx := c.Context()
+			msrv, stopMetrics, err := a.startMetrics(metrics)
+			if err != nil {
+				return err
+			}
+			defer stopMetrics()
 			// Registering is an update the control plane answers: without
 			// one the agent would hang before it says anything.
 			tc, store, err := a.connectExecutor(ctx, dataDir, blobURL)
@@ -133,7 +140,7 @@ an earlier agent of this work directory left behind.`,
 			agent, err := worker.StartAgent(sctx, tc, worker.AgentOptions{
 				Registration: r, WorkDir: workDir, Blobs: store, HeartbeatInterval: heartbeat,
 				Limits: lim,
-				Logger: log, HandOff: handOff,
+				Logger: log, HandOff: handOff, Metrics: a.metrics,
 				OnReport: func(rep executor.Report) {
 					fmt.Fprintf(a.deps.Stdout, "attempt %s ended: %s\n", rep.Claim, describeReport(rep))
 				},
@@ -145,6 +152,15 @@ an earlier agent of this work directory left behind.`,
 			if err != nil {
 				return appError(err)
 			}
+			// Ready: registered, not given way to another agent, and
+			// Temporal answers.
+			temporalReady := telemetry.TemporalReady(tc)
+			msrv.SetReady(func(ctx context.Context) error {
+				if err := agent.LostErr(); err != nil {
+					return err
+				}
+				return temporalReady(ctx)
+			})
 			where := "task dirs in " + workDir
 			if handOff != nil {
 				where = "handing launches off to " + handOff.SpoolDir
@@ -156,7 +172,7 @@ an earlier agent of this work directory left behind.`,
 			case <-agent.Lost():
 				return agent.LostErr()
 			}
-			fmt.Fprintf(a.deps.Stderr, "wdc: agent %s stopping; handing back %d running attempt(s)\n", r.WorkerID, agent.Launcher().Running())
+			a.notice(fmt.Sprintf("agent %s stopping; handing back %d running attempt(s)", r.WorkerID, agent.Launcher().Running()))
 			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			agent.Stop(sctx)
@@ -173,6 +189,7 @@ an earlier agent of this work directory left behind.`,
 	f.StringVar(&launcher, "launcher", launcherLocal, "how attempts run: local (in this process, each in its own process group) or external (hand each launch off as a 'wdc exec' command in --spool-dir, for another system to run)")
 	f.StringVar(&spoolDir, "spool-dir", "", "with --launcher external: where each attempt's 'wdc exec' command is written, as <task>-a<attempt>-f<fence>.json (default <data-dir>/spool/<worker-id>)")
 	f.StringVar(&execBin, "exec-binary", "wdc", "with --launcher external: "+execBinaryHelp)
+	a.bindMetricsAddress(f, &metrics)
 	return c
 }
 
@@ -181,6 +198,7 @@ func (a *app) newControlPlaneCommand() *cobra.Command {
 		dataDir    string
 		blobURL    string
 		registerSA bool
+		metrics    string
 	)
 	c := &cobra.Command{
 		Use:   "control-plane",
@@ -199,6 +217,11 @@ to another server.`,
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			ctx := c.Context()
+			msrv, stopMetrics, err := a.startMetrics(metrics)
+			if err != nil {
+				return err
+			}
+			defer stopMetrics()
 			tc, store, err := a.connect(ctx, dataDir, blobURL, worker.DialOptions()...)
 			if err != nil {
 				return err
@@ -217,6 +240,7 @@ to another server.`,
 			if err := w.Start(); err != nil {
 				return fmt.Errorf("start control plane: %w", err)
 			}
+			msrv.SetReady(telemetry.TemporalReady(tc))
 			fmt.Fprintf(a.deps.Stdout, "control plane polling wdc-control on %s (namespace %s); blob store %s\n", a.global.address, a.global.namespace, store)
 			<-ctx.Done()
 			w.Stop()
@@ -225,6 +249,7 @@ to another server.`,
 	}
 	c.Flags().StringVar(&dataDir, "data-dir", "", dataDirHelp)
 	c.Flags().StringVar(&blobURL, "blob-url", "", blobURLHelp)
+	a.bindMetricsAddress(c.Flags(), &metrics)
 	c.Flags().BoolVar(&registerSA, "register-search-attributes", false, "add wdc's search attributes to the namespace if missing (needs operator rights; 'wdc server start-dev' has them already)")
 	return c
 }

@@ -207,7 +207,7 @@ func (a *app) runExec(ctx context.Context, o *execOptions) error {
 		}
 	}
 	ex, err := executor.Start(executor.Options{
-		Attempt: attempt, Root: workDir, Blobs: store, Control: ctl, Limits: limits, Logger: a.logger(),
+		Attempt: attempt, Root: workDir, Blobs: store, Control: ctl, Limits: limits, Logger: a.logger().With("worker", claim.WorkerID),
 		// Whatever runs this process may have no way to cancel it: one
 		// lease query per TTL finds a lost fence without the agent.
 		LeaseCheckInterval: attempt.Lease.TTL,

@@ -23,6 +23,7 @@ import (
 
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
+	"github.com/wdc-runtime/wdc/internal/telemetry"
 	"github.com/wdc-runtime/wdc/internal/wdcclient"
 	"github.com/wdc-runtime/wdc/launchers/external"
 	"github.com/wdc-runtime/wdc/worker"
@@ -40,8 +41,10 @@ type globalOptions struct {
 	tls           bool
 	apiKey        string
 	logLevel      string
+	logFormat     string
 	// controlPlaneTimeout bounds each call that waits on the control plane.
 	controlPlaneTimeout time.Duration
+	profileFlags
 }
 
 // defaultControlPlaneTimeout is --control-plane-timeout's default: far
@@ -70,6 +73,8 @@ func (g *globalOptions) bind(root *cobra.Command, getenv func(string) string) {
 	f.BoolVar(&g.tls, "tls", tlsDefault, "use TLS (implied by the other --tls-* flags) (env TEMPORAL_TLS)")
 	f.StringVar(&g.apiKey, "api-key", env("TEMPORAL_API_KEY", ""), "API key sent as a bearer token (env TEMPORAL_API_KEY)")
 	f.StringVar(&g.logLevel, "log-level", env("WDC_LOG_LEVEL", "warn"), "wdc's own log level on stderr: debug, info, warn, error (env WDC_LOG_LEVEL)")
+	f.StringVar(&g.logFormat, "log-format", env("WDC_LOG_FORMAT", telemetry.LogText), "format of the log lines on stderr, wdc's and the Temporal SDK's alike: text (key=value) or json (one object per line) (env WDC_LOG_FORMAT)")
+	g.profileFlags.bind(f, getenv)
 	f.DurationVar(&g.controlPlaneTimeout, "control-plane-timeout", defaultControlPlaneTimeout, "give up (exit 5) when the control plane has not answered one request (update or query) within this long; following a task with --wait is not bounded")
 }
 
@@ -81,6 +86,9 @@ func (g *globalOptions) validate() error {
 	}
 	if _, err := parseLogLevel(g.logLevel); err != nil {
 		return err
+	}
+	if err := telemetry.CheckLogFormat(g.logFormat); err != nil {
+		return usageError{err}
 	}
 	if g.address == "" {
 		return usagef("--address: required (host:port)")
@@ -102,7 +110,7 @@ func parseLogLevel(s string) (slog.Level, error) {
 // logger writes wdc's own logs to stderr at --log-level.
 func (a *app) logger() *slog.Logger {
 	lvl, _ := parseLogLevel(a.global.logLevel)
-	return slog.New(slog.NewTextHandler(a.deps.Stderr, &slog.HandlerOptions{Level: lvl}))
+	return slog.New(telemetry.NewLogHandler(a.deps.Stderr, a.global.logFormat, lvl))
 }
 
 // dial connects to Temporal with the global flags and extra gRPC dial
@@ -120,9 +128,11 @@ func (a *app) dialAddress(ctx context.Context, address string, extra ...grpc.Dia
 		HostPort:  address,
 		Namespace: g.namespace,
 		Logger:    sdklog.NewStructuredLogger(a.sdkLogger()),
+		// nil unless --metrics-address: the SDK then uses a no-op handler.
+		MetricsHandler: a.metrics,
 	}
 	opts.ConnectionOptions.DialOptions = extra
-	if g.tls || g.tlsCertPath != "" || g.tlsKeyPath != "" || g.tlsCAPath != "" || g.tlsServerName != "" {
+	if g.tls || g.tlsCertPath != "" || g.tlsKeyPath != "" || g.tlsCAPath != "" || g.tlsServerName != "" || g.tlsCertData != nil || g.tlsCAData != nil {
 		cfg, err := g.tlsConfig()
 		if err != nil {
 			return nil, err
@@ -147,11 +157,25 @@ func (a *app) sdkLogger() *slog.Logger {
 	if lvl <= slog.LevelDebug {
 		sdkLevel = slog.LevelInfo
 	}
-	return slog.New(slog.NewTextHandler(a.deps.Stderr, &slog.HandlerOptions{Level: sdkLevel}))
+	return slog.New(telemetry.NewLogHandler(a.deps.Stderr, a.global.logFormat, sdkLevel))
 }
 
 func (g *globalOptions) tlsConfig() (*tls.Config, error) {
-	cfg := &tls.Config{ServerName: g.tlsServerName, MinVersion: tls.VersionTLS12}
+	cfg := &tls.Config{ServerName: g.tlsServerName, MinVersion: tls.VersionTLS12, InsecureSkipVerify: g.tlsSkipVerify} //nolint:gosec // only when the profile says disable_host_verification
+	if g.tlsCertData != nil || g.tlsKeyData != nil {
+		cert, err := tls.X509KeyPair(g.tlsCertData, g.tlsKeyData)
+		if err != nil {
+			return nil, usagef("--profile %q: tls.client_cert_data/client_key_data: %v", g.profile, err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	if g.tlsCAData != nil {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(g.tlsCAData) {
+			return nil, usagef("--profile %q: tls.server_ca_cert_data: no PEM certificate found", g.profile)
+		}
+		cfg.RootCAs = pool
+	}
 	if (g.tlsCertPath == "") != (g.tlsKeyPath == "") {
 		return nil, usagef("--tls-cert-path and --tls-key-path go together")
 	}

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
 
 	"github.com/wdc-runtime/wdc/internal/devopts"
 	"github.com/wdc-runtime/wdc/internal/wdcclient"
@@ -72,6 +74,9 @@ func (e exitError) Unwrap() error { return e.err }
 type app struct {
 	deps   Deps
 	global globalOptions
+	// metrics, when set (--metrics-address), is every client's SDK
+	// metrics handler.
+	metrics client.MetricsHandler
 }
 
 // Main runs the wdc CLI with args (without the program name) and returns
@@ -101,7 +106,11 @@ func MainContext(ctx context.Context, deps Deps, args []string) int {
 	if err == nil {
 		return ExitOK
 	}
-	fmt.Fprintln(deps.Stderr, "wdc: "+oneLine(err.Error()))
+	format := ""
+	if f := root.PersistentFlags().Lookup("log-format"); f != nil {
+		format = f.Value.String()
+	}
+	writeNotice(deps.Stderr, format, slog.LevelError, oneLine(err.Error()))
 	return exitCode(err)
 }
 
@@ -144,6 +153,11 @@ Start here:
   wdc tasks submit FILE --wait      submit a task and follow its leases`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// Settings a flag or TEMPORAL_* variable left unset come from the
+		// Temporal CLI's profile.
+		PersistentPreRunE: func(c *cobra.Command, _ []string) error {
+			return a.global.applyProfile(c.Flags(), deps.Getenv)
+		},
 	}
 	root.SetOut(deps.Stdout)
 	root.SetErr(deps.Stderr)

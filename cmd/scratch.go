@@ -41,7 +41,7 @@ type scratch struct {
 // undoes it in reverse order.
 func (a *app) startScratch(ctx context.Context, c *cobra.Command, prefix, dataDir, blobURL string, keep bool, progress func(string)) (*scratch, error) {
 	s := &scratch{Address: a.global.address, DataDir: dataDir, BlobURL: blobURL}
-	s.External = c.Flags().Changed("address") || a.deps.Getenv("TEMPORAL_ADDRESS") != ""
+	s.External = c.Flags().Changed("address") || a.deps.Getenv("TEMPORAL_ADDRESS") != "" || a.global.addressFromProfile
 	if s.External {
 		s.Suffix = "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	} else {

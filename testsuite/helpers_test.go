@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -97,6 +100,24 @@ func processesIn(dir string) []string {
 		out = append(out, string(stat))
 	}
 	return out
+}
+
+// stopAtCleanup ends the subprocess c when the test ends: SIGTERM, then
+// SIGKILL if it has not exited within grace; then after runs (closing its
+// logs, showing them when the test failed).
+func stopAtCleanup(t *testing.T, c *exec.Cmd, grace time.Duration, after func()) {
+	t.Cleanup(func() {
+		_ = c.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _, _ = c.Process.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(grace):
+			_ = c.Process.Kill()
+			<-done
+		}
+		after()
+	})
 }
 
 // syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.

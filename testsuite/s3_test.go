@@ -93,16 +93,7 @@ func (s *s3Setup) spawn(t *testing.T, name string, args ...string) (*exec.Cmd, s
 	c.Stdout, c.Stderr = logFile, logFile
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	require.NoError(t, c.Start())
-	t.Cleanup(func() {
-		_ = c.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _, _ = c.Process.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = c.Process.Kill()
-			<-done
-		}
+	stopAtCleanup(t, c, 10*time.Second, func() {
 		logFile.Close()
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)

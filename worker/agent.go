@@ -39,6 +39,11 @@ type AgentOptions struct {
 	Logger            *slog.Logger
 	// OnReport is called with every attempt's final report.
 	OnReport func(executor.Report)
+	// Metrics receives the agent's metrics: api.MetricAttemptsRunning
+	// and api.MetricHeartbeatRoundTrip after every worker heartbeat, and
+	// the executors' (nil: none). Give the same handler to the client's
+	// options for the SDK's metrics.
+	Metrics client.MetricsHandler
 	// HandOff, when set, makes the agent hand every launch to an external
 	// system instead of running it (launchers/external: the sealed
 	// envelope is stored and the attempt's `wdc exec` command spooled);
@@ -86,7 +91,7 @@ func StartAgent(ctx context.Context, c client.Client, opts AgentOptions) (*Agent
 	reg := opts.Registration
 	log := opts.Logger.With("worker", reg.WorkerID)
 	a := &Agent{opts: opts, client: &wdcclient.Client{C: c}, log: log, lost: make(chan struct{})}
-	hb, err := newHeartbeater(c, HeartbeaterOptions{Registration: reg, Interval: opts.HeartbeatInterval, Logger: log, OnTakenOver: a.giveWay})
+	hb, err := newHeartbeater(c, HeartbeaterOptions{Registration: reg, Interval: opts.HeartbeatInterval, Logger: log, OnTakenOver: a.giveWay, Metrics: opts.Metrics})
 	if err != nil {
 		return nil, err
 	}
@@ -101,13 +106,14 @@ func StartAgent(ctx context.Context, c client.Client, opts AgentOptions) (*Agent
 		launcher, err = local.New(local.Options{
 			WorkerID: reg.WorkerID, WorkDir: opts.WorkDir, Blobs: opts.Blobs,
 			Control: &executor.TemporalControl{Client: c}, Limits: opts.Limits, Faults: opts.Faults,
-			Logger: log, OnReport: opts.OnReport,
+			Logger: log, OnReport: opts.OnReport, Metrics: opts.Metrics,
 		})
 	}
 	if err != nil {
 		return nil, err
 	}
 	a.launcher = launcher
+	hb.running = launcher.Running
 	a.worker = sdkworker.New(c, api.AgentTaskQueue(reg.WorkerID), sdkworker.Options{})
 	a.worker.RegisterActivityWithOptions(&activities.Agent{WorkerID: reg.WorkerID, Launcher: launcher}, activity.RegisterOptions{SkipInvalidStructFunctions: true})
 	if err := a.worker.Start(); err != nil {

@@ -28,6 +28,10 @@ type Heartbeater struct {
 	// onTakenOver is called (once, from the loop) when another agent
 	// registered a newer incarnation of the worker; the loop then ends.
 	onTakenOver func(error)
+	metrics     client.MetricsHandler
+	// running, when set, is sampled into api.MetricAttemptsRunning after
+	// every heartbeat (an agent's launcher).
+	running func() int
 
 	mu          sync.Mutex
 	incarnation int64
@@ -51,6 +55,10 @@ type HeartbeaterOptions struct {
 	// OnTakenOver is called once when another agent registered the same
 	// worker ID with a newer incarnation; the heartbeats have stopped then.
 	OnTakenOver func(error)
+	// Metrics receives api.MetricHeartbeatRoundTrip: each delivered
+	// heartbeat's signal plus the description of its registry entry (nil:
+	// not measured).
+	Metrics client.MetricsHandler
 }
 
 // StartHeartbeater registers the worker (a new incarnation) and starts its
@@ -87,9 +95,12 @@ func newHeartbeater(c client.Client, opts HeartbeaterOptions) (*Heartbeater, err
 	if opts.OnTakenOver == nil {
 		opts.OnTakenOver = func(error) {}
 	}
+	if opts.Metrics == nil {
+		opts.Metrics = client.MetricsNopHandler
+	}
 	return &Heartbeater{
 		reg: reg, interval: opts.Interval, client: &wdcclient.Client{C: c}, log: opts.Logger,
-		onTakenOver: opts.OnTakenOver, stop: make(chan struct{}), done: make(chan struct{}),
+		onTakenOver: opts.OnTakenOver, metrics: opts.Metrics, stop: make(chan struct{}), done: make(chan struct{}),
 	}, nil
 }
 
@@ -161,6 +172,7 @@ func (h *Heartbeater) loop() {
 		seq++
 		wait = h.interval
 		ctx, cancel := context.WithTimeout(context.Background(), h.interval)
+		began := time.Now()
 		err := h.client.WorkerHeartbeat(ctx, api.WorkerHeartbeatSignal{WorkerID: h.WorkerID(), Incarnation: h.Incarnation(), Seq: seq})
 		switch {
 		case errors.Is(err, wdcclient.ErrNotFound):
@@ -176,6 +188,9 @@ func (h *Heartbeater) loop() {
 			// so a fleet's heartbeats cost the control plane one signal
 			// each and nothing more.
 			e, derr := h.client.DescribeWorker(ctx, h.WorkerID())
+			if derr == nil {
+				h.metrics.Timer(api.MetricHeartbeatRoundTrip).Record(time.Since(began))
+			}
 			var mine int64
 			if e.Profile != nil {
 				mine = e.Profile.Incarnation
@@ -200,6 +215,9 @@ func (h *Heartbeater) loop() {
 		}
 		if err != nil {
 			h.log.Warn("worker heartbeat", "error", err)
+		}
+		if h.running != nil {
+			h.metrics.Gauge(api.MetricAttemptsRunning).Update(float64(h.running()))
 		}
 		cancel()
 		tick.Reset(wait)

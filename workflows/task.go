@@ -166,7 +166,13 @@ func (t *taskWorkflow) setup(ctx workflow.Context) error {
 		return err
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateSubmitResult, t.submitResult, workflow.UpdateHandlerOptions{
-		Validator: t.validateSubmitResult,
+		Validator: func(ctx workflow.Context, in api.SubmitResultInput) error {
+			err := t.validateSubmitResult(ctx, in)
+			if err != nil {
+				countRejected(ctx, err)
+			}
+			return err
+		},
 	}); err != nil {
 		return err
 	}
@@ -344,6 +350,7 @@ func (t *taskWorkflow) grant(ctx workflow.Context, sel api.SelectWorkerResult) e
 		return err // a broken invariant: fail loudly
 	}
 	workflow.GetLogger(ctx).Info("lease granted", "task", l.TaskID, "worker", l.WorkerID, "attempt", l.Attempt, "fence", l.Fence)
+	count(ctx, api.MetricLeasesGranted, "")
 	t.attemptDir = ""
 	t.setState(ctx, api.TaskLeased)
 	lctx, cancel := workflow.WithCancel(ctx)
@@ -443,7 +450,8 @@ func (t *taskWorkflow) onTimer(ctx workflow.Context) {
 		// or a result is pending (the ingest decides).
 		return
 	}
-	workflow.GetLogger(ctx).Info("lease expired", "task", t.env.TaskID, "attempt", d.NextAttempt-1, "fence", d.NextFence-1)
+	workflow.GetLogger(ctx).Info("lease expired", t.attemptAttrs()...)
+	count(ctx, api.MetricLeasesExpired, "")
 	t.directive = &d
 }
 
@@ -454,7 +462,8 @@ func (t *taskWorkflow) revoke(ctx workflow.Context, reason lease.RetryReason, de
 	if err != nil {
 		return
 	}
-	workflow.GetLogger(ctx).Info("lease revoked", "task", t.env.TaskID, "reason", reason, "detail", detail)
+	workflow.GetLogger(ctx).Info("lease revoked", append(t.attemptAttrs(), "reason", reason, "detail", detail)...)
+	count(ctx, api.MetricLeasesRevoked, string(reason))
 	t.directive = &d
 }
 
@@ -738,7 +747,8 @@ func (t *taskWorkflow) ingest(ctx workflow.Context) {
 		err = t.ledger.Complete(now)
 	}
 	if err != nil {
-		workflow.GetLogger(ctx).Warn("ingest failed", "task", t.env.TaskID, "fence", sub.in.Fence, "error", err)
+		workflow.GetLogger(ctx).Warn("ingest failed", "task", t.env.TaskID, "worker", sub.in.WorkerID, "attempt", sub.in.Attempt, "fence", sub.in.Fence, "error", err)
+		count(ctx, api.MetricResultsRejected, rejectReasonIngestFailed)
 		t.ledger.AbandonResult(now)
 		sub.err = temporal.NewApplicationError("ingest failed: "+errorMessage(err), api.ErrTypeArtifactMismatch)
 		t.setState(ctx, api.TaskLeased)
@@ -755,7 +765,8 @@ func (t *taskWorkflow) ingest(ctx workflow.Context) {
 	if cur := t.ledger.Current(); cur != nil {
 		t.release(ctx, *cur)
 	}
-	workflow.GetLogger(ctx).Info("result accepted", "task", t.env.TaskID, "attempt", in.Attempt, "fence", in.Fence, "exit_code", in.ExitCode)
+	workflow.GetLogger(ctx).Info("result accepted", "task", t.env.TaskID, "worker", in.WorkerID, "attempt", in.Attempt, "fence", in.Fence, "exit_code", in.ExitCode)
+	count(ctx, api.MetricResultsAccepted, "")
 }
 
 func (t *taskWorkflow) cancel(ctx workflow.Context, in api.CancelTaskInput) (api.TaskView, error) {

@@ -42,6 +42,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Progress, when set, is called with short human progress lines.
 	Progress func(string)
+	// Metrics is the agents' metrics handler (worker.AgentOptions.Metrics;
+	// nil: none). The control plane's metrics go through Client's handler.
+	Metrics client.MetricsHandler
 }
 
 // Result is what the demo observed. JSON names follow the seed report.
@@ -197,7 +200,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 				WorkerID: id, Capacity: resource.List{CPUMillis: 2000, MemoryBytes: 1 << 30}, Labels: label,
 				StaleAfter: 15 * time.Second, OfflineAfter: 60 * time.Second,
 			},
-			WorkDir: filepath.Join(opts.DataDir, "work", id), Blobs: store, Faults: faults, Logger: opts.Logger,
+			WorkDir: filepath.Join(opts.DataDir, "work", id), Blobs: store, Faults: faults, Logger: opts.Logger, Metrics: opts.Metrics,
 			OnReport: func(r executor.Report) {
 				if r.Claim.TaskID == ids.task {
 					reports <- r

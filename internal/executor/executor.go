@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"go.temporal.io/sdk/client"
 	"golang.org/x/sys/unix"
 
 	"github.com/wdc-runtime/wdc/api"
@@ -119,6 +120,10 @@ type Options struct {
 	Logger  *slog.Logger
 	// OnReport, when set, is called once with the final report.
 	OnReport func(Report)
+	// Metrics receives api.MetricResultsRejected for a result refused
+	// because its task had already ended, which no control plane sees
+	// (nil: not counted).
+	Metrics client.MetricsHandler
 	// BeforeExec, when set, is called once the task directory and inputs
 	// are in place, right before the command starts. An error aborts the
 	// start: nothing runs, the task directory is removed and Start returns
@@ -570,6 +575,9 @@ func (e *Execution) finish(rep *Report) {
 	case errors.Is(err, ErrTaskGone):
 		rep.Outcome = OutcomeRejected
 		rep.Reason, rep.Message = e.closedTaskRejection(context.Background(), err)
+		if m := e.opts.Metrics; m != nil {
+			m.WithTags(map[string]string{api.MetricTagReason: rep.Reason}).Counter(api.MetricResultsRejected).Inc(1)
+		}
 	default:
 		lostMu.Lock()
 		why := lost

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 
+	"go.temporal.io/sdk/client"
+
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/executor"
 	"github.com/wdc-runtime/wdc/internal/lease"
@@ -28,6 +30,8 @@ type Options struct {
 	Logger  *slog.Logger
 	// OnReport is called with every attempt's final report.
 	OnReport func(executor.Report)
+	// Metrics is the executors' metrics handler (executor.Options.Metrics).
+	Metrics client.MetricsHandler
 }
 
 // Launcher runs Local attempts.
@@ -93,6 +97,7 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 	ex, err := executor.Start(executor.Options{
 		Attempt: a, Root: l.opts.WorkDir, Blobs: l.opts.Blobs, Control: l.opts.Control,
 		Limits: l.opts.Limits, Faults: l.opts.Faults, Logger: l.opts.Logger, OnReport: l.opts.OnReport,
+		Metrics:    l.opts.Metrics,
 		BeforeExec: executor.LeaseCheck(ctx, l.opts.Control, claim, func() error { return launchers.CheckDeadline(ctx) }),
 	})
 	if err != nil {

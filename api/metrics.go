@@ -1,0 +1,48 @@
+package api
+
+// Names of wdc's metrics, as given to a metrics handler. The Prometheus
+// names add the suffix of their kind: "_total" to counters, "_seconds" to
+// timers (histograms in seconds); gauges keep their name. Every metric
+// emitted from a workflow or an activity also carries the SDK's tags
+// namespace, task_queue and workflow_type (and activity_type).
+const (
+	// MetricLeasesGranted counts leases granted (control plane).
+	MetricLeasesGranted = "wdc_leases_granted"
+	// MetricLeasesExpired counts leases that expired: no heartbeat renewed them
+	// within their TTL (control plane).
+	MetricLeasesExpired = "wdc_leases_expired"
+	// MetricLeasesRevoked counts leases revoked, tagged MetricTagReason with the retry
+	// reason (worker_lost, infra_killed, launch_failed; control plane).
+	MetricLeasesRevoked = "wdc_leases_revoked"
+	// MetricResultsAccepted counts results whose ingest committed (control
+	// plane).
+	MetricResultsAccepted = "wdc_results_accepted"
+	// MetricResultsRejected counts refused results, tagged MetricTagReason
+	// (the fence check's: stale_fence, wrong_worker, wrong_attempt,
+	// wrong_task, digest_mismatch, lease_not_active; invalid_argument;
+	// ingest_failed). The task workflow counts what it
+	// refuses while it is open (control plane); a result sent to a task
+	// that had already ended reaches no control plane, so the executor
+	// that sent it counts that one (an agent's executor; a standalone
+	// 'wdc exec' serves no metrics). Each refusal is counted once across
+	// the fleet.
+	MetricResultsRejected = "wdc_results_rejected"
+	// MetricAttemptsRunning is the attempts running in this agent (gauge).
+	MetricAttemptsRunning = "wdc_attempts_running"
+	// MetricHeartbeatRoundTrip is a worker heartbeat's round trip: the
+	// heartbeat signal and the description of its registry entry
+	// (agent; timer).
+	MetricHeartbeatRoundTrip = "wdc_heartbeat_round_trip"
+	// MetricWorkerSelection is one SelectWorker activity: drawing, filtering and
+	// reserving a worker for a task (control plane; timer).
+	MetricWorkerSelection = "wdc_worker_selection"
+	// MetricIngestBytes counts bytes promoted from staging into the blob store
+	// by parent ingest (control plane).
+	MetricIngestBytes = "wdc_ingest_bytes"
+	// MetricIngest is one Ingest activity, staged outputs to stored artifacts
+	// (control plane; timer).
+	MetricIngest = "wdc_ingest"
+)
+
+// MetricTagReason is the tag (Prometheus label) that carries a reason.
+const MetricTagReason = "reason"
