@@ -96,8 +96,10 @@ type Job struct {
 	// Body is the submit request body as received.
 	Body map[string]any
 	// Env is the entrypoint's whole environment (sorted KEY=VALUE).
-	Env       []string
-	ExitCode  *int
+	Env      []string
+	ExitCode *int
+	// Deleted: the job was deleted (the API no longer knows it).
+	Deleted   bool
 	StartTime time.Time
 	EndTime   time.Time
 	Metadata  map[string]string
@@ -115,11 +117,13 @@ type Emulator struct {
 
 	mu      sync.Mutex
 	jobs    map[string]*Job
+	gone    map[string]*Job // deleted, kept for tests to inspect
 	order   []string
 	submits int
 	seq     int
 	ownDir  bool
 	closed  bool
+	quit    chan struct{}
 }
 
 // Start starts an emulator on a 127.0.0.1 port. Close stops it and kills
@@ -134,7 +138,7 @@ func Start(opts Options) (*Emulator, error) {
 	if opts.StopWait == 0 {
 		opts.StopWait = 3 * time.Second
 	}
-	e := &Emulator{opts: opts, jobs: map[string]*Job{}}
+	e := &Emulator{opts: opts, jobs: map[string]*Job{}, gone: map[string]*Job{}, quit: make(chan struct{})}
 	if e.opts.WorkDir == "" {
 		d, err := os.MkdirTemp("", "raytest-")
 		if err != nil {
@@ -153,6 +157,9 @@ func (e *Emulator) URL() string { return e.srv.URL }
 // the work directory it made.
 func (e *Emulator) Close() {
 	e.mu.Lock()
+	if !e.closed {
+		close(e.quit)
+	}
 	e.closed = true
 	var running []*Job
 	for _, j := range e.jobs {
@@ -175,30 +182,36 @@ func (e *Emulator) Close() {
 	}
 }
 
-// Jobs returns a copy of every job's record, in submission order.
+// Jobs returns a copy of every job's record, deleted ones included, in
+// submission order.
 func (e *Emulator) Jobs() []Job {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	out := make([]Job, 0, len(e.order))
 	for _, id := range e.order {
-		j := e.jobs[id]
-		if j == nil {
-			continue
+		if j := e.record(id); j != nil {
+			out = append(out, j.snapshot())
 		}
-		out = append(out, j.snapshot())
 	}
 	return out
 }
 
-// Job returns a copy of one job's record.
+// Job returns a copy of one job's record (also once deleted).
 func (e *Emulator) Job(id string) (Job, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	j, ok := e.jobs[id]
-	if !ok {
+	j := e.record(id)
+	if j == nil {
 		return Job{}, false
 	}
 	return j.snapshot(), true
+}
+
+func (e *Emulator) record(id string) *Job {
+	if j := e.jobs[id]; j != nil {
+		return j
+	}
+	return e.gone[id]
 }
 
 // Submits counts submit requests received (whatever their answer).
@@ -222,7 +235,7 @@ func (e *Emulator) Freeze(id string) error {
 }
 
 func (j *Job) snapshot() Job {
-	c := Job{SubmissionID: j.SubmissionID, Status: j.Status, Message: j.Message, Entrypoint: j.Entrypoint,
+	c := Job{SubmissionID: j.SubmissionID, Status: j.Status, Message: j.Message, Entrypoint: j.Entrypoint, Deleted: j.Deleted,
 		Body: j.Body, Env: append([]string(nil), j.Env...), StartTime: j.StartTime, EndTime: j.EndTime, Metadata: j.Metadata}
 	if j.ExitCode != nil {
 		code := *j.ExitCode
@@ -313,6 +326,8 @@ func (e *Emulator) onJob(w http.ResponseWriter, r *http.Request, id, action stri
 			return
 		}
 		delete(e.jobs, id)
+		j.Deleted = true
+		e.gone[id] = j
 		e.mu.Unlock()
 		writeJSON(w, 200, map[string]bool{"deleted": true})
 	default:
@@ -423,7 +438,11 @@ func (e *Emulator) submit(w http.ResponseWriter, r *http.Request) {
 	j := &Job{SubmissionID: id, Status: Pending, Entrypoint: entrypoint, Body: body, Env: env, Metadata: meta,
 		StartTime: time.Now(), done: make(chan struct{})}
 	e.jobs[id] = j
-	e.order = append(e.order, id)
+	if _, reused := e.gone[id]; reused {
+		delete(e.gone, id) // Ray forgets a deleted job's ID
+	} else {
+		e.order = append(e.order, id)
+	}
 	hold := e.opts.HoldPending != nil && e.opts.HoldPending(id)
 	e.mu.Unlock()
 	if hold {
@@ -444,7 +463,11 @@ func (e *Emulator) submit(w http.ResponseWriter, r *http.Request) {
 
 // pendingTimeout fails a job still PENDING after StartTimeout.
 func (e *Emulator) pendingTimeout(j *Job) {
-	time.Sleep(e.opts.StartTimeout)
+	select {
+	case <-time.After(e.opts.StartTimeout):
+	case <-e.quit:
+		return
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if j.Status == Pending {
