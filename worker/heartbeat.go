@@ -28,11 +28,12 @@ type Heartbeater struct {
 	// onTakenOver is called (once, from the loop) when another agent
 	// registered a newer incarnation of the worker; the loop then ends.
 	onTakenOver func(error)
+	alive       func(context.Context) error
 
 	mu          sync.Mutex
 	incarnation int64
 
-	sent, failed, unanswered, registrations atomic.Int64
+	sent, failed, unanswered, registrations, skipped atomic.Int64
 
 	stop   chan struct{}
 	done   chan struct{}
@@ -51,6 +52,12 @@ type HeartbeaterOptions struct {
 	// OnTakenOver is called once when another agent registered the same
 	// worker ID with a newer incarnation; the heartbeats have stopped then.
 	OnTakenOver func(error)
+	// Alive, when set, is asked before every heartbeat (bounded by the
+	// interval); while it returns an error no heartbeat is sent, so the
+	// registry marks the worker STALE (its leases are revoked) and then
+	// OFFLINE, as if the agent were gone. A Ray cluster's agent asks its
+	// dashboard.
+	Alive func(ctx context.Context) error
 }
 
 // StartHeartbeater registers the worker (a new incarnation) and starts its
@@ -89,7 +96,7 @@ func newHeartbeater(c client.Client, opts HeartbeaterOptions) (*Heartbeater, err
 	}
 	return &Heartbeater{
 		reg: reg, interval: opts.Interval, client: &wdcclient.Client{C: c}, log: opts.Logger,
-		onTakenOver: opts.OnTakenOver, stop: make(chan struct{}), done: make(chan struct{}),
+		onTakenOver: opts.OnTakenOver, alive: opts.Alive, stop: make(chan struct{}), done: make(chan struct{}),
 	}, nil
 }
 
@@ -118,11 +125,14 @@ type HeartbeaterStats struct {
 	// than one means the registry lost the worker (OFFLINE, gone) and it
 	// registered again.
 	Registrations int64 `json:"registrations"`
+	// Withheld is heartbeats not sent because Alive said the worker's
+	// cluster did not answer.
+	Withheld int64 `json:"withheld,omitempty"`
 }
 
 // Stats returns the counters so far.
 func (h *Heartbeater) Stats() HeartbeaterStats {
-	return HeartbeaterStats{Sent: h.sent.Load(), Failed: h.failed.Load(), Unanswered: h.unanswered.Load(), Registrations: h.registrations.Load()}
+	return HeartbeaterStats{Sent: h.sent.Load(), Failed: h.failed.Load(), Unanswered: h.unanswered.Load(), Registrations: h.registrations.Load(), Withheld: h.skipped.Load()}
 }
 
 func (h *Heartbeater) register(ctx context.Context) error {
@@ -158,9 +168,18 @@ func (h *Heartbeater) loop() {
 			return
 		case <-tick.C:
 		}
-		seq++
 		wait = h.interval
 		ctx, cancel := context.WithTimeout(context.Background(), h.interval)
+		if h.alive != nil {
+			if err := h.alive(ctx); err != nil {
+				cancel()
+				h.skipped.Add(1)
+				h.log.Warn("worker heartbeat withheld: what this worker runs on does not answer", "error", err)
+				tick.Reset(wait)
+				continue
+			}
+		}
+		seq++
 		err := h.client.WorkerHeartbeat(ctx, api.WorkerHeartbeatSignal{WorkerID: h.WorkerID(), Incarnation: h.Incarnation(), Seq: seq})
 		switch {
 		case errors.Is(err, wdcclient.ErrNotFound):

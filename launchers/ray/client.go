@@ -200,13 +200,20 @@ func (c *Client) Version(ctx context.Context) (VersionInfo, error) {
 	return v, err
 }
 
+// Body is the exact bytes Submit sends for req.
+func Body(req SubmitRequest) ([]byte, error) { return json.Marshal(req) }
+
 // Submit sends POST /api/jobs/ once, never retried: a request that got no
 // answer may have created the job, which only a GET of its submission ID
 // can tell (a *TransportError). Errors: *APIError (IsAlreadyExists for a
 // duplicate submission ID; 400 for a field Ray does not know).
 func (c *Client) Submit(ctx context.Context, req SubmitRequest) (SubmitResponse, error) {
 	var out SubmitResponse
-	err := c.do(ctx, "submit", http.MethodPost, "/api/jobs/", req, &out, false)
+	body, err := Body(req)
+	if err != nil {
+		return out, fmt.Errorf("ray submit: encode request: %w", err)
+	}
+	err = c.do(ctx, "submit", http.MethodPost, "/api/jobs/", json.RawMessage(body), &out, false)
 	return out, err
 }
 

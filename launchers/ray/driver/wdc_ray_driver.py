@@ -1,9 +1,10 @@
 """wdc's Ray job driver for attempts that ask for a placement group.
 
 The Ray Jobs REST API has no placement-group field, so the Ray launcher
-submits this file as the job's entrypoint (python3 wdc_ray_driver.py). It
-reads its settings from the environment the launcher put in
-runtime_env.env_vars:
+makes this file the job's entrypoint: its source travels in
+runtime_env.env_vars as WDC_RAY_DRIVER and runs as
+python3 -c "$WDC_RAY_DRIVER". It reads its settings from the same
+environment:
 
   WDC_RAY_PLACEMENT  JSON {"bundles": [{"CPU": 1}, ...], "strategy": "PACK",
                      "timeout_seconds": 300, "name": "<submission id>"}
