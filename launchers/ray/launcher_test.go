@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -302,3 +303,68 @@ func TestLastLines(t *testing.T) {
 }
 
 var _ executor.Control = (*fakeControl)(nil)
+
+// pythonExecutable is the real interpreter behind python3 (not a shim),
+// so that a job's shell finds it with the emulated node's PATH.
+func pythonExecutable(t *testing.T) string {
+	t.Helper()
+	python, err := exec.LookPath("python3")
+	require.NoError(t, err, "python3 is needed to run the placement-group driver (Debian: apt-get install python3)")
+	out, err := exec.Command(python, "-c", "import sys; print(sys.executable)").Output()
+	require.NoError(t, err)
+	return strings.TrimSpace(string(out))
+}
+
+// A placement-group attempt end to end through the emulator: the
+// entrypoint is the embedded driver run by python3 -c, which (against a
+// stub ray package on the node's PYTHONPATH) creates the group with the
+// envelope's bundles and strategy, waits for it, runs `wdc exec` in bundle
+// 0 with bundle 0's resources and removes the group. A group never placed
+// ends launch_failed, and `wdc exec` never runs.
+func TestPlacementGroupJobRunsTheDriver(t *testing.T) {
+	stub, err := filepath.Abs(filepath.Join("testdata", "stubray"))
+	require.NoError(t, err)
+	python := pythonExecutable(t)
+	pg := &envelope.PlacementGroup{Bundles: []map[string]float64{{"CPU": 2, "accel": 1}, {"GPU": 1}}, Strategy: "STRICT_SPREAD", TimeoutSeconds: 9}
+	withPG := func(r *rig) {
+		r.att.Envelope.Launcher = envelope.LauncherRay
+		r.att.Envelope.Ray = &envelope.RayOptions{PlacementGroup: pg}
+		r.att.Lease.EnvelopeDigest = mustDigest(t, r.att.Envelope)
+		r.ctl.mu.Lock()
+		r.ctl.lease.EnvelopeDigest = r.att.Lease.EnvelopeDigest
+		r.ctl.mu.Unlock()
+	}
+	nodeEnv := []string{"PYTHONPATH=" + stub, "PYTHONDONTWRITEBYTECODE=1"}
+
+	r := newRig(t, `echo "wdc exec ran as $WDC_EXEC_TASK_ID/$WDC_EXEC_FENCE"`, raytest.Options{NodeEnv: nodeEnv}, func(o *Options) { o.Python = python })
+	withPG(r)
+	r.submit(t)
+	j := r.waitJob(t, "job succeeded", func(j raytest.Job) bool { return raytest.Terminal(j.Status) })
+	require.Equal(t, raytest.Succeeded, j.Status, j.Logs())
+	assert.Equal(t, "exec "+python+` -c "$WDC_RAY_DRIVER"`, j.Entrypoint)
+	logs := j.Logs()
+	for _, want := range []string{
+		`stub-ray ["init"]`,
+		`stub-ray ["placement_group", [{"CPU": 2, "accel": 1}, {"GPU": 1}], "STRICT_SPREAD", "t1-a1-f1"]`,
+		`stub-ray ["wait", 9.0]`,
+		`stub-ray ["options", {"max_retries": 0, "num_cpus": 2, "resources": {"accel": 1}}, 0, true]`,
+		"wdc exec ran as t1/1",
+		`stub-ray ["remove_placement_group"]`,
+	} {
+		assert.Contains(t, logs, want+"\n")
+	}
+	assert.Less(t, strings.Index(logs, "wdc exec ran"), strings.Index(logs, "remove_placement_group"), "removed after the run")
+	reps := r.waitReports(t, 1) // exited 0 without a result (the fake wdc)
+	assert.Equal(t, lease.ReasonLaunchFailed, reps[0].Reason)
+
+	never := newRig(t, `echo "wdc exec ran"`, raytest.Options{NodeEnv: append(nodeEnv, "STUB_RAY_NEVER_READY=1")}, func(o *Options) { o.Python = python })
+	withPG(never)
+	never.submit(t)
+	reps = never.waitReports(t, 1)
+	assert.Equal(t, lease.ReasonLaunchFailed, reps[0].Reason, "a group never placed is a launch failure")
+	assert.Contains(t, reps[0].Detail, "FAILED (driver exit code 3)")
+	assert.Contains(t, reps[0].Detail, placementTimeoutMarker+" within 9s")
+	j, _ = never.emu.Job("t1-a1-f1")
+	assert.NotContains(t, j.Logs(), "wdc exec ran")
+	assert.Contains(t, j.Logs(), `stub-ray ["remove_placement_group"]`)
+}
