@@ -207,15 +207,9 @@ func TestPendingForeverRayJobEndsLaunchFailed(t *testing.T) {
 	emu := startRay(t, raytest.Options{HoldPending: func(id string) bool { return strings.HasSuffix(id, "-a1-f1") }})
 	rayAgent(t, "ray-d", emu, "--ray-pending-timeout", "2s")
 	env := rayEnvelope(t, "ray-pending", `echo ok > outputs/done.txt`)
-	submit(t, env, api.TaskOptions{LeaseTTL: 30 * time.Second, Backoff: lease.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}})
-
-	out, view := waitOutcome(t, env.TaskID)
-	require.Equal(t, api.TaskCompleted, out.State)
-	require.Len(t, view.Directives, 1)
-	d := view.Directives[0]
+	d := completedAfterOneRetry(t, env)
 	assert.Equal(t, lease.ReasonLaunchFailed, d.Reason)
 	assert.Contains(t, d.Detail, "still PENDING after 2s")
-	assert.Equal(t, int64(2), view.Result.Fence)
 	waitFor(t, 20*time.Second, "the pending job stopped and deleted", func() bool {
 		j := jobOf(t, emu, env.TaskID, 1, 1)
 		return j.Status == raytest.Stopped && j.Deleted
@@ -228,17 +222,23 @@ func TestFailedRayJobIsInfraKilledWithItsLog(t *testing.T) {
 	emu := startRay(t, raytest.Options{})
 	rayAgent(t, "ray-e", emu)
 	env := rayEnvelope(t, "ray-killed", `if [ "$WDC_ATTEMPT" = 1 ]; then kill -9 $PPID; sleep 5; fi; echo ok > outputs/done.txt`)
-	submit(t, env, api.TaskOptions{LeaseTTL: 30 * time.Second, Backoff: lease.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}})
-
-	out, view := waitOutcome(t, env.TaskID)
-	require.Equal(t, api.TaskCompleted, out.State)
-	require.Len(t, view.Directives, 1)
-	d := view.Directives[0]
+	d := completedAfterOneRetry(t, env)
 	assert.Equal(t, lease.ReasonInfraKilled, d.Reason)
 	assert.Contains(t, d.Detail, "ray job ray-killed-a1-f1 FAILED")
 	assert.Contains(t, d.Detail, "last log lines:")
 	assert.Contains(t, d.Detail, "started pid", "wdc exec's progress, from the job's log")
-	assert.Equal(t, int64(2), view.Result.Fence)
+}
+
+// completedAfterOneRetry submits env, expects it COMPLETED by attempt 2
+// after one retry, and returns that retry's directive.
+func completedAfterOneRetry(t *testing.T, env envelope.Envelope) lease.RetryDirective {
+	t.Helper()
+	submit(t, env, api.TaskOptions{LeaseTTL: 30 * time.Second, Backoff: lease.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}})
+	out, view := waitOutcome(t, env.TaskID)
+	require.Equal(t, api.TaskCompleted, out.State)
+	require.Len(t, view.Directives, 1)
+	require.Equal(t, int64(2), view.Result.Fence)
+	return view.Directives[0]
 }
 
 // An agent whose dashboard does not answer, or runs a Ray too old for

@@ -121,19 +121,9 @@ func (l *Launcher) JobURL(id string) string { return l.opts.Client.Address() + "
 // store cannot be written; Ray refused the job (HTTP status and message)
 // or could not be reached.
 func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.Submission, error) {
-	claim := a.Claim()
-	if claim.WorkerID != l.opts.WorkerID {
-		return launchers.Submission{}, fmt.Errorf("attempt is for worker %q, this is %q", claim.WorkerID, l.opts.WorkerID)
-	}
-	if err := launchers.CheckDeadline(ctx); err != nil {
-		return launchers.Submission{}, err
-	}
-	digest, err := l.opts.Blobs.PutEnvelope(ctx, a.Envelope)
+	claim, err := external.StoreEnvelope(ctx, l.opts.Blobs, l.opts.WorkerID, a)
 	if err != nil {
 		return launchers.Submission{}, err
-	}
-	if digest != claim.EnvelopeDigest {
-		return launchers.Submission{}, fmt.Errorf("envelope digest %s does not match the lease's %s", digest, claim.EnvelopeDigest)
 	}
 	req, dropped := Request(RequestOptions{Target: l.opts.Target, Fields: l.opts.Fields, Python: l.opts.Python}, claim, a.Envelope)
 	log := l.opts.Logger.With("task", claim.TaskID, "attempt", claim.Attempt, "fence", claim.Fence, "job", req.SubmissionID)
