@@ -221,12 +221,12 @@ func TestPendingForeverRayJobEndsLaunchFailed(t *testing.T) {
 func TestFailedRayJobIsInfraKilledWithItsLog(t *testing.T) {
 	emu := startRay(t, raytest.Options{})
 	rayAgent(t, "ray-e", emu)
-	env := rayEnvelope(t, "ray-killed", `if [ "$WDC_ATTEMPT" = 1 ]; then kill -9 $PPID; sleep 5; fi; echo ok > outputs/done.txt`)
+	env := rayEnvelope(t, "ray-killed", `if [ "$WDC_ATTEMPT" = 1 ]; then sleep 1; kill -9 $PPID; sleep 5; fi; echo ok > outputs/done.txt`)
 	d := completedAfterOneRetry(t, env)
 	assert.Equal(t, lease.ReasonInfraKilled, d.Reason)
 	assert.Contains(t, d.Detail, "ray job ray-killed-a1-f1 FAILED")
 	assert.Contains(t, d.Detail, "last log lines:")
-	assert.Contains(t, d.Detail, "started pid", "wdc exec's progress, from the job's log")
+	assert.Contains(t, d.Detail, "started pid", "wdc exec's progress (printed before the kill), from the job's log")
 }
 
 // completedAfterOneRetry submits env, expects it COMPLETED by attempt 2
