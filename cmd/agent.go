@@ -100,7 +100,7 @@ an earlier agent of this work directory left behind.`,
 				return err
 			}
 			if launcher == launcherLocal && (spoolDir != "" || c.Flags().Changed("exec-binary")) {
-				return usagef("--spool-dir and --exec-binary go with --launcher %s", launcherExternal)
+				return usagef("--spool-dir and --exec-binary go with --launcher %s (--exec-binary also with %s)", launcherExternal, launcherRay)
 			}
 			if launcher != launcherLocal {
 				for _, name := range []string{"work-dir", "max-output-file-bytes", "max-output-bytes", "max-output-files"} {
