@@ -198,7 +198,8 @@ func (l *Launcher) follow(c lease.Claim, id string) {
 
 // watchJob polls the job until it ends and judges its end:
 //   - PENDING past PendingTimeout: stopped, reported launch_failed;
-//   - RUNNING while the attempt lost its fence or lease: stopped;
+//   - RUNNING while the attempt lost its fence or lease (asked every
+//     leaseCheckEvery polls): stopped;
 //   - FAILED or STOPPED (not by wdc) without an accepted result: reported
 //     infra_killed (launch_failed when the placement group was never
 //     placed), with the last lines of the job's log;
@@ -210,6 +211,7 @@ func (l *Launcher) watchJob(w *watch) {
 	log := l.opts.Logger.With("task", w.claim.TaskID, "attempt", w.claim.Attempt, "fence", w.claim.Fence, "job", w.id)
 	tick := time.NewTicker(l.opts.PollInterval)
 	defer tick.Stop()
+	polls := 0
 	for {
 		select {
 		case <-tick.C:
@@ -238,6 +240,12 @@ func (l *Launcher) watchJob(w *watch) {
 				l.report(w, lease.ReasonLaunchFailed, fmt.Sprintf("ray job %s was still PENDING after %s (no node with the entrypoint's resources?); it was stopped", w.id, l.opts.PendingTimeout), "", log)
 			}
 		case StatusRunning:
+			// The lease is asked every leaseCheckEvery polls only: the
+			// task's own CancelAttempt is the usual way a job is stopped,
+			// this check the fallback when that activity was lost.
+			if polls++; polls%leaseCheckEvery != 0 {
+				continue
+			}
 			if why := l.fenceLost(w.claim); why != "" {
 				log.Warn("attempt no longer holds its lease; stopping its ray job", "why", why)
 				l.stopJob(w.id, log)
@@ -252,6 +260,10 @@ func (l *Launcher) watchJob(w *watch) {
 		}
 	}
 }
+
+// leaseCheckEvery is how many status polls of a running job go by between
+// two lease queries (10 s with the default 2 s poll interval).
+const leaseCheckEvery = 5
 
 // judgeEnd reports a job that ended on its own without an accepted
 // result.
