@@ -114,7 +114,10 @@ WDC_TASK_ID, WDC_ATTEMPT, WDC_FENCE and WDC_TASK_DIR (nothing of this
 process's environment: no WDC_*, TEMPORAL_* or AWS_* variable reaches the
 task), heartbeats, self-fencing, outputs staged in the blob store and the
 result submitted. Right before the command starts the lease is checked once
-more; an attempt that is not current starts nothing.
+more; an attempt that is not current starts nothing. While it runs, a
+heartbeat is one signal every TTL/3, and the lease is checked once per TTL:
+a lost fence kills the command within that (a launcher that can, such as
+the Kubernetes or Ray one, also kills it at once when the lease ends).
 
 Every claim flag can be given as an environment variable instead
 (WDC_EXEC_TASK_ID, WDC_EXEC_ATTEMPT, WDC_EXEC_FENCE, WDC_EXEC_WORKER_ID,
@@ -205,6 +208,9 @@ func (a *app) runExec(ctx context.Context, o *execOptions) error {
 	}
 	ex, err := executor.Start(executor.Options{
 		Attempt: attempt, Root: workDir, Blobs: store, Control: ctl, Limits: limits, Logger: a.logger(),
+		// Whatever runs this process may have no way to cancel it: one
+		// lease query per TTL finds a lost fence without the agent.
+		LeaseCheckInterval: attempt.Lease.TTL,
 		BeforeExec: func() error {
 			return bounded(func(ctx context.Context) error { return executor.LeaseCheck(ctx, ctl, claim, nil)() })
 		},

@@ -251,3 +251,31 @@ func TestListWorkersWithoutAControlPlane(t *testing.T) {
 		assert.Equal(t, fleet.Active, v.State, "state from visibility")
 	}
 }
+
+// A worker heartbeat is one signal; the heartbeater then reads the entry
+// as Temporal describes it (no control-plane query). When no control plane
+// processes the entry's messages any more, that shows: the heartbeats are
+// counted as unanswered.
+func TestHeartbeatsNoticeWhenNoControlPlaneProcessesThem(t *testing.T) {
+	c, err := client.Dial(client.Options{HostPort: suite.srv.FrontendHostPort(), Namespace: soakNamespace, Logger: quietLogger{}})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	cp := startControlPlane(t, c)
+	h, err := worker.StartHeartbeater(context.Background(), c, worker.HeartbeaterOptions{
+		Registration: fleet.Registration{WorkerID: "describe-hb", Capacity: resource.List{CPUMillis: 1000}},
+		Interval:     500 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	t.Cleanup(h.Stop)
+	waitFor(t, 10*time.Second, "heartbeats delivered", func() bool { return h.Stats().Sent >= 4 })
+	assert.Zero(t, h.Stats().Unanswered, "a running control plane processes them")
+	e, err := (&wdcclient.Client{C: c}).DescribeWorker(context.Background(), "describe-hb")
+	require.NoError(t, err)
+	assert.Equal(t, fleet.Active, e.State)
+	require.NotNil(t, e.Profile)
+	assert.Equal(t, h.Incarnation(), e.Profile.Incarnation)
+
+	cp.Stop()
+	waitFor(t, 20*time.Second, "unprocessed heartbeats noticed", func() bool { return h.Stats().Unanswered > 0 })
+	assert.Equal(t, int64(1), h.Stats().Registrations, "nothing re-registers while the control plane is away")
+}

@@ -117,9 +117,9 @@ type HeartbeaterStats struct {
 	// Failed is heartbeat signals that were not delivered (retried after
 	// a quarter interval).
 	Failed int64 `json:"failed"`
-	// Unanswered is delivered heartbeats after which the registry did not
-	// answer the worker query within the interval (a busy or absent
-	// control plane).
+	// Unanswered is delivered heartbeats after which the registry entry
+	// could not be described, or showed messages waiting unprocessed for
+	// longer than the interval (a busy or absent control plane).
 	Unanswered int64 `json:"unanswered"`
 	// Registrations counts registrations, the first one included: more
 	// than one means the registry lost the worker (OFFLINE, gone) and it
@@ -191,20 +191,30 @@ func (h *Heartbeater) loop() {
 			wait = h.interval / 4
 		default:
 			h.sent.Add(1)
-			v, qerr := h.client.Worker(ctx, h.WorkerID())
+			// The entry as Temporal describes it: no control-plane work,
+			// so a fleet's heartbeats cost the control plane one signal
+			// each and nothing more.
+			e, derr := h.client.DescribeWorker(ctx, h.WorkerID())
+			var mine int64
+			if e.Profile != nil {
+				mine = e.Profile.Incarnation
+			}
 			switch {
-			case errors.Is(qerr, wdcclient.ErrNotFound):
+			case errors.Is(derr, wdcclient.ErrNotFound), derr == nil && !e.Running:
 				err = h.register(ctx)
-			case qerr != nil:
+			case derr != nil:
 				h.unanswered.Add(1)
-				err = fmt.Errorf("heartbeat delivered, but the registry did not answer (is the control plane running?): %w", qerr)
-			case v.State == fleet.Offline:
-				h.log.Warn("the registry marked this worker OFFLINE; registering again", "incarnation", v.Incarnation)
+				err = fmt.Errorf("heartbeat delivered, but describing the registry entry failed: %w", derr)
+			case e.State == fleet.Offline:
+				h.log.Warn("the registry marked this worker OFFLINE; registering again", "incarnation", mine)
 				err = h.register(ctx)
-			case v.Incarnation > h.Incarnation():
+			case mine > h.Incarnation():
 				cancel()
-				h.onTakenOver(fmt.Errorf("another agent registered worker %s (incarnation %d, this agent has %d); this agent stops", h.WorkerID(), v.Incarnation, h.Incarnation()))
+				h.onTakenOver(fmt.Errorf("another agent registered worker %s (incarnation %d, this agent has %d); this agent stops", h.WorkerID(), mine, h.Incarnation()))
 				return
+			case e.Unprocessed > h.interval:
+				h.unanswered.Add(1)
+				err = fmt.Errorf("heartbeats delivered, but the registry has not processed its messages for %s (is the control plane running?)", e.Unprocessed.Round(time.Second))
 			}
 		}
 		if err != nil {

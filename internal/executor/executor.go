@@ -125,6 +125,16 @@ type Options struct {
 	// the error. Launchers use it to refuse an attempt whose launch is past
 	// its deadline or whose lease is no longer current (CheckLease).
 	BeforeExec func() error
+	// LeaseCheckInterval is how often the executor also asks the control
+	// plane (one `lease` query) whether its claim still holds the current
+	// lease, on top of its heartbeats. Zero: never — the executor learns
+	// of a lost fence from the cancel the task sends when it ends the
+	// lease (the agent or the cluster launcher kills the command) and,
+	// when no cancel can arrive, from its own deadline. An executor that
+	// nothing can cancel (`wdc exec` run by a system wdc cannot reach)
+	// sets it, typically to the lease TTL, so a heartbeat costs one
+	// signal and a query is sent at most once per interval.
+	LeaseCheckInterval time.Duration
 }
 
 // Execution is a running attempt.
@@ -633,8 +643,9 @@ const HeartbeatRetryDivisor = 4
 
 // heartbeatLoop renews the lease every interval until ctx ends, and calls
 // onLost (once, then returns) when the lease is no longer this attempt's
-// (fenced: the lease query fails the fence check, or the task has ended)
-// or when no heartbeat was accepted for a whole lease TTL, counted from the
+// (fenced: the task has ended, so its heartbeat signal finds no workflow,
+// or — with Options.LeaseCheckInterval — the lease query fails the fence
+// check) or when no heartbeat was accepted for a whole lease TTL, counted from the
 // later of the last accepted heartbeat's send time and notBefore.
 //
 // A heartbeat is accepted when Temporal took its signal. The self-fencing
@@ -647,8 +658,11 @@ const HeartbeatRetryDivisor = 4
 // interval is ridden out (given a client that redials within a fraction of
 // the interval, see worker.DialOptions).
 //
-// A lease query that fails while the heartbeat itself got through is
-// tolerated: the control plane may be down, and then the lease cannot
+// A heartbeat is one signal and nothing else: a lease that moved on while
+// this executor is connected reaches it as a cancel (Execution.Cancel,
+// from the agent's CancelAttempt or the cluster launcher's kill), not
+// through a query per beat. A lease query (LeaseCheckInterval) that fails
+// while the heartbeat itself got through is tolerated: the control plane may be down, and then the lease cannot
 // expire either.
 func (e *Execution) heartbeatLoop(ctx context.Context, notBefore time.Time, onLost func(why string, fenced bool)) {
 	interval := e.opts.Attempt.HeartbeatInterval
@@ -657,6 +671,7 @@ func (e *Execution) heartbeatLoop(ctx context.Context, notBefore time.Time, onLo
 	next := time.Now()
 	var failingSince time.Time // zero while heartbeats get through
 	var lastErr error
+	var lastCheck time.Time
 	for {
 		base := e.lastAccepted
 		if base.Before(notBefore) {
@@ -690,7 +705,11 @@ func (e *Execution) heartbeatLoop(ctx context.Context, notBefore time.Time, onLo
 		if deadline.Before(tryEnd) {
 			tryEnd = deadline
 		}
-		accepted, err := e.beat(ctx, e.seq, tryEnd)
+		check := e.opts.LeaseCheckInterval > 0 && sent.Sub(lastCheck) >= e.opts.LeaseCheckInterval
+		accepted, err := e.beat(ctx, e.seq, tryEnd, check)
+		if check && accepted {
+			lastCheck = sent
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -724,9 +743,10 @@ func (e *Execution) heartbeatLoop(ctx context.Context, notBefore time.Time, onLo
 
 var errFenced = errors.New("fenced")
 
-// beat sends one heartbeat and checks the fence, both before tryEnd.
-// accepted reports whether Temporal took the heartbeat signal.
-func (e *Execution) beat(ctx context.Context, seq int64, tryEnd time.Time) (accepted bool, err error) {
+// beat sends one heartbeat and, when check is set, checks the fence with
+// one lease query, both before tryEnd. accepted reports whether Temporal
+// took the heartbeat signal.
+func (e *Execution) beat(ctx context.Context, seq int64, tryEnd time.Time, check bool) (accepted bool, err error) {
 	cctx, cancel := context.WithDeadline(ctx, tryEnd)
 	defer cancel()
 	err = e.opts.Control.Heartbeat(cctx, api.LeaseHeartbeatSignal{Claim: e.claim, Seq: seq})
@@ -735,6 +755,9 @@ func (e *Execution) beat(ctx context.Context, seq int64, tryEnd time.Time) (acce
 	}
 	if err != nil {
 		return false, err
+	}
+	if !check {
+		return true, nil
 	}
 	var rej *Rejected
 	switch err := CheckLease(cctx, e.opts.Control, e.claim); {

@@ -293,14 +293,65 @@ func TestOutputRulesRejectSymlinksAndOversize(t *testing.T) {
 	}
 }
 
+// With LeaseCheckInterval (wdc exec: nothing may be able to cancel it) the
+// executor finds a lost fence by itself, within that interval.
 func TestSelfFencesWhenTheLeaseMovesOn(t *testing.T) {
 	f := newFixture(t, `sleep 30 & echo $! > child.pid; wait`, nil)
-	ex := f.start(nil)
+	ex := f.start(func(o *Options) { o.LeaseCheckInterval = 300 * time.Millisecond })
 	time.Sleep(300 * time.Millisecond)
+	moved := time.Now()
 	f.ctl.setLease(func(l *lease.Lease) { l.Fence, l.Attempt, l.WorkerID = 2, 2, "w-b" })
 	rep := f.wait(ex)
 	assert.Equal(t, OutcomeSelfFenced, rep.Outcome)
 	assert.Contains(t, rep.Message, "stale_fence")
+	assert.Less(t, time.Since(moved), 3*time.Second, "found within the check interval (plus a beat), not at the TTL")
+	assert.Empty(t, f.ctl.submitted)
+	assertGroupDead(t, f, ex)
+}
+
+// By default a heartbeat is one signal and nothing else: no lease query
+// per beat (the agent's cancel tells the executor that its fence is
+// lost), and queries come at most once per LeaseCheckInterval when set.
+func TestHeartbeatsSendNoLeaseQueries(t *testing.T) {
+	for name, tc := range map[string]struct {
+		interval   time.Duration
+		maxQueries int
+	}{
+		"no check":          {0, 0},
+		"check every 500ms": {500 * time.Millisecond, 4},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, `sleep 1.5; echo ok > outputs/ok`, nil)
+			rep := f.wait(f.start(func(o *Options) { o.LeaseCheckInterval = tc.interval }))
+			require.Equal(t, OutcomeAccepted, rep.Outcome, "%+v", rep)
+			f.ctl.mu.Lock()
+			defer f.ctl.mu.Unlock()
+			assert.GreaterOrEqual(t, len(f.ctl.heartbeats), 10, "a beat every 100 ms for 1.5 s")
+			assert.LessOrEqual(t, f.ctl.queries, tc.maxQueries, "lease queries besides %d heartbeats", len(f.ctl.heartbeats))
+			if tc.interval > 0 {
+				assert.GreaterOrEqual(t, f.ctl.queries, 2, "the periodic check runs")
+			}
+		})
+	}
+}
+
+// A lease that moved on reaches an executor with no periodic check as a
+// cancel (the agent's CancelAttempt): the command is killed, nothing is
+// submitted.
+func TestLostFenceArrivesAsACancel(t *testing.T) {
+	f := newFixture(t, `sleep 30 & echo $! > child.pid; wait`, nil)
+	ex := f.start(nil)
+	time.Sleep(300 * time.Millisecond)
+	f.ctl.setLease(func(l *lease.Lease) { l.Fence, l.Attempt, l.WorkerID = 2, 2, "w-b" })
+	time.Sleep(500 * time.Millisecond)
+	select {
+	case <-ex.Done():
+		t.Fatal("without a check interval the executor does not poll the lease")
+	default:
+	}
+	ex.Cancel("lease expired")
+	rep := f.wait(ex)
+	assert.Equal(t, OutcomeCancelled, rep.Outcome)
 	assert.Empty(t, f.ctl.submitted)
 	assertGroupDead(t, f, ex)
 }
@@ -409,7 +460,10 @@ func TestQueryOutageDoesNotSelfFence(t *testing.T) {
 	f.lease.TTL = time.Second
 	f.ctl.lease.TTL = time.Second
 	f.ctl.queryErr = errors.New("context deadline exceeded")
-	rep := f.wait(f.start(func(o *Options) { o.Attempt.HeartbeatInterval = 200 * time.Millisecond }))
+	rep := f.wait(f.start(func(o *Options) {
+		o.Attempt.HeartbeatInterval = 200 * time.Millisecond
+		o.LeaseCheckInterval = 200 * time.Millisecond
+	}))
 	assert.Equal(t, OutcomeAccepted, rep.Outcome, "%+v", rep)
 }
 

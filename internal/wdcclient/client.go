@@ -312,3 +312,48 @@ func (c *Client) update(ctx context.Context, wfID, updateID, name string, arg, o
 		return handle.Get(ctx, out)
 	})
 }
+
+// WorkerEntry is a registry entry as Temporal itself describes it
+// (DescribeWorkflowExecution): no control plane takes part, so reading it
+// costs the control plane nothing.
+type WorkerEntry struct {
+	WorkerState
+	// Running is false once the registry entry's workflow has closed.
+	Running bool
+	// Unprocessed is how long the entry's oldest pending workflow task has
+	// waited without being picked up (0 when none waits): messages sent to
+	// it (heartbeats) are not being applied, e.g. no control plane polls
+	// its task queue.
+	Unprocessed time.Duration
+}
+
+// DescribeWorker reads worker workerID's entry: its state (the
+// WdcWorkerState search attribute), its published profile (with the
+// current incarnation) and whether its messages are being processed.
+// Errors: ErrNotFound (wrapped) when no entry exists; Temporal's error
+// otherwise.
+func (c *Client) DescribeWorker(ctx context.Context, workerID string) (WorkerEntry, error) {
+	resp, err := c.C.DescribeWorkflowExecution(ctx, api.WorkerWorkflowID(workerID), "")
+	if err != nil {
+		return WorkerEntry{}, wrap("worker "+workerID, err)
+	}
+	info := resp.GetWorkflowExecutionInfo()
+	e := WorkerEntry{
+		WorkerState: WorkerState{
+			WorkerID: workerID,
+			State:    fleet.State(keyword(info.GetSearchAttributes(), api.SAWorkerState.GetName())),
+			Profile:  profile(info.GetMemo()),
+		},
+		Running: info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
+	}
+	if wft := resp.GetPendingWorkflowTask(); wft != nil && wft.GetState() == enumspb.PENDING_WORKFLOW_TASK_STATE_SCHEDULED {
+		at := wft.GetOriginalScheduledTime()
+		if at == nil {
+			at = wft.GetScheduledTime()
+		}
+		if at != nil {
+			e.Unprocessed = max(0, time.Since(at.AsTime()))
+		}
+	}
+	return e, nil
+}
