@@ -609,10 +609,11 @@ const (
 )
 
 // SupportedLaunchers are the launcher kinds this version of wdc runs.
-// Envelopes may name "ray" and "k8s" (the format allows them), but until
-// those launchers exist such tasks are refused at submit rather than run
-// somewhere else.
-var SupportedLaunchers = []string{envelope.LauncherLocal}
+// Envelopes may name "k8s" (the format allows it), but until that
+// launcher exists such tasks are refused at submit rather than run
+// somewhere else. A "ray" task runs only on a worker with the "ray"
+// capability (a `wdc agent --launcher ray`).
+var SupportedLaunchers = []string{envelope.LauncherLocal, envelope.LauncherRay}
 
 // CheckLauncher refuses an envelope launcher this version cannot run.
 func CheckLauncher(launcher string) error {

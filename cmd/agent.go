@@ -30,6 +30,7 @@ func (a *app) newAgentCommand() *cobra.Command {
 		spoolDir  string
 		execBin   string
 		metrics   string
+		rayFlags  rayAgentFlags
 	)
 	c := &cobra.Command{
 		Use:   "agent --worker-id ID",
@@ -56,12 +57,26 @@ heartbeats keep the lease. If nothing runs it, the lease expires and the
 task retries. Placement does not know how an agent launches: give such a
 worker a label or capability and have its tasks select it.
 
+With --launcher ray the worker is a Ray cluster: the agent reads the
+dashboard's Ray version (--ray-address, GET /api/version) once, declares
+the "ray" capability (tasks with "launcher": "ray" require it), and
+submits each attempt as a Ray job whose entrypoint is ` + "`wdc exec`" + ` (the
+claim and connection in runtime_env.env_vars; credentials such as AWS_* or
+TEMPORAL_API_KEY must be set on the Ray nodes, never in the request).
+Capacity comes from --cpu/--memory/--gpus/--resource as for any worker.
+It heartbeats only while the dashboard answers, so a cluster that stops
+answering goes STALE and its leases are revoked. Jobs PENDING longer than
+--ray-pending-timeout are stopped (launch_failed); a job that fails without
+a result is reported infra_killed with the last lines of its log.
+
 Stop with Ctrl-C: the worker is drained, its running attempts are killed and
 reported infra_killed, so their tasks retry elsewhere at once. Starting the
 agent again registers a new incarnation (ACTIVE) and first kills any process
 an earlier agent of this work directory left behind.`,
 		Example: `  wdc agent --worker-id worker-a --cpu 4 --memory 8Gi
-  wdc agent --worker-id gpu-01 --gpus 2 --label zone=eu-1 --capability cuda12 --data-dir /shared/wdc`,
+  wdc agent --worker-id gpu-01 --gpus 2 --label zone=eu-1 --capability cuda12 --data-dir /shared/wdc
+  wdc agent --worker-id ray-prod --launcher ray --ray-address http://ray-head:8265 --cpu 64 --gpus 8 \
+      --exec-binary /usr/local/bin/wdc --blob-url 's3://wdc?region=eu-1'`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			r, err := reg.registration()
@@ -79,17 +94,20 @@ an earlier agent of this work directory left behind.`,
 				return err
 			}
 			switch launcher {
-			case launcherLocal, launcherExternal:
+			case launcherLocal, launcherExternal, launcherRay:
 			default:
-				return usagef("--launcher %q: want %s or %s", launcher, launcherLocal, launcherExternal)
+				return usagef("--launcher %q: want %s, %s or %s", launcher, launcherLocal, launcherExternal, launcherRay)
+			}
+			if err := rayFlags.validate(c, launcher); err != nil {
+				return err
 			}
 			if launcher == launcherLocal && (spoolDir != "" || c.Flags().Changed("exec-binary")) {
-				return usagef("--spool-dir and --exec-binary go with --launcher %s", launcherExternal)
+				return usagef("--spool-dir and --exec-binary go with --launcher %s (--exec-binary also with %s)", launcherExternal, launcherRay)
 			}
-			if launcher == launcherExternal {
+			if launcher != launcherLocal {
 				for _, name := range []string{"work-dir", "max-output-file-bytes", "max-output-bytes", "max-output-files"} {
 					if c.Flags().Changed(name) {
-						return usagef("--%s: applies to attempts run here, not with --launcher %s (give it to `wdc exec`)", name, launcherExternal)
+						return usagef("--%s: applies to attempts run here, not with --launcher %s (give it to `wdc exec`)", name, launcher)
 					}
 				}
 			}
@@ -134,13 +152,26 @@ an earlier agent of this work directory left behind.`,
 					}}
 			}
 			log := a.logger()
+			var own worker.AgentLauncher
+			var alive func(context.Context) error
+			where := "task dirs in " + workDir
+			if launcher == launcherRay {
+				u, err := a.storeURL(dataDir, blobURL)
+				if err != nil {
+					return err
+				}
+				if own, alive, where, err = a.rayAgent(ctx, rayFlags, r.WorkerID, execBin, u, tc, store, log); err != nil {
+					return err
+				}
+				declareRay(&r)
+			}
 			// StartAgent's ctx bounds its registration only.
 			sctx, cancelStart := context.WithTimeout(ctx, a.global.controlPlaneTimeout)
 			defer cancelStart()
 			agent, err := worker.StartAgent(sctx, tc, worker.AgentOptions{
 				Registration: r, WorkDir: workDir, Blobs: store, HeartbeatInterval: heartbeat,
 				Limits: lim,
-				Logger: log, HandOff: handOff, Metrics: a.metrics,
+				Logger: log, HandOff: handOff, Launcher: own, Alive: alive, Metrics: a.metrics,
 				OnReport: func(rep executor.Report) {
 					fmt.Fprintf(a.deps.Stdout, "attempt %s ended: %s\n", rep.Claim, describeReport(rep))
 				},
@@ -152,16 +183,20 @@ an earlier agent of this work directory left behind.`,
 			if err != nil {
 				return appError(err)
 			}
-			// Ready: registered, not given way to another agent, and
-			// Temporal answers.
+			// Ready: registered, not given way to another agent, Temporal
+			// answers and, for a Ray agent, so does the cluster.
 			temporalReady := telemetry.TemporalReady(tc)
 			msrv.SetReady(func(ctx context.Context) error {
 				if err := agent.LostErr(); err != nil {
 					return err
 				}
+				if alive != nil {
+					if err := alive(ctx); err != nil {
+						return err
+					}
+				}
 				return temporalReady(ctx)
 			})
-			where := "task dirs in " + workDir
 			if handOff != nil {
 				where = "handing launches off to " + handOff.SpoolDir
 			}
@@ -186,10 +221,11 @@ an earlier agent of this work directory left behind.`,
 	f.StringVar(&workDir, "work-dir", "", "root of task directories (default <data-dir>/work/<worker-id>)")
 	f.DurationVar(&heartbeat, "heartbeat-interval", 0, "worker heartbeat period (default: --stale-after / 4, 2s with the default --stale-after)")
 	limits.bind(f)
-	f.StringVar(&launcher, "launcher", launcherLocal, "how attempts run: local (in this process, each in its own process group) or external (hand each launch off as a 'wdc exec' command in --spool-dir, for another system to run)")
+	f.StringVar(&launcher, "launcher", launcherLocal, "how attempts run: local (in this process, each in its own process group), external (hand each launch off as a 'wdc exec' command in --spool-dir, for another system to run) or ray (submit each as a job to the Ray cluster at --ray-address)")
 	f.StringVar(&spoolDir, "spool-dir", "", "with --launcher external: where each attempt's 'wdc exec' command is written, as <task>-a<attempt>-f<fence>.json (default <data-dir>/spool/<worker-id>)")
-	f.StringVar(&execBin, "exec-binary", "wdc", "with --launcher external: "+execBinaryHelp)
+	f.StringVar(&execBin, "exec-binary", "wdc", "with --launcher external or ray: "+execBinaryHelp)
 	a.bindMetricsAddress(f, &metrics)
+	rayFlags.bind(f, a.deps.Getenv)
 	return c
 }
 

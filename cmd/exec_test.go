@@ -101,7 +101,7 @@ func TestAgentLauncherAndRenderLaunchFlagsAreChecked(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"unknown launcher", []string{"agent", "--worker-id", "w1", "--launcher", "k8s"}, `--launcher "k8s": want local or external`},
+		{"unknown launcher", []string{"agent", "--worker-id", "w1", "--launcher", "k8s"}, `--launcher "k8s": want local, external or ray`},
 		{"spool dir without external", []string{"agent", "--worker-id", "w1", "--spool-dir", "/tmp/x"}, "--spool-dir and --exec-binary go with --launcher external"},
 		{"exec binary without external", []string{"agent", "--worker-id", "w1", "--exec-binary", "/bin/wdc"}, "go with --launcher external"},
 		{"work dir with external", []string{"agent", "--worker-id", "w1", "--launcher", "external", "--work-dir", "/tmp/w"}, "--work-dir: applies to attempts run here, not with --launcher external"},

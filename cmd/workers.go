@@ -433,6 +433,7 @@ func (a *app) newWorkersRenderLaunchCommand() *cobra.Command {
 		execBin        string
 		dataDir        string
 		blobURL        string
+		rr             rayRenderFlags
 	)
 	c := &cobra.Command{
 		Use:   "render-launch ENVELOPE | --task TASK_ID",
@@ -443,6 +444,14 @@ With an envelope file: the Local launch — the resolved program and
 arguments, the complete environment (the envelope's env plus WDC_TASK_ID,
 WDC_ATTEMPT, WDC_FENCE, WDC_TASK_DIR — nothing is inherited), and the task
 directory <work-dir>/<task>/<attempt>-<fence>. No server is contacted.
+
+With --launcher ray and an envelope file: the exact JSON body the Ray
+launcher POSTs to the dashboard's /api/jobs/ for that attempt on
+--worker-id (one line; pipe it to jq): entrypoint ` + "`wdc exec`" + ` (or the
+placement-group driver), runtime_env.env_vars with the claim and this
+command's connection settings and blob store (--exec-binary, --blob-url),
+entrypoint_* resources, metadata. --ray-version leaves out the fields an
+older Ray does not know. No secret value is rendered.
 
 With --task: the ` + "`wdc exec`" + ` command an external launcher runs for the task's
 current lease (it must be granted and ACTIVE), with this command's own
@@ -455,11 +464,12 @@ TEMPORAL_API_KEY, AWS_* for an s3:// store); values of secrets are never
 printed. Needs a control plane (exit 5 without one).`,
 		Example: `  wdc workers render-launch examples/checksum.json --worker-id worker-a
   wdc workers render-launch task.json --worker-id w1 --attempt 2 --fence 2 -o json
-  wdc workers render-launch --task checksum-1 --exec-binary /usr/local/bin/wdc -o json`,
+  wdc workers render-launch --task checksum-1 --exec-binary /usr/local/bin/wdc -o json
+  wdc workers render-launch task.json --launcher ray --worker-id ray-prod --ray-version 2.9.3 --blob-url 's3://wdc?region=eu-1' | jq .`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			if taskID != "" {
-				for _, name := range []string{"worker-id", "work-dir", "attempt", "fence"} {
+				for _, name := range []string{"worker-id", "work-dir", "attempt", "fence", "launcher", "ray-version"} {
 					if c.Flags().Changed(name) {
 						return usagef("--%s: not with --task (the task's lease says where and which attempt)", name)
 					}
@@ -474,6 +484,15 @@ printed. Needs a control plane (exit 5 without one).`,
 			}
 			if len(args) == 0 {
 				return usagef("give an envelope file, or --task TASK_ID (see '%s --help')", c.CommandPath())
+			}
+			if err := rr.validate(c); err != nil {
+				return err
+			}
+			if rr.launcher == launcherRay {
+				if c.Flags().Changed("work-dir") {
+					return usagef("--work-dir: not with --launcher ray (the job's wdc exec picks its own)")
+				}
+				return a.renderRayLaunch(rr, args[0], workerID, attempt, fence, execBin, dataDir, blobURL)
 			}
 			for _, name := range []string{"exec-binary", "data-dir", "blob-url"} {
 				if c.Flags().Changed(name) {
@@ -502,7 +521,7 @@ printed. Needs a control plane (exit 5 without one).`,
 			out := renderedLaunch{Launcher: env.Launcher, WorkerID: workerID, TaskDir: dir, Args: env.Command,
 				Env: executor.Environ(env, claim, dir), Digest: digest, Attempt: attempt, Fence: fence}
 			if env.Launcher != "local" {
-				return usagef("envelope launcher %q: render-launch renders Local launches only in this version", env.Launcher)
+				return usagef("envelope launcher %q: render its launch with --launcher %s (this renders Local launches)", env.Launcher, env.Launcher)
 			}
 			prog, err := executor.ResolveCommand(env, dir)
 			if err != nil {
@@ -532,6 +551,7 @@ printed. Needs a control plane (exit 5 without one).`,
 	f.StringVar(&execBin, "exec-binary", "wdc", "with --task: "+execBinaryHelp)
 	f.StringVar(&dataDir, "data-dir", "", "with --task: "+dataDirHelp)
 	f.StringVar(&blobURL, "blob-url", "", "with --task: "+blobURLHelp)
+	rr.bind(f)
 	return c
 }
 

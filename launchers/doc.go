@@ -2,6 +2,6 @@
 // implements — submit an attempt, ask its status, cancel it — and the
 // attempt it launches. One package per kind: local/ (the agent's process
 // group execution), external/ (hand the launch off as a `wdc exec`
-// command for another system to run); ray/ and k8s/ come with their
-// issues.
+// command for another system to run), ray/ (jobs on a Ray cluster
+// through its dashboard's Jobs REST API); k8s/ comes with its issue.
 package launchers

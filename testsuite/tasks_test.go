@@ -361,10 +361,10 @@ func TestUnfittableTaskWaitsAndCancels(t *testing.T) {
 	}
 
 	ray := filepath.Join(dir, "ray.json")
-	require.NoError(t, os.WriteFile(ray, []byte(`{"task_id":"ray-task","run_id":"ray-run","world_id":"suite","command":["true"],"launcher":"ray"}`), 0o644))
+	require.NoError(t, os.WriteFile(ray, []byte(`{"task_id":"ray-task","run_id":"ray-run","world_id":"suite","command":["true"],"launcher":"k8s"}`), 0o644))
 	code, _, errOut = cli(t, "tasks", "submit", ray)
 	assert.Equal(t, 2, code)
-	assert.Contains(t, errOut, `launcher: "ray" is not available`)
+	assert.Contains(t, errOut, `launcher: "k8s" is not available`)
 }
 
 // A program that fails is still a result (COMPLETED, not retried); `submit

@@ -51,6 +51,14 @@ type AgentOptions struct {
 	// OnReport then do not apply: the external `wdc exec` runs the
 	// executor.
 	HandOff *external.Options
+	// Launcher, when set, runs the agent's attempts instead of the Local
+	// launcher (e.g. launchers/ray: a cluster as one fleet worker);
+	// Limits, Faults and OnReport then do not apply.
+	Launcher AgentLauncher
+	// Alive, when set, is asked before every worker heartbeat (see
+	// HeartbeaterOptions.Alive): a cluster's worker heartbeats only while
+	// its cluster's API answers.
+	Alive func(ctx context.Context) error
 }
 
 // AgentLauncher is what the agent runs its attempts through: the Local
@@ -91,14 +99,16 @@ func StartAgent(ctx context.Context, c client.Client, opts AgentOptions) (*Agent
 	reg := opts.Registration
 	log := opts.Logger.With("worker", reg.WorkerID)
 	a := &Agent{opts: opts, client: &wdcclient.Client{C: c}, log: log, lost: make(chan struct{})}
-	hb, err := newHeartbeater(c, HeartbeaterOptions{Registration: reg, Interval: opts.HeartbeatInterval, Logger: log, OnTakenOver: a.giveWay, Metrics: opts.Metrics})
+	hb, err := newHeartbeater(c, HeartbeaterOptions{Registration: reg, Interval: opts.HeartbeatInterval, Logger: log, OnTakenOver: a.giveWay, Metrics: opts.Metrics, Alive: opts.Alive})
 	if err != nil {
 		return nil, err
 	}
 	a.hb = hb
 	a.opts.HeartbeatInterval = hb.interval
 	var launcher AgentLauncher
-	if h := opts.HandOff; h != nil {
+	if opts.Launcher != nil {
+		launcher = opts.Launcher
+	} else if h := opts.HandOff; h != nil {
 		ho := *h
 		ho.WorkerID, ho.Blobs, ho.Logger = reg.WorkerID, opts.Blobs, log
 		launcher, err = external.New(ho)

@@ -32,11 +32,12 @@ type Heartbeater struct {
 	// running, when set, is sampled into api.MetricAttemptsRunning after
 	// every heartbeat (an agent's launcher).
 	running func() int
+	alive   func(context.Context) error
 
 	mu          sync.Mutex
 	incarnation int64
 
-	sent, failed, unanswered, registrations atomic.Int64
+	sent, failed, unanswered, registrations, skipped atomic.Int64
 
 	stop   chan struct{}
 	done   chan struct{}
@@ -59,6 +60,12 @@ type HeartbeaterOptions struct {
 	// heartbeat's signal plus the description of its registry entry (nil:
 	// not measured).
 	Metrics client.MetricsHandler
+	// Alive, when set, is asked before every heartbeat (bounded by the
+	// interval); while it returns an error no heartbeat is sent, so the
+	// registry marks the worker STALE (its leases are revoked) and then
+	// OFFLINE, as if the agent were gone. A Ray cluster's agent asks its
+	// dashboard.
+	Alive func(ctx context.Context) error
 }
 
 // StartHeartbeater registers the worker (a new incarnation) and starts its
@@ -100,7 +107,7 @@ func newHeartbeater(c client.Client, opts HeartbeaterOptions) (*Heartbeater, err
 	}
 	return &Heartbeater{
 		reg: reg, interval: opts.Interval, client: &wdcclient.Client{C: c}, log: opts.Logger,
-		onTakenOver: opts.OnTakenOver, metrics: opts.Metrics, stop: make(chan struct{}), done: make(chan struct{}),
+		onTakenOver: opts.OnTakenOver, metrics: opts.Metrics, alive: opts.Alive, stop: make(chan struct{}), done: make(chan struct{}),
 	}, nil
 }
 
@@ -129,11 +136,14 @@ type HeartbeaterStats struct {
 	// than one means the registry lost the worker (OFFLINE, gone) and it
 	// registered again.
 	Registrations int64 `json:"registrations"`
+	// Withheld is heartbeats not sent because Alive said the worker's
+	// cluster did not answer.
+	Withheld int64 `json:"withheld,omitempty"`
 }
 
 // Stats returns the counters so far.
 func (h *Heartbeater) Stats() HeartbeaterStats {
-	return HeartbeaterStats{Sent: h.sent.Load(), Failed: h.failed.Load(), Unanswered: h.unanswered.Load(), Registrations: h.registrations.Load()}
+	return HeartbeaterStats{Sent: h.sent.Load(), Failed: h.failed.Load(), Unanswered: h.unanswered.Load(), Registrations: h.registrations.Load(), Withheld: h.skipped.Load()}
 }
 
 func (h *Heartbeater) register(ctx context.Context) error {
@@ -169,9 +179,18 @@ func (h *Heartbeater) loop() {
 			return
 		case <-tick.C:
 		}
-		seq++
 		wait = h.interval
 		ctx, cancel := context.WithTimeout(context.Background(), h.interval)
+		if h.alive != nil {
+			if err := h.alive(ctx); err != nil {
+				cancel()
+				h.skipped.Add(1)
+				h.log.Warn("worker heartbeat withheld: what this worker runs on does not answer", "error", err)
+				tick.Reset(wait)
+				continue
+			}
+		}
+		seq++
 		began := time.Now()
 		err := h.client.WorkerHeartbeat(ctx, api.WorkerHeartbeatSignal{WorkerID: h.WorkerID(), Incarnation: h.Incarnation(), Seq: seq})
 		switch {

@@ -5,8 +5,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -50,9 +52,47 @@ type Envelope struct {
 	Selector map[string]string `json:"selector,omitempty"`
 	// Timeouts bound the attempt.
 	Timeouts Timeouts `json:"timeouts,omitzero"`
-	// Launcher is "local" (default), "ray" or "k8s".
+	// Launcher is "local" (default), "ray" or "k8s". A "ray" task runs
+	// only on workers with the "ray" capability (Requirements).
 	Launcher string `json:"launcher"`
+	// Ray holds what only the Ray launcher reads; only with launcher "ray".
+	Ray *RayOptions `json:"ray,omitempty"`
 }
+
+// RayOptions are a task's Ray-specific settings.
+type RayOptions struct {
+	// PlacementGroup, when set, makes the Ray launcher run the attempt
+	// inside a placement group of these bundles.
+	PlacementGroup *PlacementGroup `json:"placement_group,omitempty"`
+}
+
+// PlacementGroup asks Ray to reserve bundles of resources together
+// (ray.util.placement_group). The attempt's executor runs in bundle 0,
+// with bundle 0's resources; the other bundles stay reserved for the Ray
+// work the task's command starts.
+type PlacementGroup struct {
+	// Bundles are resource maps in Ray's own names: "CPU", "GPU",
+	// "memory" (bytes) or a custom resource, each amount positive.
+	// At least one bundle, each with at least one resource.
+	Bundles []map[string]float64 `json:"bundles"`
+	// Strategy is PACK (default), SPREAD, STRICT_PACK or STRICT_SPREAD.
+	Strategy string `json:"strategy,omitempty"`
+	// TimeoutSeconds bounds the wait for the group to be placed (default
+	// DefaultPlacementTimeoutSeconds); an attempt whose group is not
+	// placed by then fails as launch_failed.
+	TimeoutSeconds int64 `json:"timeout_seconds,omitempty"`
+}
+
+// Placement group strategies (Ray's names).
+var PlacementStrategies = []string{"PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"}
+
+// DefaultPlacementTimeoutSeconds is how long an attempt waits for its
+// placement group by default.
+const DefaultPlacementTimeoutSeconds = 300
+
+// CapabilityRay is the capability a worker needs to run launcher "ray"
+// tasks; `wdc agent --launcher ray` declares it.
+const CapabilityRay = "ray"
 
 // Input is one input file. In a sealed envelope it is named by content
 // digest; in a task file it may instead give a Path that `wdc tasks submit`
@@ -97,8 +137,16 @@ const (
 )
 
 // Requirements returns what the task needs from a worker.
+//
+// A "ray" task also requires the CapabilityRay capability, so that it is
+// placed only on a Ray cluster's worker.
 func (e Envelope) Requirements() fleet.Requirements {
-	return fleet.Requirements{Resources: e.Resources, Capabilities: e.Capabilities, Selector: e.Selector}
+	caps := e.Capabilities
+	if e.Launcher == LauncherRay && !slices.Contains(caps, CapabilityRay) {
+		caps = append(slices.Clone(caps), CapabilityRay)
+		sort.Strings(caps)
+	}
+	return fleet.Requirements{Resources: e.Resources, Capabilities: caps, Selector: e.Selector}
 }
 
 // Normalize fills defaults (Launcher "local") and sorts and de-duplicates
@@ -118,6 +166,9 @@ func (e *Envelope) Normalize() {
 			}
 		}
 		e.Capabilities = out
+	}
+	if e.Ray != nil && e.Ray.PlacementGroup != nil && e.Ray.PlacementGroup.Strategy == "" {
+		e.Ray.PlacementGroup.Strategy = "PACK"
 	}
 }
 
@@ -212,10 +263,50 @@ func (e Envelope) Validate(sealed bool) error {
 	default:
 		v.add("launcher", fmt.Sprintf("%q: want local, ray or k8s", e.Launcher))
 	}
+	if e.Ray != nil {
+		e.Ray.validate(v, e.Launcher)
+	}
 	if len(v.Problems) == 0 {
 		return nil
 	}
 	return v
+}
+
+// validate checks the Ray options: they go with launcher "ray"; a
+// placement group needs at least one bundle, each with at least one
+// resource, every amount positive and finite, and a known strategy.
+func (r *RayOptions) validate(v *ValidationError, launcher string) {
+	if launcher != LauncherRay {
+		v.add("ray", fmt.Sprintf("only with launcher %q (launcher is %q)", LauncherRay, launcher))
+	}
+	pg := r.PlacementGroup
+	if pg == nil {
+		return
+	}
+	const f = "ray.placement_group"
+	if len(pg.Bundles) == 0 {
+		v.add(f+".bundles", "required: at least one bundle, e.g. [{\"CPU\": 1}]")
+	}
+	for i, b := range pg.Bundles {
+		bf := fmt.Sprintf("%s.bundles[%d]", f, i)
+		if len(b) == 0 {
+			v.add(bf, "empty: give at least one resource, e.g. {\"CPU\": 1}")
+		}
+		for _, name := range sortedKeys(b) {
+			if x := b[name]; !(x > 0) || math.IsInf(x, 0) {
+				v.add(bf+"."+name, fmt.Sprintf("must be a positive amount (got %v)", x))
+			}
+			if name == "" || strings.ContainsAny(name, "\x00") {
+				v.add(bf, fmt.Sprintf("invalid resource name %q", name))
+			}
+		}
+	}
+	if pg.Strategy != "" && !slices.Contains(PlacementStrategies, pg.Strategy) {
+		v.add(f+".strategy", fmt.Sprintf("%q: want one of %s", pg.Strategy, strings.Join(PlacementStrategies, ", ")))
+	}
+	if pg.TimeoutSeconds < 0 || pg.TimeoutSeconds > MaxExecutionSeconds {
+		v.add(f+".timeout_seconds", fmt.Sprintf("must be between 0 (default %d) and %d", DefaultPlacementTimeoutSeconds, MaxExecutionSeconds))
+	}
 }
 
 // ValidateRelativePath accepts a clean, relative, slash-separated path with
@@ -282,7 +373,7 @@ func DigestOf(v any) (string, error) {
 	return "sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
-func sortedKeys(m map[string]string) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

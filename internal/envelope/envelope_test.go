@@ -106,6 +106,15 @@ func TestDecodeRejections(t *testing.T) {
 		{"overflowing timeout", base(`,"timeouts":{"execution_seconds":10000000000}`), []string{"timeouts.execution_seconds", "ten years"}},
 		{"keys are case-sensitive", `{"TASK_ID":"t1","run_id":"r1","world_id":"w1","command":["true"]}`, []string{`TASK_ID: unknown field (did you mean "task_id"?)`}},
 		{"no case-folded duplicates", `{"task_id":"t1","Task_Id":"t2","run_id":"r1","world_id":"w1","command":["true"]}`, []string{"Task_Id: unknown field"}},
+		{"ray options without launcher ray", base(`,"ray":{"placement_group":{"bundles":[{"CPU":1}]}}`), []string{`ray: only with launcher "ray"`}},
+		{"placement group without bundles", base(`,"launcher":"ray","ray":{"placement_group":{"bundles":[]}}`), []string{"ray.placement_group.bundles: required"}},
+		{"placement group bundles missing", base(`,"launcher":"ray","ray":{"placement_group":{}}`), []string{"ray.placement_group.bundles: required"}},
+		{"empty bundle", base(`,"launcher":"ray","ray":{"placement_group":{"bundles":[{"CPU":1},{}]}}`), []string{"ray.placement_group.bundles[1]: empty"}},
+		{"zero amount", base(`,"launcher":"ray","ray":{"placement_group":{"bundles":[{"CPU":0}]}}`), []string{"ray.placement_group.bundles[0].CPU: must be a positive amount"}},
+		{"negative amount", base(`,"launcher":"ray","ray":{"placement_group":{"bundles":[{"GPU":-1}]}}`), []string{"ray.placement_group.bundles[0].GPU: must be a positive amount"}},
+		{"unknown strategy", base(`,"launcher":"ray","ray":{"placement_group":{"bundles":[{"CPU":1}],"strategy":"TIGHT"}}`), []string{"ray.placement_group.strategy", "PACK, SPREAD, STRICT_PACK, STRICT_SPREAD"}},
+		{"negative placement timeout", base(`,"launcher":"ray","ray":{"placement_group":{"bundles":[{"CPU":1}],"timeout_seconds":-1}}`), []string{"ray.placement_group.timeout_seconds"}},
+		{"unknown placement field", base(`,"launcher":"ray","ray":{"placement_group":{"bundle":[{"CPU":1}]}}`), []string{"ray.placement_group.bundle: unknown field"}},
 		{"input file under input file", base(`,"inputs":[{"name":"a/b","digest":"sha256:` + hex64 + `"},{"name":"a/b/c","digest":"sha256:` + hex64 + `"}]`), []string{"inputs[1].name", "directory of the other"}},
 	}
 	for _, tc := range tests {
@@ -119,6 +128,24 @@ func TestDecodeRejections(t *testing.T) {
 			assert.NotContains(t, err.Error(), "\n", "one line")
 		})
 	}
+}
+
+// Ray options: the strategy defaults to PACK; a "ray" task requires the
+// "ray" capability; an envelope without them digests as before.
+func TestRayPlacementGroup(t *testing.T) {
+	doc := `{"task_id":"t1","run_id":"r1","world_id":"w1","command":["true"],"launcher":"ray",
+	  "ray":{"placement_group":{"bundles":[{"CPU":1,"GPU":1},{"CPU":2,"accel":0.5}]}}}`
+	e, err := Decode(strings.NewReader(doc), true)
+	require.NoError(t, err)
+	require.NotNil(t, e.Ray.PlacementGroup)
+	assert.Equal(t, "PACK", e.Ray.PlacementGroup.Strategy)
+	assert.Equal(t, []map[string]float64{{"CPU": 1, "GPU": 1}, {"CPU": 2, "accel": 0.5}}, e.Ray.PlacementGroup.Bundles)
+	assert.Equal(t, []string{"ray"}, e.Requirements().Capabilities)
+	assert.Empty(t, e.Capabilities, "the envelope itself is unchanged")
+
+	local, err := Decode(strings.NewReader(sealedDoc), true)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"cuda12", "docker"}, local.Requirements().Capabilities)
 }
 
 func TestEmptyProgramIsRefused(t *testing.T) {

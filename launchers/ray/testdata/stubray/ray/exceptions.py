@@ -1,0 +1,2 @@
+class GetTimeoutError(Exception):
+    pass
