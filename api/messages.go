@@ -609,10 +609,11 @@ const (
 )
 
 // SupportedLaunchers are the launcher kinds this version of wdc runs.
-// Envelopes may name "ray" and "k8s" (the format allows them), but until
-// those launchers exist such tasks are refused at submit rather than run
-// somewhere else.
-var SupportedLaunchers = []string{envelope.LauncherLocal}
+// Envelopes may name "ray" (the format allows it), but until that
+// launcher exists such tasks are refused at submit rather than run
+// somewhere else. A "k8s" task runs on a worker whose agent launches
+// Kubernetes Jobs (`wdc agent --launcher k8s`, capability launcher/k8s).
+var SupportedLaunchers = []string{envelope.LauncherLocal, envelope.LauncherK8s}
 
 // CheckLauncher refuses an envelope launcher this version cannot run.
 func CheckLauncher(launcher string) error {

@@ -46,6 +46,13 @@ type AgentOptions struct {
 	// OnReport then do not apply: the external `wdc exec` runs the
 	// executor.
 	HandOff *external.Options
+	// Launcher, when set, is the launcher the agent runs its attempts
+	// through instead of Local or HandOff (e.g. launchers/k8s, built by the
+	// caller); Limits, Faults and OnReport then do not apply.
+	Launcher AgentLauncher
+	// Healthy, when set, gates every worker heartbeat
+	// (HeartbeaterOptions.Healthy).
+	Healthy func(ctx context.Context) error
 }
 
 // AgentLauncher is what the agent runs its attempts through: the Local
@@ -86,14 +93,16 @@ func StartAgent(ctx context.Context, c client.Client, opts AgentOptions) (*Agent
 	reg := opts.Registration
 	log := opts.Logger.With("worker", reg.WorkerID)
 	a := &Agent{opts: opts, client: &wdcclient.Client{C: c}, log: log, lost: make(chan struct{})}
-	hb, err := newHeartbeater(c, HeartbeaterOptions{Registration: reg, Interval: opts.HeartbeatInterval, Logger: log, OnTakenOver: a.giveWay})
+	hb, err := newHeartbeater(c, HeartbeaterOptions{Registration: reg, Interval: opts.HeartbeatInterval, Logger: log, OnTakenOver: a.giveWay, Healthy: opts.Healthy})
 	if err != nil {
 		return nil, err
 	}
 	a.hb = hb
 	a.opts.HeartbeatInterval = hb.interval
 	var launcher AgentLauncher
-	if h := opts.HandOff; h != nil {
+	if opts.Launcher != nil {
+		launcher = opts.Launcher
+	} else if h := opts.HandOff; h != nil {
 		ho := *h
 		ho.WorkerID, ho.Blobs, ho.Logger = reg.WorkerID, opts.Blobs, log
 		launcher, err = external.New(ho)

@@ -28,6 +28,7 @@ type Heartbeater struct {
 	// onTakenOver is called (once, from the loop) when another agent
 	// registered a newer incarnation of the worker; the loop then ends.
 	onTakenOver func(error)
+	healthy     func(context.Context) error
 
 	mu          sync.Mutex
 	incarnation int64
@@ -51,6 +52,11 @@ type HeartbeaterOptions struct {
 	// OnTakenOver is called once when another agent registered the same
 	// worker ID with a newer incarnation; the heartbeats have stopped then.
 	OnTakenOver func(error)
+	// Healthy, when set, is asked before every heartbeat (bounded by the
+	// interval): an error skips that heartbeat, so a worker whose launch
+	// target is unreachable (a Kubernetes API server) goes STALE after
+	// its stale-after window and loses its leases, as a dead agent would.
+	Healthy func(ctx context.Context) error
 }
 
 // StartHeartbeater registers the worker (a new incarnation) and starts its
@@ -89,7 +95,7 @@ func newHeartbeater(c client.Client, opts HeartbeaterOptions) (*Heartbeater, err
 	}
 	return &Heartbeater{
 		reg: reg, interval: opts.Interval, client: &wdcclient.Client{C: c}, log: opts.Logger,
-		onTakenOver: opts.OnTakenOver, stop: make(chan struct{}), done: make(chan struct{}),
+		onTakenOver: opts.OnTakenOver, healthy: opts.Healthy, stop: make(chan struct{}), done: make(chan struct{}),
 	}, nil
 }
 
@@ -158,9 +164,18 @@ func (h *Heartbeater) loop() {
 			return
 		case <-tick.C:
 		}
-		seq++
 		wait = h.interval
 		ctx, cancel := context.WithTimeout(context.Background(), h.interval)
+		if h.healthy != nil {
+			if herr := h.healthy(ctx); herr != nil {
+				h.failed.Add(1)
+				h.log.Warn("worker heartbeat skipped: the launch target is unhealthy", "error", herr)
+				cancel()
+				tick.Reset(wait)
+				continue
+			}
+		}
+		seq++
 		err := h.client.WorkerHeartbeat(ctx, api.WorkerHeartbeatSignal{WorkerID: h.WorkerID(), Incarnation: h.Incarnation(), Seq: seq})
 		switch {
 		case errors.Is(err, wdcclient.ErrNotFound):

@@ -52,6 +52,8 @@ type Envelope struct {
 	Timeouts Timeouts `json:"timeouts,omitzero"`
 	// Launcher is "local" (default), "ray" or "k8s".
 	Launcher string `json:"launcher"`
+	// K8s holds the Kubernetes launcher's settings; absent otherwise.
+	K8s *K8s `json:"k8s,omitempty"`
 }
 
 // Input is one input file. In a sealed envelope it is named by content
@@ -97,9 +99,22 @@ const (
 )
 
 // Requirements returns what the task needs from a worker.
+// An envelope for a launcher other than Local also needs the worker
+// capability LauncherCapability(launcher), which agents of that kind
+// declare: a "k8s" task is never placed on a worker that would run it as a
+// local process.
 func (e Envelope) Requirements() fleet.Requirements {
-	return fleet.Requirements{Resources: e.Resources, Capabilities: e.Capabilities, Selector: e.Selector}
+	caps := e.Capabilities
+	if e.Launcher != "" && e.Launcher != LauncherLocal {
+		caps = append(append([]string{}, caps...), LauncherCapability(e.Launcher))
+		sort.Strings(caps)
+	}
+	return fleet.Requirements{Resources: e.Resources, Capabilities: caps, Selector: e.Selector}
 }
+
+// LauncherCapability is the worker capability that says the worker's
+// agent launches attempts of that kind: "launcher/<kind>".
+func LauncherCapability(kind string) string { return "launcher/" + kind }
 
 // Normalize fills defaults (Launcher "local") and sorts and de-duplicates
 // Capabilities, so that equivalent envelopes digest the same. Decode calls
@@ -207,6 +222,7 @@ func (e Envelope) Validate(sealed bool) error {
 	if e.Timeouts.ExecutionSeconds < 0 || e.Timeouts.ExecutionSeconds > MaxExecutionSeconds {
 		v.add("timeouts.execution_seconds", fmt.Sprintf("must be between 0 (no limit) and %d (ten years)", MaxExecutionSeconds))
 	}
+	v.validateK8s(e.K8s)
 	switch e.Launcher {
 	case "", LauncherLocal, LauncherRay, LauncherK8s:
 	default:
