@@ -215,10 +215,7 @@ func (c *Cluster) start(name, bin string, args ...string) error {
 // it answers ok, the process exits, or 90 s pass.
 func (c *Cluster) waitReady(ctx context.Context, name string) error {
 	p := c.procs[len(c.procs)-1]
-	rc, err := rest.UnversionedRESTClientFor(withNegotiation(c.Config))
-	if err != nil {
-		return err
-	}
+	var rc *rest.RESTClient
 	deadline := time.Now().Add(90 * time.Second)
 	var last error
 	for time.Now().Before(deadline) {
@@ -228,6 +225,17 @@ func (c *Cluster) waitReady(ctx context.Context, name string) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(200 * time.Millisecond):
+		}
+		if rc == nil {
+			// The API server writes its self-signed certificate first.
+			if _, err := os.Stat(c.Config.CAFile); err != nil {
+				last = err
+				continue
+			}
+			var err error
+			if rc, err = rest.UnversionedRESTClientFor(withNegotiation(c.Config)); err != nil {
+				return err
+			}
 		}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		body, err := rc.Get().AbsPath("/readyz").DoRaw(rctx)
