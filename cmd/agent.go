@@ -28,6 +28,7 @@ func (a *app) newAgentCommand() *cobra.Command {
 		launcher  string
 		spoolDir  string
 		execBin   string
+		k8sf      k8sFlags
 	)
 	c := &cobra.Command{
 		Use:   "agent --worker-id ID",
@@ -54,12 +55,23 @@ heartbeats keep the lease. If nothing runs it, the lease expires and the
 task retries. Placement does not know how an agent launches: give such a
 worker a label or capability and have its tasks select it.
 
+With --launcher k8s each attempt is a Kubernetes Job in --k8s-namespace
+whose pod runs ` + "`wdc exec`" + ` (image --k8s-image, binary --exec-binary), plus a
+Lease the agent renews; see the README's "Running on Kubernetes". Cluster
+writes are off unless --k8s-apply is given. The worker declares capability
+launcher/k8s (tasks with "launcher": "k8s" need it), takes its capacity
+from --cpu/--memory/--gpus or else the namespace's ResourceQuota, and
+heartbeats only while the API server answers /readyz.
+
 Stop with Ctrl-C: the worker is drained, its running attempts are killed and
 reported infra_killed, so their tasks retry elsewhere at once. Starting the
 agent again registers a new incarnation (ACTIVE) and first kills any process
 an earlier agent of this work directory left behind.`,
 		Example: `  wdc agent --worker-id worker-a --cpu 4 --memory 8Gi
-  wdc agent --worker-id gpu-01 --gpus 2 --label zone=eu-1 --capability cuda12 --data-dir /shared/wdc`,
+  wdc agent --worker-id gpu-01 --gpus 2 --label zone=eu-1 --capability cuda12 --data-dir /shared/wdc
+  wdc agent --worker-id k8s-pool --launcher k8s --kubeconfig ~/.kube/config --k8s-namespace wdc-jobs \
+    --k8s-image registry.example/wdc:1.0 --exec-binary /usr/local/bin/wdc --k8s-executor-secret wdc-executor \
+    --blob-url 's3://wdc?region=eu-1' --k8s-apply`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			r, err := reg.registration()
@@ -77,17 +89,23 @@ an earlier agent of this work directory left behind.`,
 				return err
 			}
 			switch launcher {
-			case launcherLocal, launcherExternal:
+			case launcherLocal, launcherExternal, launcherK8s:
 			default:
-				return usagef("--launcher %q: want %s or %s", launcher, launcherLocal, launcherExternal)
+				return usagef("--launcher %q: want %s, %s or %s", launcher, launcherLocal, launcherExternal, launcherK8s)
+			}
+			if err := k8sf.check(c, launcher); err != nil {
+				return err
 			}
 			if launcher == launcherLocal && (spoolDir != "" || c.Flags().Changed("exec-binary")) {
-				return usagef("--spool-dir and --exec-binary go with --launcher %s", launcherExternal)
+				return usagef("--spool-dir and --exec-binary go with --launcher %s (--exec-binary also with %s)", launcherExternal, launcherK8s)
 			}
-			if launcher == launcherExternal {
+			if launcher == launcherK8s && spoolDir != "" {
+				return usagef("--spool-dir goes with --launcher %s", launcherExternal)
+			}
+			if launcher != launcherLocal {
 				for _, name := range []string{"work-dir", "max-output-file-bytes", "max-output-bytes", "max-output-files"} {
 					if c.Flags().Changed(name) {
-						return usagef("--%s: applies to attempts run here, not with --launcher %s (give it to `wdc exec`)", name, launcherExternal)
+						return usagef("--%s: applies to attempts run here, not with --launcher %s (give it to `wdc exec`)", name, launcher)
 					}
 				}
 			}
@@ -127,27 +145,34 @@ an earlier agent of this work directory left behind.`,
 					}}
 			}
 			log := a.logger()
-			// StartAgent's ctx bounds its registration only.
-			sctx, cancelStart := context.WithTimeout(ctx, a.global.controlPlaneTimeout)
-			defer cancelStart()
-			agent, err := worker.StartAgent(sctx, tc, worker.AgentOptions{
-				Registration: r, WorkDir: workDir, Blobs: store, HeartbeatInterval: heartbeat,
+			opts := worker.AgentOptions{
+				WorkDir: workDir, Blobs: store, HeartbeatInterval: heartbeat,
 				Limits: lim,
 				Logger: log, HandOff: handOff,
 				OnReport: func(rep executor.Report) {
 					fmt.Fprintf(a.deps.Stdout, "attempt %s ended: %s\n", rep.Claim, describeReport(rep))
 				},
-			})
+			}
+			where := "task dirs in " + workDir
+			if handOff != nil {
+				where = "handing launches off to " + handOff.SpoolDir
+			}
+			if launcher == launcherK8s {
+				if where, err = a.k8sAgentSetup(ctx, c, &k8sf, &r, tc, store, func() (string, error) { return a.storeURL(dataDir, blobURL) }, execBin, &opts); err != nil {
+					return err
+				}
+			}
+			opts.Registration = r
+			// StartAgent's ctx bounds its registration only.
+			sctx, cancelStart := context.WithTimeout(ctx, a.global.controlPlaneTimeout)
+			defer cancelStart()
+			agent, err := worker.StartAgent(sctx, tc, opts)
 			if err != nil && ctx.Err() == nil && errors.Is(sctx.Err(), context.DeadlineExceeded) {
 				return &wdcclient.UnavailableError{TaskQueue: api.ControlTaskQueue, Address: a.global.address, Namespace: a.global.namespace,
 					Op: "register worker " + r.WorkerID, Waited: a.global.controlPlaneTimeout}
 			}
 			if err != nil {
 				return appError(err)
-			}
-			where := "task dirs in " + workDir
-			if handOff != nil {
-				where = "handing launches off to " + handOff.SpoolDir
 			}
 			fmt.Fprintf(a.deps.Stdout, "agent %s (pid %d) registered (incarnation %d); polling %s; %s\n",
 				r.WorkerID, os.Getpid(), agent.Incarnation(), "wdc-agent/"+r.WorkerID, where)
@@ -170,9 +195,10 @@ an earlier agent of this work directory left behind.`,
 	f.StringVar(&workDir, "work-dir", "", "root of task directories (default <data-dir>/work/<worker-id>)")
 	f.DurationVar(&heartbeat, "heartbeat-interval", 0, "worker heartbeat period (default: --stale-after / 4, 2s with the default --stale-after)")
 	limits.bind(f)
-	f.StringVar(&launcher, "launcher", launcherLocal, "how attempts run: local (in this process, each in its own process group) or external (hand each launch off as a 'wdc exec' command in --spool-dir, for another system to run)")
+	f.StringVar(&launcher, "launcher", launcherLocal, "how attempts run: local (in this process, each in its own process group), external (hand each launch off as a 'wdc exec' command in --spool-dir, for another system to run) or k8s (a Kubernetes Job per attempt; see --k8s-*)")
 	f.StringVar(&spoolDir, "spool-dir", "", "with --launcher external: where each attempt's 'wdc exec' command is written, as <task>-a<attempt>-f<fence>.json (default <data-dir>/spool/<worker-id>)")
-	f.StringVar(&execBin, "exec-binary", "wdc", "with --launcher external: "+execBinaryHelp)
+	f.StringVar(&execBin, "exec-binary", "wdc", "with --launcher external or k8s: "+execBinaryHelp)
+	k8sf.bind(f)
 	return c
 }
 

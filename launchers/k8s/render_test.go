@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apiresource "k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
@@ -251,4 +253,24 @@ func TestNewRefusesMissingFields(t *testing.T) {
 		_, err := New(ctx, o)
 		assert.ErrorContains(t, err, c.want)
 	}
+}
+
+func TestQuotaCapacityTakesTheSmallestHardLimit(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset()
+	_, found, err := QuotaCapacity(ctx, client, "ns")
+	require.NoError(t, err)
+	assert.False(t, found, "no quota")
+	for name, hard := range map[string]corev1.ResourceList{
+		"a": {"requests.cpu": apiresource.MustParse("8"), "requests.memory": apiresource.MustParse("16Gi")},
+		"b": {"cpu": apiresource.MustParse("2500m"), "pods": apiresource.MustParse("10")},
+		"c": {"requests.nvidia.com/gpu": apiresource.MustParse("2")},
+	} {
+		_, err := client.CoreV1().ResourceQuotas("ns").Create(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.ResourceQuotaSpec{Hard: hard}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	got, found, err := QuotaCapacity(ctx, client, "ns")
+	require.NoError(t, err)
+	assert.True(t, found)
+	assert.Equal(t, resource.List{CPUMillis: 2500, MemoryBytes: 16 << 30, GPUs: 2}, got)
 }
