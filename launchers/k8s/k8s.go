@@ -526,7 +526,7 @@ func (l *Launcher) onPod(o any) {
 	where := "pod " + pod.Namespace + "/" + pod.Name
 	if pod.Status.Phase == corev1.PodFailed {
 		if cond := podCondition(pod, corev1.DisruptionTarget); cond != nil && cond.Status == corev1.ConditionTrue {
-			l.fail(at, lease.ReasonInfraKilled, fmt.Sprintf("%s was disrupted (%s: %s); the attempt is retried, the task is not at fault", where, cond.Reason, cond.Message))
+			l.fail(at, lease.ReasonInfraKilled, fmt.Sprintf("%s failed with condition DisruptionTarget (%s: %s): a disruption, not the task's fault", where, cond.Reason, cond.Message))
 		}
 		return
 	}
