@@ -60,6 +60,8 @@ type k8sEnv struct {
 	admin   kubernetes.Interface
 	blobs   *blobstore.Store
 	secret  map[string]string // the executor Secret's values
+	// launcher is the RBAC manifest's service account's client config.
+	launcher *rest.Config
 }
 
 // k8sWorker is the agent's worker ID.
@@ -112,15 +114,23 @@ func startK8sEnv(t *testing.T) *k8sEnv {
 	require.NoError(t, err)
 	t.Cleanup(e.kubelet.Stop)
 
-	e.s.spawn(t, "k8s-agent", "agent", "--worker-id", k8sWorker, "--launcher", "k8s", "--kubeconfig", kubeconfig,
+	e.spawnAgent(t, k8sWorker, kubeconfig, "k8s")
+	return e
+}
+
+// spawnAgent runs `wdc agent --launcher k8s` as worker id, labelled
+// suite-test=label, and waits until it is ACTIVE.
+func (e *k8sEnv) spawnAgent(t *testing.T, id, kubeconfig, label string, extra ...string) {
+	t.Helper()
+	args := append([]string{"agent", "--worker-id", id, "--launcher", "k8s", "--kubeconfig", kubeconfig,
 		"--k8s-apply", "--k8s-image", "wdc:test", "--exec-binary", os.Args[0], "--k8s-executor-secret", "wdc-executor",
-		"--k8s-pending-bound", "4s", "--blob-url", e.s.url, "--data-dir", e.s.dir(t, "agent"),
-		"--label", "suite-test=k8s", "--cpu", "4", "--memory", "4Gi")
-	waitFor(t, 30*time.Second, "the k8s worker ACTIVE", func() bool {
-		v, err := e.s.wc.Worker(ctx, k8sWorker)
+		"--k8s-pending-bound", "4s", "--blob-url", e.s.url, "--data-dir", e.s.dir(t, id),
+		"--label", "suite-test=" + label, "--cpu", "4", "--memory", "4Gi"}, extra...)
+	e.s.spawn(t, id, args...)
+	waitFor(t, 30*time.Second, id+" ACTIVE", func() bool {
+		v, err := e.s.wc.Worker(context.Background(), id)
 		return err == nil && v.State == fleet.Active
 	})
-	return e
 }
 
 // launcherKubeconfig applies deploy/k8s/rbac-launcher.yaml to the test
@@ -172,18 +182,24 @@ func (e *k8sEnv) launcherKubeconfig(t *testing.T) string {
 	cfg := rest.CopyConfig(e.cluster.Config)
 	cfg.BearerToken = tok.Status.Token
 	require.NoError(t, kubetest.WriteKubeconfig(path, cfg, e.ns))
+	e.launcher = cfg
 	return path
 }
 
 // envelope is a k8s task for the agent's worker.
 func (e *k8sEnv) envelope(t *testing.T, taskID, script string) envelope.Envelope {
+	return e.envelopeFor(t, "k8s", taskID, script)
+}
+
+// envelopeFor is a k8s task for the worker labelled suite-test=label.
+func (e *k8sEnv) envelopeFor(t *testing.T, label, taskID, script string) envelope.Envelope {
 	t.Helper()
 	env := envelope.Envelope{
 		TaskID: taskID, RunID: "run-" + taskID, WorldID: "suite", Launcher: envelope.LauncherK8s,
 		Command:   []string{"/bin/sh", "-c", script},
 		Env:       map[string]string{"PATH": "/usr/bin:/bin"},
 		Resources: resource.List{CPUMillis: 100, MemoryBytes: 64 << 20},
-		Selector:  map[string]string{"suite-test": "k8s"},
+		Selector:  map[string]string{"suite-test": label},
 	}
 	env.Normalize()
 	require.NoError(t, env.Validate(true))
@@ -481,6 +497,56 @@ func TestKubernetesLauncher(t *testing.T) {
 			return apierrors.IsNotFound(jerr) && apierrors.IsNotFound(lerr)
 		})
 		assert.Empty(t, reports.get(), "nothing was reported for a cancelled attempt")
+	})
+
+	t.Run("a launch target is a fleet worker like any other", e.testWorkerLikeAnyOther)
+}
+
+// A Kubernetes launch target is a fleet worker like any other: several
+// attempts run on it at once, and when its API server stops answering
+// its heartbeats stop and it goes STALE (its leases would be revoked as
+// worker_lost), then ACTIVE again once the server answers.
+func (e *k8sEnv) testWorkerLikeAnyOther(t *testing.T) {
+	proxy := startTCPProxy(t, strings.TrimPrefix(e.cluster.Config.Host, "https://"))
+	cfg := rest.CopyConfig(e.launcher)
+	cfg.Host = "https://" + proxy.Addr()
+	kubeconfig := filepath.Join(t.TempDir(), "proxied.kubeconfig")
+	require.NoError(t, kubetest.WriteKubeconfig(kubeconfig, cfg, e.ns))
+	e.spawnAgent(t, "k8s-proxied", kubeconfig, "k8s-proxied", "--stale-after", "3s", "--offline-after", "60s")
+
+	var ids []string
+	for i := range 3 {
+		env := e.envelopeFor(t, "k8s-proxied", "k8s-many-"+itoa(int64(i)), `while [ ! -e "$RELEASE" ]; do sleep 0.1; done; echo done > outputs/done.txt`)
+		release := filepath.Join(t.TempDir(), "release")
+		env.Env["RELEASE"] = release
+		e.submit(t, env, api.TaskOptions{LeaseTTL: 20 * time.Second})
+		ids = append(ids, release)
+		defer os.WriteFile(release, nil, 0o644)
+	}
+	for i := range 3 {
+		e.pod(t, "k8s-many-"+itoa(int64(i)), 1, true)
+	}
+	for i := range 3 {
+		assert.True(t, e.kubelet.Running(e.pod(t, "k8s-many-"+itoa(int64(i)), 1, true).Name), "all three run at once")
+	}
+	for _, release := range ids {
+		require.NoError(t, os.WriteFile(release, nil, 0o644))
+	}
+	for i := range 3 {
+		out, view := e.outcome(t, "k8s-many-"+itoa(int64(i)))
+		require.Equal(t, api.TaskCompleted, out.State, "%+v", view)
+		assert.Equal(t, "k8s-proxied", view.Result.WorkerID)
+	}
+
+	proxy.Cut()
+	waitFor(t, 30*time.Second, "k8s-proxied STALE without its API server", func() bool {
+		v, err := e.s.wc.Worker(context.Background(), "k8s-proxied")
+		return err == nil && v.State == fleet.Stale
+	})
+	proxy.Heal()
+	waitFor(t, 30*time.Second, "k8s-proxied ACTIVE again", func() bool {
+		v, err := e.s.wc.Worker(context.Background(), "k8s-proxied")
+		return err == nil && v.State == fleet.Active
 	})
 }
 
