@@ -343,12 +343,10 @@ func TestKubernetesLauncher(t *testing.T) {
 		assert.Less(t, view.Leases[1].GrantedAt.Sub(view.Leases[0].EndedAt), 15*time.Second,
 			"retried well before the 30 s lease TTL would have expired it")
 		assert.Equal(t, "attempt 2\n", e.artifact(t, view.Result, "done.txt"))
-		first := e.jobs(t, env.TaskID)
-		for _, j := range first {
-			if j.Name == "wdc-k8s-evict-a1-f1" {
-				assert.True(t, jobCondition(j, batchv1.JobFailed))
-			}
-		}
+		waitFor(t, 30*time.Second, "attempt 1's Job deleted when its lease ended", func() bool {
+			_, err := e.admin.BatchV1().Jobs(e.ns).Get(context.Background(), "wdc-k8s-evict-a1-f1", metav1.GetOptions{})
+			return apierrors.IsNotFound(err)
+		})
 	})
 
 	// Fence loss: attempt 1's process is frozen, so its heartbeats stop
