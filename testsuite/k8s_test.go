@@ -327,10 +327,11 @@ func TestKubernetesLauncher(t *testing.T) {
 	// An evicted pod (the kubelet kills it and sets DisruptionTarget, then
 	// Failed): the Job fails by the pod failure policy's disruption rule,
 	// the launcher reports infra_killed, and attempt 2 (fence 2) runs in a
-	// new Job.
+	// new Job at once, without the task's backoff.
 	t.Run("an evicted pod retries on a new attempt and fence", func(t *testing.T) {
 		env := e.envelope(t, "k8s-evict", `if [ "$WDC_ATTEMPT" = 1 ]; then exec sleep 120; fi; echo "attempt $WDC_ATTEMPT" > outputs/done.txt`)
-		e.submit(t, env, api.TaskOptions{LeaseTTL: 30 * time.Second, MaxAttempts: 3, Backoff: lease.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}})
+		// A backoff of 30 s would show: a disruption waits none.
+		e.submit(t, env, api.TaskOptions{LeaseTTL: 60 * time.Second, MaxAttempts: 3, Backoff: lease.Backoff{Initial: 30 * time.Second, Max: time.Minute}})
 		pod := e.pod(t, env.TaskID, 1, true)
 		require.NoError(t, e.kubelet.Evict(context.Background(), pod.Name))
 		out, view := e.outcome(t, env.TaskID)
@@ -340,8 +341,8 @@ func TestKubernetesLauncher(t *testing.T) {
 		assert.Equal(t, lease.ReasonInfraKilled, view.Directives[0].Reason, "a disruption is not the task's fault: %s", view.Directives[0].Detail)
 		assert.Contains(t, view.Directives[0].Detail, "DisruptionTarget")
 		assert.Equal(t, [2]int64{2, 2}, [2]int64{view.Leases[1].Attempt, view.Leases[1].Fence})
-		assert.Less(t, view.Leases[1].GrantedAt.Sub(view.Leases[0].EndedAt), 15*time.Second,
-			"retried well before the 30 s lease TTL would have expired it")
+		assert.Less(t, view.Leases[1].GrantedAt.Sub(view.Leases[0].EndedAt), 10*time.Second,
+			"retried at once: no 30 s backoff, no wait for the 60 s lease TTL")
 		assert.Equal(t, "attempt 2\n", e.artifact(t, view.Result, "done.txt"))
 		waitFor(t, 30*time.Second, "attempt 1's Job deleted when its lease ended", func() bool {
 			_, err := e.admin.BatchV1().Jobs(e.ns).Get(context.Background(), "wdc-k8s-evict-a1-f1", metav1.GetOptions{})
