@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/envelope"
 	"github.com/wdc-runtime/wdc/internal/lease"
 )
@@ -72,6 +73,21 @@ func Expired(ctx context.Context, deadline, now time.Time) error {
 	}
 	if !deadline.IsZero() && !now.Before(deadline) {
 		return fmt.Errorf("%w: its deadline passed %s ago", ErrLaunchExpired, now.Sub(deadline).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// StoreEnvelope puts the attempt's sealed envelope into the blob store
+// (content-addressed: a no-op when it is there already), where a `wdc
+// exec` run elsewhere reads it by digest. Errors: the store's; a digest
+// that is not the lease's.
+func StoreEnvelope(ctx context.Context, store *blobstore.Store, a Attempt) error {
+	digest, err := store.PutEnvelope(ctx, a.Envelope)
+	if err != nil {
+		return err
+	}
+	if digest != a.Lease.EnvelopeDigest {
+		return fmt.Errorf("envelope digest %s does not match the lease's %s", digest, a.Lease.EnvelopeDigest)
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package testsuite
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -228,20 +227,7 @@ func (e *k8sEnv) outcome(t *testing.T, taskID string) (api.TaskOutcome, api.Task
 
 func (e *k8sEnv) artifact(t *testing.T, res *api.TaskResult, name string) string {
 	t.Helper()
-	require.NotNil(t, res)
-	for _, a := range res.Artifacts {
-		if a.Name == name {
-			f, err := e.blobs.Open(context.Background(), a.Digest)
-			require.NoError(t, err)
-			defer f.Close()
-			var b bytes.Buffer
-			_, err = b.ReadFrom(f)
-			require.NoError(t, err)
-			return b.String()
-		}
-	}
-	t.Fatalf("no artifact %s in %+v", name, res.Artifacts)
-	return ""
+	return readArtifactFrom(t, e.blobs, res, name)
 }
 
 // pod waits for the one pod of the task's attempt n and returns it.

@@ -96,10 +96,16 @@ func waitOutcome(t *testing.T, taskID string) (api.TaskOutcome, api.TaskView) {
 
 func readArtifact(t *testing.T, res *api.TaskResult, name string) string {
 	t.Helper()
+	return readArtifactFrom(t, suite.blobs, res, name)
+}
+
+// readArtifactFrom reads the result's artifact name from store.
+func readArtifactFrom(t *testing.T, store *blobstore.Store, res *api.TaskResult, name string) string {
+	t.Helper()
 	require.NotNil(t, res)
 	for _, a := range res.Artifacts {
 		if a.Name == name {
-			f, err := suite.blobs.Open(context.Background(), a.Digest)
+			f, err := store.Open(context.Background(), a.Digest)
 			require.NoError(t, err)
 			defer f.Close()
 			b := new(strings.Builder)

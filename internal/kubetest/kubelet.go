@@ -337,29 +337,26 @@ func (k *Kubelet) process(podName string) (*podProcess, error) {
 // Running reports whether the pod's process was started and has not
 // ended.
 func (k *Kubelet) Running(podName string) bool {
-	p, err := k.process(podName)
-	if err != nil {
-		return false
-	}
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
+	started, ended := k.state(podName)
+	return started && !ended
 }
 
 // Exited reports whether the pod's process ran and ended.
 func (k *Kubelet) Exited(podName string) bool {
+	_, ended := k.state(podName)
+	return ended
+}
+
+func (k *Kubelet) state(podName string) (started, ended bool) {
 	p, err := k.process(podName)
 	if err != nil {
-		return false
+		return false, false
 	}
 	select {
 	case <-p.done:
-		return true
+		return true, true
 	default:
-		return false
+		return true, false
 	}
 }
 

@@ -86,12 +86,8 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 	if err := launchers.CheckDeadline(ctx); err != nil {
 		return launchers.Submission{}, err
 	}
-	digest, err := l.opts.Blobs.PutEnvelope(ctx, a.Envelope)
-	if err != nil {
+	if err := launchers.StoreEnvelope(ctx, l.opts.Blobs, a); err != nil {
 		return launchers.Submission{}, err
-	}
-	if digest != claim.EnvelopeDigest {
-		return launchers.Submission{}, fmt.Errorf("envelope digest %s does not match the lease's %s", digest, claim.EnvelopeDigest)
 	}
 	cmd := Render(l.opts.Target, claim)
 	path := SpoolFile(l.opts.SpoolDir, claim)

@@ -185,12 +185,8 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 	if err := l.Preflight(ctx, job); err != nil {
 		return launchers.Submission{}, err
 	}
-	digest, err := l.opts.Blobs.PutEnvelope(ctx, a.Envelope)
-	if err != nil {
+	if err := launchers.StoreEnvelope(ctx, l.opts.Blobs, a); err != nil {
 		return launchers.Submission{}, err
-	}
-	if digest != c.EnvelopeDigest {
-		return launchers.Submission{}, fmt.Errorf("envelope digest %s does not match the lease's %s", digest, c.EnvelopeDigest)
 	}
 	ns := l.opts.Spec.Namespace
 	jobs := l.opts.Client.BatchV1().Jobs(ns)
