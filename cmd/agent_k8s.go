@@ -51,7 +51,7 @@ func (k *k8sFlags) bind(f *pflag.FlagSet) {
 	f.StringVar(&k.configMap, "k8s-executor-configmap", "", "with --launcher k8s: ConfigMap given to the executor container as envFrom")
 	f.StringVar(&k.serviceAccount, "k8s-service-account", "", "with --launcher k8s: the pods' service account (its token is not mounted)")
 	f.StringVar(&k.taskPVC, "k8s-task-pvc", "", "with --launcher k8s: PersistentVolumeClaim for task directories, mounted with subPath <task-id>")
-	f.Int64Var(&k.ttl, "k8s-ttl-after-finished", -1, "with --launcher k8s: seconds a finished Job is kept when the envelope says nothing (-1: until wdc deletes it)")
+	f.Int64Var(&k.ttl, "k8s-ttl-after-finished", 3600, "with --launcher k8s: seconds a finished Job (and its pod and Lease) is kept when the envelope says nothing (-1: until deleted by hand; a Job whose lease ends is deleted at once either way)")
 	f.DurationVar(&k.pendingBound, "k8s-pending-bound", k8s.DefaultPendingBound, "with --launcher k8s: how long a pod may stay unscheduled or in image-pull back-off before its attempt ends launch_failed")
 }
 

@@ -299,8 +299,8 @@ func (l *Launcher) track(c lease.Claim, uid types.UID, lz *coordinationv1.Lease,
 			}
 			if err := l.RenewLease(ctx, c); err != nil && ctx.Err() == nil {
 				l.opts.Logger.Warn("lease renewal", "lease", l.opts.Spec.Namespace+"/"+name, "error", err)
-				if errors.Is(err, ErrLeaseTaken) {
-					return
+				if errors.Is(err, ErrLeaseTaken) || apierrors.IsNotFound(err) {
+					return // someone else's now, or deleted: nothing to renew
 				}
 			}
 		}
@@ -341,7 +341,7 @@ func (l *Launcher) RenewLease(ctx context.Context, c lease.Claim) error {
 			return nil
 		}
 		if !apierrors.IsConflict(err) {
-			return fmt.Errorf("renew lease %s: %w", name, err)
+			return fmt.Errorf("renew lease %s: %w", name, err) // wrapped: IsNotFound still sees it
 		}
 		l.opts.Logger.Info("lease renewal conflicted; reading it again", "lease", name)
 		if cur, err = leases.Get(ctx, name, metav1.GetOptions{}); err != nil {
@@ -610,7 +610,14 @@ func (l *Launcher) fail(at *attempt, reason lease.RetryReason, detail string) {
 		if reason == lease.ReasonLaunchFailed {
 			if err := l.deleteJob(ctx, c, at, string(reason)); err != nil {
 				l.opts.Logger.Warn("could not delete the job", "task", c.TaskID, "fence", c.Fence, "error", err)
+				return
 			}
+			l.mu.Lock()
+			if l.attempts[JobName(c)] == at {
+				delete(l.attempts, JobName(c))
+			}
+			l.mu.Unlock()
+			at.stopFollowing()
 		}
 	}()
 }

@@ -7,16 +7,21 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -203,13 +208,6 @@ func FuzzLabelValue(f *testing.F) {
 	})
 }
 
-type nopReporter struct{ got []api.AttemptFailedSignal }
-
-func (n *nopReporter) ReportFailure(_ context.Context, f api.AttemptFailedSignal) error {
-	n.got = append(n.got, f)
-	return nil
-}
-
 // Without the opt-in nothing is written: Submit refuses with a message
 // that says how to opt in, and the only requests are the informers'
 // lists and watches.
@@ -218,7 +216,7 @@ func TestWritesAreRefusedWithoutOptIn(t *testing.T) {
 	client := fake.NewClientset()
 	blobs, err := blobstore.OpenDir(ctx, t.TempDir())
 	require.NoError(t, err)
-	l, err := New(ctx, Options{WorkerID: "k8s-pool", Client: client, Spec: testSpec(), Blobs: blobs, Reporter: &nopReporter{}})
+	l, err := New(ctx, Options{WorkerID: "k8s-pool", Client: client, Spec: testSpec(), Blobs: blobs, Reporter: &syncReporter{}})
 	require.NoError(t, err)
 	defer l.Shutdown(ctx, "test")
 	a := testAttempt(t, nil)
@@ -237,7 +235,7 @@ func TestNewRefusesMissingFields(t *testing.T) {
 	ctx := context.Background()
 	blobs, err := blobstore.OpenDir(ctx, t.TempDir())
 	require.NoError(t, err)
-	ok := Options{WorkerID: "w", Client: fake.NewClientset(), Spec: testSpec(), Blobs: blobs, Reporter: &nopReporter{}}
+	ok := Options{WorkerID: "w", Client: fake.NewClientset(), Spec: testSpec(), Blobs: blobs, Reporter: &syncReporter{}}
 	for _, c := range []struct {
 		want   string
 		mutate func(*Options)
@@ -273,4 +271,81 @@ func TestQuotaCapacityTakesTheSmallestHardLimit(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, found)
 	assert.Equal(t, resource.List{CPUMillis: 2500, MemoryBytes: 16 << 30, GPUs: 2}, got)
+}
+
+// The informer's judgements, on a fake clientset (the real server's
+// unscheduled-pod path is in testsuite): a pod in image-pull back-off
+// past the bound ends the attempt launch_failed with the pod's reason and
+// its Job is deleted; a Job failed by its deadline ends it infra_killed.
+func TestInformerEndsStuckAndTimedOutAttempts(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset()
+	blobs, err := blobstore.OpenDir(ctx, t.TempDir())
+	require.NoError(t, err)
+	// The fake sets no UID; the API server always does.
+	client.PrependReactor("create", "jobs", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		job := action.(k8stesting.CreateAction).GetObject().(*batchv1.Job)
+		job.UID = types.UID("uid-" + job.Name)
+		return false, nil, nil
+	})
+	rep := &syncReporter{}
+	l, err := New(ctx, Options{WorkerID: "k8s-pool", Client: client, Spec: testSpec(), Apply: true, Blobs: blobs, Reporter: rep, PendingBound: time.Second})
+	require.NoError(t, err)
+	defer l.Shutdown(ctx, "test")
+
+	a := testAttempt(t, nil)
+	_, err = l.Submit(ctx, a)
+	require.NoError(t, err)
+	job, err := client.BatchV1().Jobs("wdc-jobs").Get(ctx, JobName(a.Claim()), metav1.GetOptions{})
+	require.NoError(t, err)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-x", Namespace: "wdc-jobs", Labels: job.Spec.Template.Labels,
+		Annotations: job.Spec.Template.Annotations, CreationTimestamp: metav1.NewTime(time.Now())},
+		Spec: corev1.PodSpec{NodeName: "node-1"},
+		Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: ContainerName,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "no such image"}}}}}}
+	_, err = client.CoreV1().Pods("wdc-jobs").Create(ctx, pod, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(rep.get()) == 1 }, 10*time.Second, 20*time.Millisecond, "reported once the bound passed")
+	got := rep.get()[0]
+	assert.Equal(t, lease.ReasonLaunchFailed, got.Reason)
+	assert.Contains(t, got.Detail, "ImagePullBackOff: no such image")
+	assert.Equal(t, a.Claim(), got.Claim)
+	require.Eventually(t, func() bool {
+		_, err := client.BatchV1().Jobs("wdc-jobs").Get(ctx, job.Name, metav1.GetOptions{})
+		return err != nil
+	}, 10*time.Second, 20*time.Millisecond, "the Job is deleted")
+
+	b := testAttempt(t, func(e *envelope.Envelope) { e.TaskID = "deadline-1" })
+	_, err = l.Submit(ctx, b)
+	require.NoError(t, err)
+	job, err = client.BatchV1().Jobs("wdc-jobs").Get(ctx, JobName(b.Claim()), metav1.GetOptions{})
+	require.NoError(t, err)
+	job.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: batchv1.JobReasonDeadlineExceeded, Message: "Job was active longer than specified deadline"}}
+	_, err = client.BatchV1().Jobs("wdc-jobs").UpdateStatus(ctx, job, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(rep.get()) == 2 }, 10*time.Second, 20*time.Millisecond)
+	assert.Equal(t, lease.ReasonInfraKilled, rep.get()[1].Reason)
+	assert.Contains(t, rep.get()[1].Detail, "longer than specified deadline")
+	st, err := l.Status(ctx, b.Claim())
+	require.NoError(t, err)
+	assert.Equal(t, launchers.PhaseFinished, st.Phase)
+	assert.Equal(t, 0, l.Running())
+}
+
+type syncReporter struct {
+	mu  sync.Mutex
+	got []api.AttemptFailedSignal
+}
+
+func (r *syncReporter) ReportFailure(_ context.Context, f api.AttemptFailedSignal) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, f)
+	return nil
+}
+
+func (r *syncReporter) get() []api.AttemptFailedSignal {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]api.AttemptFailedSignal{}, r.got...)
 }
