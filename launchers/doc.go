@@ -2,6 +2,6 @@
 // implements — submit an attempt, ask its status, cancel it — and the
 // attempt it launches. One package per kind: local/ (the agent's process
 // group execution), external/ (hand the launch off as a `wdc exec`
-// command for another system to run); ray/ and k8s/ come with their
-// issues.
+// command for another system to run), k8s/ (a Kubernetes Job and Lease
+// per attempt, whose pod runs `wdc exec`); ray/ comes with its issue.
 package launchers
