@@ -67,3 +67,42 @@ func TestRenderLaunchK8sPrintsTheJobAndLease(t *testing.T) {
 	assert.NotEqual(t, ExitOK, code)
 	assert.Contains(t, stderr, "--k8s-image")
 }
+
+// The cluster is found as kubectl finds it: --kubeconfig first, then
+// KUBECONFIG; the namespace is --k8s-namespace, else the context's.
+func TestK8sRESTConfigFollowsKubeconfigRules(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, server, ns string) string {
+		path := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(path, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "`+server+`"}}]
+users: [{name: u, user: {token: t0k3n}}]
+contexts: [{name: x, context: {cluster: c, user: u, namespace: `+ns+`}}]
+current-context: x
+`), 0o600))
+		return path
+	}
+	fromEnv := write("env.kubeconfig", "https://env.example:6443", "env-ns")
+	explicit := write("flag.kubeconfig", "https://flag.example:6443", "flag-ns")
+	a := &app{deps: Deps{Getenv: func(k string) string {
+		if k == "KUBECONFIG" {
+			return fromEnv
+		}
+		return ""
+	}}}
+
+	cfg, ns, err := a.k8sRESTConfig(&k8sFlags{})
+	require.NoError(t, err)
+	assert.Equal(t, "https://env.example:6443", cfg.Host)
+	assert.Equal(t, "env-ns", ns)
+	assert.Equal(t, "t0k3n", cfg.BearerToken)
+
+	cfg, ns, err = a.k8sRESTConfig(&k8sFlags{kubeconfig: explicit, namespace: "mine"})
+	require.NoError(t, err)
+	assert.Equal(t, "https://flag.example:6443", cfg.Host, "--kubeconfig wins over KUBECONFIG")
+	assert.Equal(t, "mine", ns, "--k8s-namespace wins over the context's")
+
+	_, _, err = a.k8sRESTConfig(&k8sFlags{kubeconfig: filepath.Join(dir, "missing")})
+	assert.ErrorContains(t, err, "give --kubeconfig or set KUBECONFIG")
+}

@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	apiresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -348,4 +350,33 @@ func (r *syncReporter) get() []api.AttemptFailedSignal {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]api.AttemptFailedSignal{}, r.got...)
+}
+
+// Every class and claim a Job names must exist before anything is
+// created; each missing one is named.
+func TestPreflightNamesWhatIsMissing(t *testing.T) {
+	ctx := context.Background()
+	s := testSpec()
+	s.TaskPVC = "tasks"
+	job, _, err := Render(s, testAttempt(t, func(e *envelope.Envelope) {
+		e.K8s = &envelope.K8s{RuntimeClassName: "gvisor", PriorityClassName: "batch-low"}
+	}), renderTime)
+	require.NoError(t, err)
+	client := fake.NewClientset()
+	blobs, err := blobstore.OpenDir(ctx, t.TempDir())
+	require.NoError(t, err)
+	l, err := New(ctx, Options{WorkerID: "k8s-pool", Client: client, Spec: s, Apply: true, Blobs: blobs, Reporter: &syncReporter{}})
+	require.NoError(t, err)
+	defer l.Shutdown(ctx, "test")
+
+	assert.ErrorContains(t, l.Preflight(ctx, job), `runtimeClassName "gvisor": no such RuntimeClass`)
+	_, err = client.NodeV1().RuntimeClasses().Create(ctx, &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "gvisor"}, Handler: "runsc"}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	assert.ErrorContains(t, l.Preflight(ctx, job), `priorityClassName "batch-low": no such PriorityClass`)
+	_, err = client.SchedulingV1().PriorityClasses().Create(ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "batch-low"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	assert.ErrorContains(t, l.Preflight(ctx, job), `persistentVolumeClaim "tasks": no such PersistentVolumeClaim in namespace wdc-jobs`)
+	_, err = client.CoreV1().PersistentVolumeClaims("wdc-jobs").Create(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "tasks"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	assert.NoError(t, l.Preflight(ctx, job))
 }
