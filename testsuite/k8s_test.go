@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -434,7 +433,7 @@ func TestKubernetesLauncher(t *testing.T) {
 		_, err = e.admin.CoordinationV1().Leases(e.ns).Create(ctx, l, dry)
 		require.NoError(t, err, "the rendered Lease")
 
-		reports := &reportRecorder{}
+		reports := &kubetest.Reports{}
 		spec.TaskPVC = ""
 		launcher, err := k8s.New(ctx, k8s.Options{WorkerID: "k8s-direct", Client: e.admin, Spec: spec, Apply: true, Blobs: e.blobs, Reporter: reports, PendingBound: time.Hour})
 		require.NoError(t, err)
@@ -481,7 +480,7 @@ func TestKubernetesLauncher(t *testing.T) {
 			_, lerr := leases.Get(ctx, name, metav1.GetOptions{})
 			return apierrors.IsNotFound(jerr) && apierrors.IsNotFound(lerr)
 		})
-		assert.Empty(t, reports.get(), "nothing was reported for a cancelled attempt")
+		assert.Empty(t, reports.Got(), "nothing was reported for a cancelled attempt")
 	})
 
 	t.Run("a launch target is a fleet worker like any other", e.testWorkerLikeAnyOther)
@@ -542,23 +541,4 @@ func jobCondition(j batchv1.Job, typ batchv1.JobConditionType) bool {
 		}
 	}
 	return false
-}
-
-// reportRecorder is a k8s.Reporter that records.
-type reportRecorder struct {
-	mu  sync.Mutex
-	got []api.AttemptFailedSignal
-}
-
-func (r *reportRecorder) ReportFailure(_ context.Context, f api.AttemptFailedSignal) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.got = append(r.got, f)
-	return nil
-}
-
-func (r *reportRecorder) get() []api.AttemptFailedSignal {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]api.AttemptFailedSignal{}, r.got...)
 }

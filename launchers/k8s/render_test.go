@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,9 +26,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/envelope"
+	"github.com/wdc-runtime/wdc/internal/kubetest"
 	"github.com/wdc-runtime/wdc/internal/lease"
 	"github.com/wdc-runtime/wdc/internal/resource"
 	"github.com/wdc-runtime/wdc/launchers"
@@ -218,7 +217,7 @@ func TestWritesAreRefusedWithoutOptIn(t *testing.T) {
 	client := fake.NewClientset()
 	blobs, err := blobstore.OpenDir(ctx, t.TempDir())
 	require.NoError(t, err)
-	l, err := New(ctx, Options{WorkerID: "k8s-pool", Client: client, Spec: testSpec(), Blobs: blobs, Reporter: &syncReporter{}})
+	l, err := New(ctx, Options{WorkerID: "k8s-pool", Client: client, Spec: testSpec(), Blobs: blobs, Reporter: &kubetest.Reports{}})
 	require.NoError(t, err)
 	defer l.Shutdown(ctx, "test")
 	a := testAttempt(t, nil)
@@ -237,7 +236,7 @@ func TestNewRefusesMissingFields(t *testing.T) {
 	ctx := context.Background()
 	blobs, err := blobstore.OpenDir(ctx, t.TempDir())
 	require.NoError(t, err)
-	ok := Options{WorkerID: "w", Client: fake.NewClientset(), Spec: testSpec(), Blobs: blobs, Reporter: &syncReporter{}}
+	ok := Options{WorkerID: "w", Client: fake.NewClientset(), Spec: testSpec(), Blobs: blobs, Reporter: &kubetest.Reports{}}
 	for _, c := range []struct {
 		want   string
 		mutate func(*Options)
@@ -290,7 +289,7 @@ func TestInformerEndsStuckAndTimedOutAttempts(t *testing.T) {
 		job.UID = types.UID("uid-" + job.Name)
 		return false, nil, nil
 	})
-	rep := &syncReporter{}
+	rep := &kubetest.Reports{}
 	l, err := New(ctx, Options{WorkerID: "k8s-pool", Client: client, Spec: testSpec(), Apply: true, Blobs: blobs, Reporter: rep, PendingBound: time.Second})
 	require.NoError(t, err)
 	defer l.Shutdown(ctx, "test")
@@ -307,8 +306,8 @@ func TestInformerEndsStuckAndTimedOutAttempts(t *testing.T) {
 			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "no such image"}}}}}}
 	_, err = client.CoreV1().Pods("wdc-jobs").Create(ctx, pod, metav1.CreateOptions{})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return len(rep.get()) == 1 }, 10*time.Second, 20*time.Millisecond, "reported once the bound passed")
-	got := rep.get()[0]
+	require.Eventually(t, func() bool { return len(rep.Got()) == 1 }, 10*time.Second, 20*time.Millisecond, "reported once the bound passed")
+	got := rep.Got()[0]
 	assert.Equal(t, lease.ReasonLaunchFailed, got.Reason)
 	assert.Contains(t, got.Detail, "ImagePullBackOff: no such image")
 	assert.Equal(t, a.Claim(), got.Claim)
@@ -325,31 +324,13 @@ func TestInformerEndsStuckAndTimedOutAttempts(t *testing.T) {
 	job.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: batchv1.JobReasonDeadlineExceeded, Message: "Job was active longer than specified deadline"}}
 	_, err = client.BatchV1().Jobs("wdc-jobs").UpdateStatus(ctx, job, metav1.UpdateOptions{})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return len(rep.get()) == 2 }, 10*time.Second, 20*time.Millisecond)
-	assert.Equal(t, lease.ReasonInfraKilled, rep.get()[1].Reason)
-	assert.Contains(t, rep.get()[1].Detail, "longer than specified deadline")
+	require.Eventually(t, func() bool { return len(rep.Got()) == 2 }, 10*time.Second, 20*time.Millisecond)
+	assert.Equal(t, lease.ReasonInfraKilled, rep.Got()[1].Reason)
+	assert.Contains(t, rep.Got()[1].Detail, "longer than specified deadline")
 	st, err := l.Status(ctx, b.Claim())
 	require.NoError(t, err)
 	assert.Equal(t, launchers.PhaseFinished, st.Phase)
 	assert.Equal(t, 0, l.Running())
-}
-
-type syncReporter struct {
-	mu  sync.Mutex
-	got []api.AttemptFailedSignal
-}
-
-func (r *syncReporter) ReportFailure(_ context.Context, f api.AttemptFailedSignal) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.got = append(r.got, f)
-	return nil
-}
-
-func (r *syncReporter) get() []api.AttemptFailedSignal {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]api.AttemptFailedSignal{}, r.got...)
 }
 
 // Every class and claim a Job names must exist before anything is
@@ -365,7 +346,7 @@ func TestPreflightNamesWhatIsMissing(t *testing.T) {
 	client := fake.NewClientset()
 	blobs, err := blobstore.OpenDir(ctx, t.TempDir())
 	require.NoError(t, err)
-	l, err := New(ctx, Options{WorkerID: "k8s-pool", Client: client, Spec: s, Apply: true, Blobs: blobs, Reporter: &syncReporter{}})
+	l, err := New(ctx, Options{WorkerID: "k8s-pool", Client: client, Spec: s, Apply: true, Blobs: blobs, Reporter: &kubetest.Reports{}})
 	require.NoError(t, err)
 	defer l.Shutdown(ctx, "test")
 
