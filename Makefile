@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= bin/wdc
 PKGS    := ./...
 
-.PHONY: all build test test-short demo bench fuzz lint clean temporal-tools k8s-check
+.PHONY: all build test test-short demo bench fuzz lint clean temporal-tools k8s-tools k8s-check
 
 all: build
 
@@ -13,8 +13,8 @@ build:
 # Everything: formatting, vet, unit, workflow, replay and system tests
 # (the system tests embed the real Temporal server and spawn real agents;
 # testsuite/topology runs PostgreSQL and the official temporal-server).
-test: lint temporal-tools k8s-check
-	$(GO) test -count=1 -timeout 20m $(PKGS)
+test: lint temporal-tools k8s-tools k8s-check
+	$(GO) test -count=1 -timeout 45m $(PKGS)
 
 # The Kubernetes manifests (deploy/k8s/base): rendered with the kustomize
 # library and decoded strictly into the API types, by the separate module
@@ -26,6 +26,12 @@ k8s-check:
 # built by the separate module tools/ into ~/.cache/wdc-tools (once).
 temporal-tools:
 	tools/build.sh >/dev/null
+
+# kube-apiserver, kube-controller-manager and etcd for the Kubernetes
+# launcher's system tests, built by the separate module tools/k8s into
+# ~/.cache/wdc-tools/k8s (once; a cold build takes 15-20 minutes).
+k8s-tools:
+	tools/k8s/build.sh >/dev/null
 
 # Quick loop: everything but the system tests in ./testsuite.
 test-short: lint

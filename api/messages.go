@@ -1,7 +1,6 @@
 package api
 
 import (
-	"strings"
 	"time"
 
 	"github.com/wdc-runtime/wdc/internal/envelope"
@@ -607,20 +606,3 @@ const (
 	LogStdout = "stdout.log"
 	LogStderr = "stderr.log"
 )
-
-// SupportedLaunchers are the launcher kinds this version of wdc runs.
-// Envelopes may name "k8s" (the format allows it), but until that
-// launcher exists such tasks are refused at submit rather than run
-// somewhere else. A "ray" task runs only on a worker with the "ray"
-// capability (a `wdc agent --launcher ray`).
-var SupportedLaunchers = []string{envelope.LauncherLocal, envelope.LauncherRay}
-
-// CheckLauncher refuses an envelope launcher this version cannot run.
-func CheckLauncher(launcher string) error {
-	for _, l := range SupportedLaunchers {
-		if launcher == l {
-			return nil
-		}
-	}
-	return fieldErr("launcher", "%q is not available in this version of wdc (supported: %s)", launcher, strings.Join(SupportedLaunchers, ", "))
-}

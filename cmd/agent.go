@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/envelope"
 	"github.com/wdc-runtime/wdc/internal/executor"
+	"github.com/wdc-runtime/wdc/internal/fleet"
 	"github.com/wdc-runtime/wdc/internal/telemetry"
 	"github.com/wdc-runtime/wdc/internal/wdcclient"
 	"github.com/wdc-runtime/wdc/launchers/external"
@@ -31,6 +35,7 @@ func (a *app) newAgentCommand() *cobra.Command {
 		execBin   string
 		metrics   string
 		rayFlags  rayAgentFlags
+		k8sf      k8sFlags
 	)
 	c := &cobra.Command{
 		Use:   "agent --worker-id ID",
@@ -59,7 +64,7 @@ worker a label or capability and have its tasks select it.
 
 With --launcher ray the worker is a Ray cluster: the agent reads the
 dashboard's Ray version (--ray-address, GET /api/version) once, declares
-the "ray" capability (tasks with "launcher": "ray" require it), and
+the capability launcher/ray (tasks with "launcher": "ray" need it), and
 submits each attempt as a Ray job whose entrypoint is ` + "`wdc exec`" + ` (the
 claim and connection in runtime_env.env_vars; credentials such as AWS_* or
 TEMPORAL_API_KEY must be set on the Ray nodes, never in the request).
@@ -69,6 +74,14 @@ answering goes STALE and its leases are revoked. Jobs PENDING longer than
 --ray-pending-timeout are stopped (launch_failed); a job that fails without
 a result is reported infra_killed with the last lines of its log.
 
+With --launcher k8s each attempt is a Kubernetes Job in --k8s-namespace
+whose pod runs ` + "`wdc exec`" + ` (image --k8s-image, binary --exec-binary), plus a
+Lease the agent renews; see the README's "Running on Kubernetes". Cluster
+writes are off unless --k8s-apply is given. The worker declares capability
+launcher/k8s (tasks with "launcher": "k8s" need it), takes its capacity
+from --cpu/--memory/--gpus or else the namespace's ResourceQuota, and
+heartbeats only while the API server answers /readyz.
+
 Stop with Ctrl-C: the worker is drained, its running attempts are killed and
 reported infra_killed, so their tasks retry elsewhere at once. Starting the
 agent again registers a new incarnation (ACTIVE) and first kills any process
@@ -76,7 +89,10 @@ an earlier agent of this work directory left behind.`,
 		Example: `  wdc agent --worker-id worker-a --cpu 4 --memory 8Gi
   wdc agent --worker-id gpu-01 --gpus 2 --label zone=eu-1 --capability cuda12 --data-dir /shared/wdc
   wdc agent --worker-id ray-prod --launcher ray --ray-address http://ray-head:8265 --cpu 64 --gpus 8 \
-      --exec-binary /usr/local/bin/wdc --blob-url 's3://wdc?region=eu-1'`,
+      --exec-binary /usr/local/bin/wdc --blob-url 's3://wdc?region=eu-1'
+  wdc agent --worker-id k8s-pool --launcher k8s --kubeconfig ~/.kube/config --k8s-namespace wdc-jobs \
+      --k8s-image registry.example/wdc:1.0 --exec-binary /usr/local/bin/wdc --k8s-executor-secret wdc-executor \
+      --blob-url 's3://wdc?region=eu-1' --k8s-apply`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			r, err := reg.registration()
@@ -94,15 +110,21 @@ an earlier agent of this work directory left behind.`,
 				return err
 			}
 			switch launcher {
-			case launcherLocal, launcherExternal, launcherRay:
+			case launcherLocal, launcherExternal, launcherRay, launcherK8s:
 			default:
-				return usagef("--launcher %q: want %s, %s or %s", launcher, launcherLocal, launcherExternal, launcherRay)
+				return usagef("--launcher %q: want %s, %s, %s or %s", launcher, launcherLocal, launcherExternal, launcherRay, launcherK8s)
 			}
 			if err := rayFlags.validate(c, launcher); err != nil {
 				return err
 			}
+			if err := k8sf.check(c, launcher); err != nil {
+				return err
+			}
 			if launcher == launcherLocal && (spoolDir != "" || c.Flags().Changed("exec-binary")) {
-				return usagef("--spool-dir and --exec-binary go with --launcher %s (--exec-binary also with %s)", launcherExternal, launcherRay)
+				return usagef("--spool-dir and --exec-binary go with --launcher %s (--exec-binary also with %s or %s)", launcherExternal, launcherRay, launcherK8s)
+			}
+			if launcher != launcherExternal && spoolDir != "" {
+				return usagef("--spool-dir goes with --launcher %s", launcherExternal)
 			}
 			if launcher != launcherLocal {
 				for _, name := range []string{"work-dir", "max-output-file-bytes", "max-output-bytes", "max-output-files"} {
@@ -152,30 +174,38 @@ an earlier agent of this work directory left behind.`,
 					}}
 			}
 			log := a.logger()
-			var own worker.AgentLauncher
-			var alive func(context.Context) error
+			opts := worker.AgentOptions{
+				WorkDir: workDir, Blobs: store, HeartbeatInterval: heartbeat,
+				Limits: lim,
+				Logger: log, HandOff: handOff, Metrics: a.metrics,
+				OnReport: func(rep executor.Report) {
+					fmt.Fprintf(a.deps.Stdout, "attempt %s ended: %s\n", rep.Claim, describeReport(rep))
+				},
+			}
 			where := "task dirs in " + workDir
-			if launcher == launcherRay {
+			if handOff != nil {
+				where = "handing launches off to " + handOff.SpoolDir
+			}
+			switch launcher {
+			case launcherRay:
 				u, err := a.storeURL(dataDir, blobURL)
 				if err != nil {
 					return err
 				}
-				if own, alive, where, err = a.rayAgent(ctx, rayFlags, r.WorkerID, execBin, u, tc, store, log); err != nil {
+				if opts.Launcher, opts.Healthy, where, err = a.rayAgent(ctx, rayFlags, r.WorkerID, execBin, u, tc, store, log); err != nil {
 					return err
 				}
-				declareRay(&r)
+				declareLauncher(&r, envelope.LauncherRay)
+			case launcherK8s:
+				if where, err = a.k8sAgentSetup(ctx, c, &k8sf, &r, tc, store, func() (string, error) { return a.storeURL(dataDir, blobURL) }, execBin, &opts); err != nil {
+					return err
+				}
 			}
+			opts.Registration = r
 			// StartAgent's ctx bounds its registration only.
 			sctx, cancelStart := context.WithTimeout(ctx, a.global.controlPlaneTimeout)
 			defer cancelStart()
-			agent, err := worker.StartAgent(sctx, tc, worker.AgentOptions{
-				Registration: r, WorkDir: workDir, Blobs: store, HeartbeatInterval: heartbeat,
-				Limits: lim,
-				Logger: log, HandOff: handOff, Launcher: own, Alive: alive, Metrics: a.metrics,
-				OnReport: func(rep executor.Report) {
-					fmt.Fprintf(a.deps.Stdout, "attempt %s ended: %s\n", rep.Claim, describeReport(rep))
-				},
-			})
+			agent, err := worker.StartAgent(sctx, tc, opts)
 			if err != nil && ctx.Err() == nil && errors.Is(sctx.Err(), context.DeadlineExceeded) {
 				return &wdcclient.UnavailableError{TaskQueue: api.ControlTaskQueue, Address: a.global.address, Namespace: a.global.namespace,
 					Op: "register worker " + r.WorkerID, Waited: a.global.controlPlaneTimeout}
@@ -184,22 +214,20 @@ an earlier agent of this work directory left behind.`,
 				return appError(err)
 			}
 			// Ready: registered, not given way to another agent, Temporal
-			// answers and, for a Ray agent, so does the cluster.
+			// answers and, for a Ray or Kubernetes agent, so does the
+			// cluster.
 			temporalReady := telemetry.TemporalReady(tc)
 			msrv.SetReady(func(ctx context.Context) error {
 				if err := agent.LostErr(); err != nil {
 					return err
 				}
-				if alive != nil {
-					if err := alive(ctx); err != nil {
+				if opts.Healthy != nil {
+					if err := opts.Healthy(ctx); err != nil {
 						return err
 					}
 				}
 				return temporalReady(ctx)
 			})
-			if handOff != nil {
-				where = "handing launches off to " + handOff.SpoolDir
-			}
 			fmt.Fprintf(a.deps.Stdout, "agent %s (pid %d) registered (incarnation %d); polling %s; %s\n",
 				r.WorkerID, os.Getpid(), agent.Incarnation(), "wdc-agent/"+r.WorkerID, where)
 			select {
@@ -221,11 +249,12 @@ an earlier agent of this work directory left behind.`,
 	f.StringVar(&workDir, "work-dir", "", "root of task directories (default <data-dir>/work/<worker-id>)")
 	f.DurationVar(&heartbeat, "heartbeat-interval", 0, "worker heartbeat period (default: --stale-after / 4, 2s with the default --stale-after)")
 	limits.bind(f)
-	f.StringVar(&launcher, "launcher", launcherLocal, "how attempts run: local (in this process, each in its own process group), external (hand each launch off as a 'wdc exec' command in --spool-dir, for another system to run) or ray (submit each as a job to the Ray cluster at --ray-address)")
+	f.StringVar(&launcher, "launcher", launcherLocal, "how attempts run: local (in this process, each in its own process group), external (hand each launch off as a 'wdc exec' command in --spool-dir, for another system to run), ray (submit each as a job to the Ray cluster at --ray-address) or k8s (a Kubernetes Job per attempt; see --k8s-*)")
 	f.StringVar(&spoolDir, "spool-dir", "", "with --launcher external: where each attempt's 'wdc exec' command is written, as <task>-a<attempt>-f<fence>.json (default <data-dir>/spool/<worker-id>)")
-	f.StringVar(&execBin, "exec-binary", "wdc", "with --launcher external or ray: "+execBinaryHelp)
+	f.StringVar(&execBin, "exec-binary", "wdc", "with --launcher external, ray or k8s: "+execBinaryHelp)
 	a.bindMetricsAddress(f, &metrics)
 	rayFlags.bind(f, a.deps.Getenv)
+	k8sf.bind(f)
 	return c
 }
 
@@ -320,3 +349,13 @@ const (
 	launcherLocal    = "local"
 	launcherExternal = "external"
 )
+
+// declareLauncher adds the capability of launcher kind to a
+// registration (envelope.LauncherCapability): tasks for that launcher
+// require it, so they are placed only on workers that launch them so.
+func declareLauncher(r *fleet.Registration, kind string) {
+	if c := envelope.LauncherCapability(kind); !slices.Contains(r.Capabilities, c) {
+		r.Capabilities = append(r.Capabilities, c)
+		sort.Strings(r.Capabilities)
+	}
+}

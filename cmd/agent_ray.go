@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
-	"sort"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,9 +11,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/wdc-runtime/wdc/internal/blobstore"
-	"github.com/wdc-runtime/wdc/internal/envelope"
 	"github.com/wdc-runtime/wdc/internal/executor"
-	"github.com/wdc-runtime/wdc/internal/fleet"
 	"github.com/wdc-runtime/wdc/launchers/ray"
 	"github.com/wdc-runtime/wdc/worker"
 )
@@ -67,15 +63,6 @@ func (f *rayAgentFlags) validate(c *cobra.Command, launcher string) error {
 		return usagef("--ray-address: %v", err)
 	}
 	return nil
-}
-
-// declareRay adds the "ray" capability to a registration: launcher
-// "ray" tasks require it.
-func declareRay(r *fleet.Registration) {
-	if !slices.Contains(r.Capabilities, envelope.CapabilityRay) {
-		r.Capabilities = append(r.Capabilities, envelope.CapabilityRay)
-		sort.Strings(r.Capabilities)
-	}
 }
 
 // rayAgent connects to the dashboard, reads its Ray version once (which

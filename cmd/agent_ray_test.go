@@ -27,7 +27,7 @@ func TestRayFlagRejections(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"unknown launcher", append(agent, "--launcher", "slurm"), `--launcher "slurm": want local, external or ray`},
+		{"unknown launcher", append(agent, "--launcher", "slurm"), `--launcher "slurm": want local, external, ray or k8s`},
 		{"ray address without ray", append(agent, "--ray-address", "http://head:8265"), "--ray-address goes with --launcher ray"},
 		{"ray timeout without ray", append(agent, "--launcher", "external", "--ray-pending-timeout", "1m"), "--ray-pending-timeout goes with --launcher ray"},
 		{"ray python without ray", append(agent, "--ray-python", "python3.11"), "--ray-python goes with --launcher ray"},
@@ -38,7 +38,7 @@ func TestRayFlagRejections(t *testing.T) {
 		{"ray negative request timeout", append(withRay, "--ray-request-timeout", "-1s"), "--ray-request-timeout -1s: must be positive"},
 		{"ray with a spool dir", append(withRay, "--spool-dir", dir), "--spool-dir goes with --launcher external, not ray"},
 		{"ray with a work dir", append(withRay, "--work-dir", dir), "--work-dir: applies to attempts run here, not with --launcher ray"},
-		{"render bad launcher", []string{"workers", "render-launch", env, "--worker-id", "w", "--launcher", "k8s"}, `--launcher "k8s": want local or ray`},
+		{"render bad launcher", []string{"workers", "render-launch", env, "--worker-id", "w", "--launcher", "slurm"}, `--launcher "slurm": want local, ray or k8s`},
 		{"render ray version without ray", []string{"workers", "render-launch", env, "--worker-id", "w", "--ray-version", "2.9.0"}, "--ray-version goes with --launcher ray"},
 		{"render bad ray version", []string{"workers", "render-launch", env, "--worker-id", "w", "--launcher", "ray", "--ray-version", "two"}, `--ray-version: ray version "two": want MAJOR.MINOR`},
 		{"render old ray version", []string{"workers", "render-launch", env, "--worker-id", "w", "--launcher", "ray", "--ray-version", "1.13.0"}, "older than 2.0"},

@@ -91,9 +91,6 @@ func (a *app) readBatch(path string) (lines []batchLine, base string, err error)
 		}
 		env, err := envelope.Decode(strings.NewReader(text), false)
 		if err == nil {
-			err = api.CheckLauncher(env.Launcher)
-		}
-		if err == nil {
 			err = checkInputPaths(env, base)
 		}
 		if err == nil {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/envelope"
 )
@@ -52,9 +51,6 @@ func decodeEnvelopeFile(path string) (envelope.Envelope, string, error) {
 	env, err := envelope.Decode(r, false)
 	if err != nil {
 		return envelope.Envelope{}, "", usagef("%s: %v", path, err)
-	}
-	if err := api.CheckLauncher(env.Launcher); err != nil {
-		return envelope.Envelope{}, "", usagef("%s: envelope: %v", path, err)
 	}
 	return env, base, nil
 }

@@ -101,7 +101,15 @@ func TestAgentLauncherAndRenderLaunchFlagsAreChecked(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"unknown launcher", []string{"agent", "--worker-id", "w1", "--launcher", "k8s"}, `--launcher "k8s": want local, external or ray`},
+		{"unknown launcher", []string{"agent", "--worker-id", "w1", "--launcher", "nomad"}, `--launcher "nomad": want local, external, ray or k8s`},
+		{"k8s flag without k8s", []string{"agent", "--worker-id", "w1", "--k8s-apply"}, "--k8s-apply goes with --launcher k8s"},
+		{"kubeconfig with external", []string{"agent", "--worker-id", "w1", "--launcher", "external", "--kubeconfig", "x"}, "--kubeconfig goes with --launcher k8s"},
+		{"kubeconfig with ray", []string{"agent", "--worker-id", "w1", "--launcher", "ray", "--ray-address", "http://127.0.0.1:8265", "--kubeconfig", "x"}, "--kubeconfig goes with --launcher k8s"},
+		{"spool dir with k8s", []string{"agent", "--worker-id", "w1", "--launcher", "k8s", "--spool-dir", "/tmp/x"}, "--spool-dir goes with --launcher external"},
+		{"spool dir with ray", []string{"agent", "--worker-id", "w1", "--launcher", "ray", "--ray-address", "http://127.0.0.1:8265", "--spool-dir", "/tmp/x"}, "--spool-dir goes with --launcher external"},
+		{"work dir with k8s", []string{"agent", "--worker-id", "w1", "--launcher", "k8s", "--work-dir", "/tmp/w"}, "--work-dir: applies to attempts run here, not with --launcher k8s"},
+		{"bad k8s ttl", []string{"agent", "--worker-id", "w1", "--launcher", "k8s", "--k8s-ttl-after-finished", "-2"}, "--k8s-ttl-after-finished -2: want -1"},
+		{"bad pending bound", []string{"agent", "--worker-id", "w1", "--launcher", "k8s", "--k8s-pending-bound", "0s"}, "--k8s-pending-bound 0s: must be positive"},
 		{"spool dir without external", []string{"agent", "--worker-id", "w1", "--spool-dir", "/tmp/x"}, "--spool-dir and --exec-binary go with --launcher external"},
 		{"exec binary without external", []string{"agent", "--worker-id", "w1", "--exec-binary", "/bin/wdc"}, "go with --launcher external"},
 		{"work dir with external", []string{"agent", "--worker-id", "w1", "--launcher", "external", "--work-dir", "/tmp/w"}, "--work-dir: applies to attempts run here, not with --launcher external"},
@@ -112,7 +120,9 @@ func TestAgentLauncherAndRenderLaunchFlagsAreChecked(t *testing.T) {
 		{"render task and file", []string{"workers", "render-launch", "--task", "t1", "task.json"}, "give an envelope file or --task, not both"},
 		{"render bad task", []string{"workers", "render-launch", "--task", "t/1"}, `--task: "t/1" is not a valid ID`},
 		{"render nothing", []string{"workers", "render-launch"}, "give an envelope file, or --task TASK_ID"},
-		{"exec binary without task", []string{"workers", "render-launch", "task.json", "--worker-id", "w1", "--exec-binary", "x"}, "--exec-binary: only with --task"},
+		{"exec binary without task", []string{"workers", "render-launch", "task.json", "--worker-id", "w1", "--exec-binary", "x"}, "--exec-binary: only with --task or --launcher k8s"},
+		{"k8s render flag without k8s", []string{"workers", "render-launch", "task.json", "--worker-id", "w1", "--k8s-image", "x"}, "--k8s-image goes with --launcher k8s"},
+		{"render unknown launcher", []string{"workers", "render-launch", "task.json", "--worker-id", "w1", "--launcher", "ray"}, `--launcher "ray": want local or k8s`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr := run(t, tc.args...)

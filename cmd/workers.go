@@ -433,7 +433,9 @@ func (a *app) newWorkersRenderLaunchCommand() *cobra.Command {
 		execBin        string
 		dataDir        string
 		blobURL        string
+		launcher       string
 		rr             rayRenderFlags
+		k8sf           k8sFlags
 	)
 	c := &cobra.Command{
 		Use:   "render-launch ENVELOPE | --task TASK_ID",
@@ -453,6 +455,13 @@ command's connection settings and blob store (--exec-binary, --blob-url),
 entrypoint_* resources, metadata. --ray-version leaves out the fields an
 older Ray does not know. No secret value is rendered.
 
+With --launcher k8s and an envelope file: the batch/v1 Job and the
+coordination.k8s.io/v1 Lease of the attempt as YAML documents (JSON with
+-o json), exactly as ` + "`wdc agent --launcher k8s`" + ` sends them, except the
+Lease's owner reference to the Job (added once the Job exists) and its
+times. Its ` + "`wdc exec`" + ` connects with this command's settings (--address,
+--blob-url, ...). No server is contacted.
+
 With --task: the ` + "`wdc exec`" + ` command an external launcher runs for the task's
 current lease (it must be granted and ACTIVE), with this command's own
 connection settings and blob store. It stores the task's sealed envelope in
@@ -465,7 +474,9 @@ printed. Needs a control plane (exit 5 without one).`,
 		Example: `  wdc workers render-launch examples/checksum.json --worker-id worker-a
   wdc workers render-launch task.json --worker-id w1 --attempt 2 --fence 2 -o json
   wdc workers render-launch --task checksum-1 --exec-binary /usr/local/bin/wdc -o json
-  wdc workers render-launch task.json --launcher ray --worker-id ray-prod --ray-version 2.9.3 --blob-url 's3://wdc?region=eu-1' | jq .`,
+  wdc workers render-launch task.json --launcher ray --worker-id ray-prod --ray-version 2.9.3 --blob-url 's3://wdc?region=eu-1' | jq .
+  wdc workers render-launch --launcher k8s task.json --worker-id k8s-pool --k8s-namespace wdc-jobs \
+    --k8s-image registry.example/wdc:1.0 --exec-binary /usr/local/bin/wdc --blob-url 's3://wdc?region=eu-1'`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			if taskID != "" {
@@ -485,18 +496,29 @@ printed. Needs a control plane (exit 5 without one).`,
 			if len(args) == 0 {
 				return usagef("give an envelope file, or --task TASK_ID (see '%s --help')", c.CommandPath())
 			}
-			if err := rr.validate(c); err != nil {
+			if err := rr.validate(c, launcher); err != nil {
 				return err
 			}
-			if rr.launcher == launcherRay {
+			switch launcher {
+			case launcherLocal:
+				for _, name := range k8sRenderFlagNames {
+					if c.Flags().Changed(name) {
+						return usagef("--%s goes with --launcher %s", name, launcherK8s)
+					}
+				}
+			case launcherRay:
 				if c.Flags().Changed("work-dir") {
 					return usagef("--work-dir: not with --launcher ray (the job's wdc exec picks its own)")
 				}
 				return a.renderRayLaunch(rr, args[0], workerID, attempt, fence, execBin, dataDir, blobURL)
+			case launcherK8s:
+				return a.renderK8sLaunch(c, args[0], workerID, attempt, fence, execBin, dataDir, blobURL, &k8sf)
+			default:
+				return usagef("--launcher %q: want %s, %s or %s", launcher, launcherLocal, launcherRay, launcherK8s)
 			}
 			for _, name := range []string{"exec-binary", "data-dir", "blob-url"} {
-				if c.Flags().Changed(name) {
-					return usagef("--%s: only with --task", name)
+				if c.Flags().Changed(name) && launcher != launcherK8s {
+					return usagef("--%s: only with --task or --launcher k8s", name)
 				}
 			}
 			if err := fleet.ValidateID("--worker-id", workerID); err != nil {
@@ -521,7 +543,7 @@ printed. Needs a control plane (exit 5 without one).`,
 			out := renderedLaunch{Launcher: env.Launcher, WorkerID: workerID, TaskDir: dir, Args: env.Command,
 				Env: executor.Environ(env, claim, dir), Digest: digest, Attempt: attempt, Fence: fence}
 			if env.Launcher != "local" {
-				return usagef("envelope launcher %q: render its launch with --launcher %s (this renders Local launches)", env.Launcher, env.Launcher)
+				return usagef("envelope launcher %q: give --launcher %s to render its launch (this renders Local launches)", env.Launcher, env.Launcher)
 			}
 			prog, err := executor.ResolveCommand(env, dir)
 			if err != nil {
@@ -551,7 +573,9 @@ printed. Needs a control plane (exit 5 without one).`,
 	f.StringVar(&execBin, "exec-binary", "wdc", "with --task: "+execBinaryHelp)
 	f.StringVar(&dataDir, "data-dir", "", "with --task: "+dataDirHelp)
 	f.StringVar(&blobURL, "blob-url", "", "with --task: "+blobURLHelp)
+	f.StringVar(&launcher, "launcher", launcherLocal, "with an envelope file: render the launch of this launcher: local (the process the agent starts), ray (the exact JSON body of the Ray job submission, POST /api/jobs/) or k8s (the Job and Lease as YAML, exactly as `wdc agent --launcher k8s` sends them)")
 	rr.bind(f)
+	k8sf.bindRender(f)
 	return c
 }
 

@@ -13,25 +13,16 @@ import (
 
 // rayRenderFlags are render-launch's Ray flags.
 type rayRenderFlags struct {
-	launcher   string
 	rayVersion string
 }
 
 func (f *rayRenderFlags) bind(fs *pflag.FlagSet) {
-	fs.StringVar(&f.launcher, "launcher", launcherLocal, "with an envelope file: render the launch of this launcher: local (the process the agent starts) or ray (the exact JSON body of the Ray job submission, POST /api/jobs/)")
 	fs.StringVar(&f.rayVersion, "ray-version", "", "with --launcher ray: the cluster's Ray version, which decides the entrypoint_* fields sent (default: every field, as for Ray 2.8 and later)")
 }
 
 // validate refuses the Ray flags without --launcher ray.
-func (f *rayRenderFlags) validate(c *cobra.Command) error {
-	switch f.launcher {
-	case launcherLocal:
-	case launcherRay:
-		return nil
-	default:
-		return usagef("--launcher %q: want %s or %s", f.launcher, launcherLocal, launcherRay)
-	}
-	if c.Flags().Changed("ray-version") {
+func (f *rayRenderFlags) validate(c *cobra.Command, launcher string) error {
+	if launcher != launcherRay && c.Flags().Changed("ray-version") {
 		return usagef("--ray-version goes with --launcher %s", launcherRay)
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/envelope"
 	"github.com/wdc-runtime/wdc/internal/lease"
 )
@@ -72,6 +73,33 @@ func Expired(ctx context.Context, deadline, now time.Time) error {
 	}
 	if !deadline.IsZero() && !now.Before(deadline) {
 		return fmt.Errorf("%w: its deadline passed %s ago", ErrLaunchExpired, now.Sub(deadline).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// Accept is what every launcher checks before it starts an attempt: that
+// the attempt is workerID's, and that ctx is not done or past its deadline
+// (CheckDeadline). It returns the attempt's claim. Errors: an attempt for
+// another worker; ErrLaunchExpired (wrapped).
+func Accept(ctx context.Context, workerID string, a Attempt) (lease.Claim, error) {
+	claim := a.Claim()
+	if claim.WorkerID != workerID {
+		return claim, fmt.Errorf("attempt is for worker %q, this is %q", claim.WorkerID, workerID)
+	}
+	return claim, CheckDeadline(ctx)
+}
+
+// StoreEnvelope puts the attempt's sealed envelope into the blob store
+// (content-addressed: a no-op when it is there already), where a `wdc
+// exec` run elsewhere reads it by digest. Errors: the store's; a digest
+// that is not the lease's.
+func StoreEnvelope(ctx context.Context, store *blobstore.Store, a Attempt) error {
+	digest, err := store.PutEnvelope(ctx, a.Envelope)
+	if err != nil {
+		return err
+	}
+	if digest != a.Lease.EnvelopeDigest {
+		return fmt.Errorf("envelope digest %s does not match the lease's %s", digest, a.Lease.EnvelopeDigest)
 	}
 	return nil
 }

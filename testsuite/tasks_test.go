@@ -97,10 +97,16 @@ func waitOutcome(t *testing.T, taskID string) (api.TaskOutcome, api.TaskView) {
 
 func readArtifact(t *testing.T, res *api.TaskResult, name string) string {
 	t.Helper()
+	return readArtifactFrom(t, suite.blobs, res, name)
+}
+
+// readArtifactFrom reads the result's artifact name from store.
+func readArtifactFrom(t *testing.T, store *blobstore.Store, res *api.TaskResult, name string) string {
+	t.Helper()
 	require.NotNil(t, res)
 	for _, a := range res.Artifacts {
 		if a.Name == name {
-			f, err := suite.blobs.Open(context.Background(), a.Digest)
+			f, err := store.Open(context.Background(), a.Digest)
 			require.NoError(t, err)
 			defer f.Close()
 			b := new(strings.Builder)
@@ -360,11 +366,17 @@ func TestUnfittableTaskWaitsAndCancels(t *testing.T) {
 		writeHistory(t, api.TaskWorkflowID("unfit-task")) // waiting, then cancelled
 	}
 
-	ray := filepath.Join(dir, "ray.json")
-	require.NoError(t, os.WriteFile(ray, []byte(`{"task_id":"ray-task","run_id":"ray-run","world_id":"suite","command":["true"],"launcher":"k8s"}`), 0o644))
-	code, _, errOut = cli(t, "tasks", "submit", ray)
-	assert.Equal(t, 2, code)
-	assert.Contains(t, errOut, `launcher: "k8s" is not available`)
+	// A Kubernetes task is never placed on a Local worker: with no agent
+	// declaring launcher/k8s it waits, and submit says so.
+	k8sTask := filepath.Join(dir, "k8s.json")
+	require.NoError(t, os.WriteFile(k8sTask, []byte(`{"task_id":"unfit-k8s-task","run_id":"unfit-run","world_id":"suite","command":["true"],"launcher":"k8s",
+		"selector":{"suite-test":"`+testLabel(t)+`"}}`), 0o644))
+	code, _, errOut = cli(t, "tasks", "submit", k8sTask)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, errOut, "warning: task unfit-k8s-task will wait")
+	assert.Contains(t, errOut, "launcher/k8s")
+	code, _, errOut = cli(t, "tasks", "cancel", "unfit-k8s-task", "--reason", "test over")
+	assert.Equal(t, 0, code, errOut)
 }
 
 // A program that fails is still a result (COMPLETED, not retried); `submit

@@ -51,14 +51,15 @@ type AgentOptions struct {
 	// OnReport then do not apply: the external `wdc exec` runs the
 	// executor.
 	HandOff *external.Options
-	// Launcher, when set, runs the agent's attempts instead of the Local
-	// launcher (e.g. launchers/ray: a cluster as one fleet worker);
-	// Limits, Faults and OnReport then do not apply.
+	// Launcher, when set, runs the agent's attempts instead of Local or
+	// HandOff (launchers/ray: a cluster as one fleet worker; launchers/k8s:
+	// Jobs in a namespace), built by the caller; Limits, Faults and
+	// OnReport then do not apply.
 	Launcher AgentLauncher
-	// Alive, when set, is asked before every worker heartbeat (see
-	// HeartbeaterOptions.Alive): a cluster's worker heartbeats only while
-	// its cluster's API answers.
-	Alive func(ctx context.Context) error
+	// Healthy, when set, gates every worker heartbeat
+	// (HeartbeaterOptions.Healthy): a cluster's worker heartbeats only
+	// while its cluster's API answers.
+	Healthy func(ctx context.Context) error
 }
 
 // AgentLauncher is what the agent runs its attempts through: the Local
@@ -99,7 +100,7 @@ func StartAgent(ctx context.Context, c client.Client, opts AgentOptions) (*Agent
 	reg := opts.Registration
 	log := opts.Logger.With("worker", reg.WorkerID)
 	a := &Agent{opts: opts, client: &wdcclient.Client{C: c}, log: log, lost: make(chan struct{})}
-	hb, err := newHeartbeater(c, HeartbeaterOptions{Registration: reg, Interval: opts.HeartbeatInterval, Logger: log, OnTakenOver: a.giveWay, Metrics: opts.Metrics, Alive: opts.Alive})
+	hb, err := newHeartbeater(c, HeartbeaterOptions{Registration: reg, Interval: opts.HeartbeatInterval, Logger: log, OnTakenOver: a.giveWay, Metrics: opts.Metrics, Healthy: opts.Healthy})
 	if err != nil {
 		return nil, err
 	}

@@ -32,7 +32,7 @@ type Heartbeater struct {
 	// running, when set, is sampled into api.MetricAttemptsRunning after
 	// every heartbeat (an agent's launcher).
 	running func() int
-	alive   func(context.Context) error
+	healthy func(context.Context) error
 
 	mu          sync.Mutex
 	incarnation int64
@@ -60,12 +60,12 @@ type HeartbeaterOptions struct {
 	// heartbeat's signal plus the description of its registry entry (nil:
 	// not measured).
 	Metrics client.MetricsHandler
-	// Alive, when set, is asked before every heartbeat (bounded by the
+	// Healthy, when set, is asked before every heartbeat (bounded by the
 	// interval); while it returns an error no heartbeat is sent, so the
 	// registry marks the worker STALE (its leases are revoked) and then
-	// OFFLINE, as if the agent were gone. A Ray cluster's agent asks its
-	// dashboard.
-	Alive func(ctx context.Context) error
+	// OFFLINE, as if the agent were gone. A Ray agent asks its cluster's
+	// dashboard, a Kubernetes agent its API server's /readyz.
+	Healthy func(ctx context.Context) error
 }
 
 // StartHeartbeater registers the worker (a new incarnation) and starts its
@@ -107,7 +107,7 @@ func newHeartbeater(c client.Client, opts HeartbeaterOptions) (*Heartbeater, err
 	}
 	return &Heartbeater{
 		reg: reg, interval: opts.Interval, client: &wdcclient.Client{C: c}, log: opts.Logger,
-		onTakenOver: opts.OnTakenOver, metrics: opts.Metrics, alive: opts.Alive, stop: make(chan struct{}), done: make(chan struct{}),
+		onTakenOver: opts.OnTakenOver, metrics: opts.Metrics, healthy: opts.Healthy, stop: make(chan struct{}), done: make(chan struct{}),
 	}, nil
 }
 
@@ -181,8 +181,8 @@ func (h *Heartbeater) loop() {
 		}
 		wait = h.interval
 		ctx, cancel := context.WithTimeout(context.Background(), h.interval)
-		if h.alive != nil {
-			if err := h.alive(ctx); err != nil {
+		if h.healthy != nil {
+			if err := h.healthy(ctx); err != nil {
 				cancel()
 				h.skipped.Add(1)
 				h.log.Warn("worker heartbeat withheld: what this worker runs on does not answer", "error", err)

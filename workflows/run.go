@@ -238,9 +238,6 @@ func (r *runWorkflow) validateAddTask(ctx workflow.Context, in api.AddTaskInput)
 	if digest != in.EnvelopeDigest {
 		return bad("envelope_digest: %s does not match the envelope (%s)", in.EnvelopeDigest, digest)
 	}
-	if err := api.CheckLauncher(in.Envelope.Launcher); err != nil {
-		return bad("%v", err)
-	}
 	if in.Envelope.RunID != r.st.RunID {
 		return bad("envelope.run_id: %q, this is run %q", in.Envelope.RunID, r.st.RunID)
 	}

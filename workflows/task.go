@@ -651,6 +651,9 @@ const (
 	// versionHeartbeatsBeforeExpiry: buffered heartbeats are applied
 	// before the lease timer is judged.
 	versionHeartbeatsBeforeExpiry = "heartbeats-before-expiry"
+	// versionDisruptionNoBackoff: an infra_killed retry waits no backoff
+	// and does not count towards the backoff's growth.
+	versionDisruptionNoBackoff = "disruption-no-backoff"
 )
 
 // validateSubmitResult is the submit-result validator: the shared fence
@@ -777,11 +780,31 @@ func (t *taskWorkflow) cancel(ctx workflow.Context, in api.CancelTaskInput) (api
 }
 
 // backoff is the Backoff phase: wait the directive's backoff (deterministic
-// jitter), handling signals, then select again.
+// jitter), handling signals, then select again. A disruption
+// (infra_killed: the attempt was killed from outside — an eviction, a
+// preemption, a lost node, an agent shutting down — not by its own
+// doing) is retried at once and does not grow the backoff: the delay of
+// the other retries counts only the retries that were not disruptions.
 func (t *taskWorkflow) backoff(ctx workflow.Context) {
 	t.setState(ctx, api.TaskBackoff)
-	delay, _ := t.opts.Backoff.Delay(t.ledger.Attempt, t.env.TaskID)
-	t.sleep(ctx, delay)
+	n := t.ledger.Attempt
+	var delay time.Duration
+	if workflow.GetVersion(ctx, versionDisruptionNoBackoff, workflow.DefaultVersion, 1) == 1 {
+		for _, d := range t.carry.Directives {
+			if d.Reason == lease.ReasonInfraKilled {
+				n--
+			}
+		}
+		if t.carry.Pending == nil || t.carry.Pending.Reason != lease.ReasonInfraKilled {
+			delay, _ = t.opts.Backoff.Delay(max(n, 1), t.env.TaskID)
+		}
+		if delay > 0 {
+			t.sleep(ctx, delay)
+		}
+	} else {
+		delay, _ = t.opts.Backoff.Delay(n, t.env.TaskID)
+		t.sleep(ctx, delay)
+	}
 	t.carry.Pending = nil
 }
 

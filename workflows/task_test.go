@@ -38,13 +38,15 @@ type taskSuite struct {
 	envl   envelope.Envelope
 	digest string
 
-	mu       sync.Mutex
-	grants   []api.SelectWorkerInput
-	launches []api.LaunchInput
-	ingests  []api.IngestInput
-	cancels  []api.CancelAttemptInput
-	releases []api.ReleaseSignal
-	ended    []api.TaskOutcome
+	mu     sync.Mutex
+	grants []api.SelectWorkerInput
+	// grantTimes are the workflow times of the SelectWorker calls.
+	grantTimes []time.Time
+	launches   []api.LaunchInput
+	ingests    []api.IngestInput
+	cancels    []api.CancelAttemptInput
+	releases   []api.ReleaseSignal
+	ended      []api.TaskOutcome
 	// workers are handed out in turn by the SelectWorker mock, honouring
 	// AvoidWorker.
 	workers []string
@@ -72,6 +74,7 @@ func (s *taskSuite) SetupTestWith(launch func(env *testsuite.TestWorkflowEnviron
 	s.env.RegisterActivity(&activities.Agent{})
 	s.envl, s.digest = testEnvelope(s.T())
 	s.grants, s.launches, s.ingests, s.cancels, s.releases, s.ended = nil, nil, nil, nil, nil, nil
+	s.grantTimes = nil
 	s.workers = []string{"worker-a", "worker-b"}
 
 	s.env.OnActivity(controlActs.SelectWorker, mock.Anything, mock.Anything).After(s.selectAfter).Return(
@@ -79,6 +82,7 @@ func (s *taskSuite) SetupTestWith(launch func(env *testsuite.TestWorkflowEnviron
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			s.grants = append(s.grants, in)
+			s.grantTimes = append(s.grantTimes, s.env.Now())
 			for _, w := range s.workers {
 				if w != in.AvoidWorker {
 					return api.SelectWorkerResult{WorkerID: w, Incarnation: 1}, nil
@@ -273,6 +277,31 @@ func (s *taskSuite) TestInfraKillRetries() {
 	s.Equal(api.TaskCompleted, res.State)
 	view := s.lastView()
 	s.Equal(lease.ReasonInfraKilled, view.Directives[0].Reason)
+}
+
+// A disruption (infra_killed) is retried without a backoff, and does not
+// grow the backoff of a later retry: attempt 2's expiry waits the first
+// retry's delay, not the second's.
+func (s *taskSuite) TestDisruptionRetriesAtOnceWithoutGrowingTheBackoff() {
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(api.SignalAttemptFailed, api.AttemptFailedSignal{Claim: s.claim("worker-a", 1), Reason: lease.ReasonInfraKilled, Detail: "evicted"})
+	}, 2*time.Second)
+	backoff := lease.Backoff{Initial: time.Minute, Max: time.Hour, Multiplier: 2, Jitter: 0.2}
+	first, _ := backoff.Delay(1, "t1")
+	second, _ := backoff.Delay(2, "t1")
+	// Attempt 3 is granted at 2 s + 10 s (attempt 2's TTL) + first.
+	s.submit(12*time.Second+first+2*time.Second, "t1/3/3", s.claim("worker-a", 3))
+	res := s.execute(api.TaskOptions{LeaseTTL: 10 * time.Second, Backoff: backoff})
+	s.Equal(api.TaskCompleted, res.State)
+	view := s.lastView()
+	s.Require().Len(view.Directives, 2)
+	s.Equal(lease.ReasonInfraKilled, view.Directives[0].Reason)
+	s.Equal(lease.ReasonLeaseExpired, view.Directives[1].Reason)
+	s.Require().Len(s.grantTimes, 3)
+	s.Less(s.grantTimes[1].Sub(s.grantTimes[0]), 3*time.Second, "attempt 2 right after the disruption at 2 s")
+	s.Greater(second-first, 20*time.Second, "the two delays are told apart")
+	s.InDelta(float64(first), float64(s.grantTimes[2].Sub(s.grantTimes[1])-10*time.Second), float64(time.Second),
+		"attempt 2 expired after its 10 s TTL, then waited the first retry's delay")
 }
 
 func (s *taskSuite) TestLaunchFailureRetries() {

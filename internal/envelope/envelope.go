@@ -52,11 +52,15 @@ type Envelope struct {
 	Selector map[string]string `json:"selector,omitempty"`
 	// Timeouts bound the attempt.
 	Timeouts Timeouts `json:"timeouts,omitzero"`
-	// Launcher is "local" (default), "ray" or "k8s". A "ray" task runs
-	// only on workers with the "ray" capability (Requirements).
+	// Launcher is "local" (default), "ray" or "k8s". A "ray" or "k8s" task
+	// runs only on workers with the capability LauncherCapability(kind)
+	// (Requirements).
 	Launcher string `json:"launcher"`
 	// Ray holds what only the Ray launcher reads; only with launcher "ray".
 	Ray *RayOptions `json:"ray,omitempty"`
+	// K8s holds the Kubernetes launcher's settings; only with launcher
+	// "k8s".
+	K8s *K8s `json:"k8s,omitempty"`
 }
 
 // RayOptions are a task's Ray-specific settings.
@@ -89,10 +93,6 @@ var PlacementStrategies = []string{"PACK", "SPREAD", "STRICT_PACK", "STRICT_SPRE
 // DefaultPlacementTimeoutSeconds is how long an attempt waits for its
 // placement group by default.
 const DefaultPlacementTimeoutSeconds = 300
-
-// CapabilityRay is the capability a worker needs to run launcher "ray"
-// tasks; `wdc agent --launcher ray` declares it.
-const CapabilityRay = "ray"
 
 // Input is one input file. In a sealed envelope it is named by content
 // digest; in a task file it may instead give a Path that `wdc tasks submit`
@@ -137,17 +137,22 @@ const (
 )
 
 // Requirements returns what the task needs from a worker.
-//
-// A "ray" task also requires the CapabilityRay capability, so that it is
-// placed only on a Ray cluster's worker.
+// An envelope for a launcher other than Local also needs the worker
+// capability LauncherCapability(launcher), which agents of that kind
+// declare: a "k8s" or "ray" task is never placed on a worker that would
+// run it as a local process.
 func (e Envelope) Requirements() fleet.Requirements {
 	caps := e.Capabilities
-	if e.Launcher == LauncherRay && !slices.Contains(caps, CapabilityRay) {
-		caps = append(slices.Clone(caps), CapabilityRay)
+	if e.Launcher != "" && e.Launcher != LauncherLocal && !slices.Contains(caps, LauncherCapability(e.Launcher)) {
+		caps = append(slices.Clone(caps), LauncherCapability(e.Launcher))
 		sort.Strings(caps)
 	}
 	return fleet.Requirements{Resources: e.Resources, Capabilities: caps, Selector: e.Selector}
 }
+
+// LauncherCapability is the worker capability that says the worker's
+// agent launches attempts of that kind: "launcher/<kind>".
+func LauncherCapability(kind string) string { return "launcher/" + kind }
 
 // Normalize fills defaults (Launcher "local") and sorts and de-duplicates
 // Capabilities, so that equivalent envelopes digest the same. Decode calls
@@ -258,6 +263,7 @@ func (e Envelope) Validate(sealed bool) error {
 	if e.Timeouts.ExecutionSeconds < 0 || e.Timeouts.ExecutionSeconds > MaxExecutionSeconds {
 		v.add("timeouts.execution_seconds", fmt.Sprintf("must be between 0 (no limit) and %d (ten years)", MaxExecutionSeconds))
 	}
+	v.validateK8s(e.K8s)
 	switch e.Launcher {
 	case "", LauncherLocal, LauncherRay, LauncherK8s:
 	default:

@@ -131,7 +131,7 @@ func TestDecodeRejections(t *testing.T) {
 }
 
 // Ray options: the strategy defaults to PACK; a "ray" task requires the
-// "ray" capability; an envelope without them digests as before.
+// "launcher/ray" capability; an envelope without them digests as before.
 func TestRayPlacementGroup(t *testing.T) {
 	doc := `{"task_id":"t1","run_id":"r1","world_id":"w1","command":["true"],"launcher":"ray",
 	  "ray":{"placement_group":{"bundles":[{"CPU":1,"GPU":1},{"CPU":2,"accel":0.5}]}}}`
@@ -140,7 +140,7 @@ func TestRayPlacementGroup(t *testing.T) {
 	require.NotNil(t, e.Ray.PlacementGroup)
 	assert.Equal(t, "PACK", e.Ray.PlacementGroup.Strategy)
 	assert.Equal(t, []map[string]float64{{"CPU": 1, "GPU": 1}, {"CPU": 2, "accel": 0.5}}, e.Ray.PlacementGroup.Bundles)
-	assert.Equal(t, []string{"ray"}, e.Requirements().Capabilities)
+	assert.Equal(t, []string{"launcher/ray"}, e.Requirements().Capabilities)
 	assert.Empty(t, e.Capabilities, "the envelope itself is unchanged")
 
 	local, err := Decode(strings.NewReader(sealedDoc), true)

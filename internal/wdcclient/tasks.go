@@ -58,9 +58,6 @@ func CheckSubmission(env *envelope.Envelope, opts api.TaskOptions) (string, erro
 	if err := env.Validate(true); err != nil {
 		return "", &Error{Type: api.ErrTypeInvalidArgument, Message: err.Error()}
 	}
-	if err := api.CheckLauncher(env.Launcher); err != nil {
-		return "", &Error{Type: api.ErrTypeInvalidArgument, Message: "envelope: " + err.Error()}
-	}
 	if err := opts.WithDefaults().Validate(); err != nil {
 		return "", &Error{Type: api.ErrTypeInvalidArgument, Message: "options." + err.Error()}
 	}

@@ -79,8 +79,11 @@ func SpoolFile(dir string, c lease.Claim) string {
 // digest is not the lease's; the store or the spool directory cannot be
 // written.
 func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.Submission, error) {
-	claim, err := StoreEnvelope(ctx, l.opts.Blobs, l.opts.WorkerID, a)
+	claim, err := launchers.Accept(ctx, l.opts.WorkerID, a)
 	if err != nil {
+		return launchers.Submission{}, err
+	}
+	if err := launchers.StoreEnvelope(ctx, l.opts.Blobs, a); err != nil {
 		return launchers.Submission{}, err
 	}
 	cmd := Render(l.opts.Target, claim)
@@ -97,31 +100,6 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 		l.opts.OnHandOff(cmd, path)
 	}
 	return launchers.Submission{TaskDir: path}, nil
-}
-
-// StoreEnvelope is what every launcher that hands an attempt to a
-// `wdc exec` elsewhere does first: it checks that the attempt is
-// workerID's and that ctx is not done or past its deadline
-// (launchers.ErrLaunchExpired), then stores the sealed envelope in blobs
-// (a content-addressed put; a no-op when it is there already) and checks
-// that its digest is the lease's, so the `wdc exec` finds the envelope the
-// lease names. It returns the attempt's claim.
-func StoreEnvelope(ctx context.Context, blobs *blobstore.Store, workerID string, a launchers.Attempt) (lease.Claim, error) {
-	claim := a.Claim()
-	if claim.WorkerID != workerID {
-		return claim, fmt.Errorf("attempt is for worker %q, this is %q", claim.WorkerID, workerID)
-	}
-	if err := launchers.CheckDeadline(ctx); err != nil {
-		return claim, err
-	}
-	digest, err := blobs.PutEnvelope(ctx, a.Envelope)
-	if err != nil {
-		return claim, err
-	}
-	if digest != claim.EnvelopeDigest {
-		return claim, fmt.Errorf("envelope digest %s does not match the lease's %s", digest, claim.EnvelopeDigest)
-	}
-	return claim, nil
 }
 
 // Status reports RUNNING while the attempt's spool file exists (handed

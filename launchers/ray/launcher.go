@@ -121,8 +121,11 @@ func (l *Launcher) JobURL(id string) string { return l.opts.Client.Address() + "
 // store cannot be written; Ray refused the job (HTTP status and message)
 // or could not be reached.
 func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.Submission, error) {
-	claim, err := external.StoreEnvelope(ctx, l.opts.Blobs, l.opts.WorkerID, a)
+	claim, err := launchers.Accept(ctx, l.opts.WorkerID, a)
 	if err != nil {
+		return launchers.Submission{}, err
+	}
+	if err := launchers.StoreEnvelope(ctx, l.opts.Blobs, a); err != nil {
 		return launchers.Submission{}, err
 	}
 	req, dropped := Request(RequestOptions{Target: l.opts.Target, Fields: l.opts.Fields, Python: l.opts.Python}, claim, a.Envelope)

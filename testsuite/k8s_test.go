@@ -1,0 +1,544 @@
+package testsuite
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/cmd"
+	"github.com/wdc-runtime/wdc/internal/blobstore"
+	"github.com/wdc-runtime/wdc/internal/envelope"
+	"github.com/wdc-runtime/wdc/internal/fleet"
+	"github.com/wdc-runtime/wdc/internal/kubetest"
+	"github.com/wdc-runtime/wdc/internal/lease"
+	"github.com/wdc-runtime/wdc/internal/resource"
+	"github.com/wdc-runtime/wdc/internal/s3test"
+	"github.com/wdc-runtime/wdc/launchers"
+	"github.com/wdc-runtime/wdc/launchers/external"
+	"github.com/wdc-runtime/wdc/launchers/k8s"
+)
+
+// nsK8s is the Temporal namespace of the Kubernetes launcher tests: their
+// own control plane and bucket, apart from the suite's.
+const nsK8s = "wdc-k8s"
+
+// k8sEnv is the shared state of the Kubernetes launcher tests: a real
+// kube-apiserver, etcd and kube-controller-manager (internal/kubetest),
+// the test kubelet, a `wdc control-plane` and a `wdc agent --launcher k8s`
+// process that reaches the cluster as the RBAC manifest's service
+// account, with only the S3 bucket between them and the pods.
+type k8sEnv struct {
+	s       *s3Setup
+	cluster *kubetest.Cluster
+	kubelet *kubetest.Kubelet
+	ns      string
+	admin   kubernetes.Interface
+	blobs   *blobstore.Store
+	secret  map[string]string // the executor Secret's values
+	// launcher is the RBAC manifest's service account's client config.
+	launcher *rest.Config
+}
+
+// k8sWorker is the agent's worker ID.
+const k8sWorker = "k8s-pool"
+
+// unboundPrefix: the test kubelet never binds pods of tasks named so.
+const unboundPrefix = "k8s-unbound"
+
+func startK8sEnv(t *testing.T) *k8sEnv {
+	t.Helper()
+	ctx := context.Background()
+	e := &k8sEnv{ns: "wdc-jobs"}
+	e.s = newS3Setup(t, nsK8s)
+	e.s.startControlPlane(t)
+	var err error
+	e.blobs, err = blobstore.Open(ctx, e.s.url)
+	require.NoError(t, err)
+	t.Cleanup(func() { e.blobs.Close() })
+
+	began := time.Now()
+	e.cluster, err = kubetest.Start(ctx, filepath.Join(t.TempDir(), "kube"))
+	require.NoError(t, err, "the Kubernetes control plane (a missing binary is a failure: build it with tools/k8s/build.sh)")
+	t.Logf("kube-apiserver, etcd and kube-controller-manager ready in %s", time.Since(began).Round(time.Millisecond))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(e.cluster.Logs())
+		}
+		e.cluster.Stop()
+	})
+	e.admin = e.cluster.Client
+	_, err = e.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.ns}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	// The executor's credentials: the bucket's, and the switch that makes
+	// this test binary wdc. They reach `wdc exec` through the Secret only.
+	srv, err := s3test.Start()
+	require.NoError(t, err)
+	e.secret = map[string]string{envRunCLI: "1"}
+	for k, v := range srv.Env() {
+		e.secret[k] = v
+	}
+	_, err = e.admin.CoreV1().Secrets(e.ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "wdc-executor"}, StringData: e.secret}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	kubeconfig := e.launcherKubeconfig(t)
+	e.kubelet, err = kubetest.StartKubelet(e.admin, kubetest.KubeletOptions{Namespace: e.ns, Dir: filepath.Join(t.TempDir(), "pods"),
+		Bind: func(p *corev1.Pod) bool {
+			return !strings.HasPrefix(p.Annotations[k8s.AnnotationPrefix+"task"], unboundPrefix)
+		}})
+	require.NoError(t, err)
+	t.Cleanup(e.kubelet.Stop)
+
+	e.spawnAgent(t, k8sWorker, kubeconfig, "k8s")
+	return e
+}
+
+// spawnAgent runs `wdc agent --launcher k8s` as worker id, labelled
+// suite-test=label, and waits until it is ACTIVE.
+func (e *k8sEnv) spawnAgent(t *testing.T, id, kubeconfig, label string, extra ...string) {
+	t.Helper()
+	args := append([]string{"agent", "--worker-id", id, "--launcher", "k8s", "--kubeconfig", kubeconfig,
+		"--k8s-apply", "--k8s-image", "wdc:test", "--exec-binary", os.Args[0], "--k8s-executor-secret", "wdc-executor",
+		"--k8s-pending-bound", "4s", "--blob-url", e.s.url, "--data-dir", e.s.dir(t, id),
+		"--label", "suite-test=" + label, "--cpu", "4", "--memory", "4Gi"}, extra...)
+	e.s.spawn(t, id, args...)
+	waitFor(t, 30*time.Second, id+" ACTIVE", func() bool {
+		v, err := e.s.wc.Worker(context.Background(), id)
+		return err == nil && v.State == fleet.Active
+	})
+}
+
+// launcherKubeconfig applies deploy/k8s/rbac-launcher.yaml to the test
+// namespace and returns a kubeconfig for its service account (a token
+// from the TokenRequest API): the agent has exactly the manifest's rights.
+func (e *k8sEnv) launcherKubeconfig(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	_, self, _, _ := runtime.Caller(0)
+	raw, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "deploy", "k8s", "rbac-launcher.yaml"))
+	require.NoError(t, err)
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		var meta metav1.TypeMeta
+		require.NoError(t, yaml.Unmarshal([]byte(doc), &meta))
+		switch meta.Kind {
+		case "ServiceAccount":
+			var o corev1.ServiceAccount
+			require.NoError(t, yaml.UnmarshalStrict([]byte(doc), &o))
+			o.Namespace = e.ns
+			_, err = e.admin.CoreV1().ServiceAccounts(e.ns).Create(ctx, &o, metav1.CreateOptions{})
+		case "Role":
+			var o rbacv1.Role
+			require.NoError(t, yaml.UnmarshalStrict([]byte(doc), &o))
+			o.Namespace = e.ns
+			_, err = e.admin.RbacV1().Roles(e.ns).Create(ctx, &o, metav1.CreateOptions{})
+		case "RoleBinding":
+			var o rbacv1.RoleBinding
+			require.NoError(t, yaml.UnmarshalStrict([]byte(doc), &o))
+			o.Namespace, o.Subjects[0].Namespace = e.ns, e.ns
+			_, err = e.admin.RbacV1().RoleBindings(e.ns).Create(ctx, &o, metav1.CreateOptions{})
+		case "ClusterRole":
+			var o rbacv1.ClusterRole
+			require.NoError(t, yaml.UnmarshalStrict([]byte(doc), &o))
+			_, err = e.admin.RbacV1().ClusterRoles().Create(ctx, &o, metav1.CreateOptions{})
+		case "ClusterRoleBinding":
+			var o rbacv1.ClusterRoleBinding
+			require.NoError(t, yaml.UnmarshalStrict([]byte(doc), &o))
+			o.Subjects[0].Namespace = e.ns
+			_, err = e.admin.RbacV1().ClusterRoleBindings().Create(ctx, &o, metav1.CreateOptions{})
+		default:
+			t.Fatalf("rbac-launcher.yaml: unexpected kind %q", meta.Kind)
+		}
+		require.NoError(t, err, meta.Kind)
+	}
+	tok, err := e.admin.CoreV1().ServiceAccounts(e.ns).CreateToken(ctx, "wdc-launcher",
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "launcher.kubeconfig")
+	cfg := rest.CopyConfig(e.cluster.Config)
+	cfg.BearerToken = tok.Status.Token
+	require.NoError(t, kubetest.WriteKubeconfig(path, cfg, e.ns))
+	e.launcher = cfg
+	return path
+}
+
+// envelope is a k8s task for the agent's worker.
+func (e *k8sEnv) envelope(t *testing.T, taskID, script string) envelope.Envelope {
+	return e.envelopeFor(t, "k8s", taskID, script)
+}
+
+// envelopeFor is a k8s task for the worker labelled suite-test=label.
+func (e *k8sEnv) envelopeFor(t *testing.T, label, taskID, script string) envelope.Envelope {
+	t.Helper()
+	env := envelope.Envelope{
+		TaskID: taskID, RunID: "run-" + taskID, WorldID: "suite", Launcher: envelope.LauncherK8s,
+		Command:   []string{"/bin/sh", "-c", script},
+		Env:       map[string]string{"PATH": "/usr/bin:/bin"},
+		Resources: resource.List{CPUMillis: 100, MemoryBytes: 64 << 20},
+		Selector:  map[string]string{"suite-test": label},
+	}
+	env.Normalize()
+	require.NoError(t, env.Validate(true))
+	return env
+}
+
+func (e *k8sEnv) submit(t *testing.T, env envelope.Envelope, opts api.TaskOptions) {
+	t.Helper()
+	if opts.SelectInterval == 0 {
+		opts.SelectInterval = 200 * time.Millisecond
+	}
+	_, err := e.s.wc.SubmitTask(context.Background(), env, opts)
+	require.NoError(t, err)
+}
+
+func (e *k8sEnv) outcome(t *testing.T, taskID string) (api.TaskOutcome, api.TaskView) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	out, err := e.s.wc.WaitTask(ctx, taskID)
+	require.NoError(t, err)
+	view, err := e.s.wc.Task(ctx, taskID)
+	require.NoError(t, err)
+	return out, view
+}
+
+func (e *k8sEnv) artifact(t *testing.T, res *api.TaskResult, name string) string {
+	t.Helper()
+	return readArtifactFrom(t, e.blobs, res, name)
+}
+
+// pod waits for the one pod of the task's attempt n and returns it.
+func (e *k8sEnv) pod(t *testing.T, taskID string, n int64, running bool) corev1.Pod {
+	t.Helper()
+	var pod corev1.Pod
+	sel := labels.SelectorFromSet(labels.Set{k8s.LabelTask: k8s.LabelValue(taskID), k8s.LabelAttempt: itoa(n)}).String()
+	waitFor(t, 60*time.Second, "the pod of "+taskID+" attempt "+itoa(n), func() bool {
+		pods, err := e.admin.CoreV1().Pods(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: sel})
+		if err != nil || len(pods.Items) != 1 {
+			return false
+		}
+		pod = pods.Items[0]
+		return !running || e.kubelet.Running(pod.Name)
+	})
+	return pod
+}
+
+func (e *k8sEnv) jobs(t *testing.T, taskID string) []batchv1.Job {
+	t.Helper()
+	list, err := e.admin.BatchV1().Jobs(e.ns).List(context.Background(), metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(labels.Set{k8s.LabelTask: k8s.LabelValue(taskID)}).String()})
+	require.NoError(t, err)
+	return list.Items
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// schedulingPriorityClass is a PriorityClass the dry run names.
+var schedulingPriorityClass = schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "wdc-batch"}, Value: 100}
+
+func TestKubernetesLauncher(t *testing.T) {
+	e := startK8sEnv(t)
+
+	// The whole path: the agent creates the Job and its Lease, the real
+	// Job controller makes the pod, the test kubelet runs its `wdc exec`,
+	// which runs the task and submits its result through the bucket. The
+	// task's environment holds nothing of the executor's Secret.
+	t.Run("a Job runs to an accepted result", func(t *testing.T) {
+		env := e.envelope(t, "k8s-ok", `env | sort > outputs/env.txt; echo ok > outputs/done.txt`)
+		e.submit(t, env, api.TaskOptions{LeaseTTL: 10 * time.Second})
+		pod := e.pod(t, env.TaskID, 1, false)
+		leaseObj, err := e.admin.CoordinationV1().Leases(e.ns).Get(context.Background(), pod.Labels[k8s.LabelLease], metav1.GetOptions{})
+		require.NoError(t, err, "the attempt's Lease exists while it runs")
+		assert.Equal(t, k8sWorker+"/1/1", *leaseObj.Spec.HolderIdentity)
+		assert.Equal(t, int32(10), *leaseObj.Spec.LeaseDurationSeconds)
+		require.Len(t, leaseObj.OwnerReferences, 1)
+		assert.Equal(t, "Job", leaseObj.OwnerReferences[0].Kind)
+
+		out, view := e.outcome(t, env.TaskID)
+		require.Equal(t, api.TaskCompleted, out.State, "%+v", view)
+		require.Len(t, view.Leases, 1, "no retry")
+		assert.Equal(t, k8sWorker, view.Result.WorkerID)
+		assert.True(t, strings.HasPrefix(view.AttemptDir, "k8s:"+e.ns+"/jobs/wdc-k8s-ok-a1-f1"), view.AttemptDir)
+		assert.Equal(t, "ok\n", e.artifact(t, view.Result, "done.txt"))
+		envTxt := e.artifact(t, view.Result, "env.txt")
+		for k, v := range e.secret {
+			assert.NotContains(t, envTxt, k, "the executor's Secret reached the task")
+			if len(v) > 8 {
+				assert.NotContains(t, envTxt, v)
+			}
+		}
+		assert.Contains(t, envTxt, "WDC_TASK_ID=k8s-ok\n")
+		assert.Contains(t, envTxt, "PATH=/usr/bin:/bin\n")
+		assert.True(t, e.kubelet.Exited(pod.Name), "the pod's process ran and ended")
+		waitFor(t, 30*time.Second, "the Job Complete", func() bool {
+			jobs := e.jobs(t, env.TaskID)
+			return len(jobs) == 1 && jobCondition(jobs[0], batchv1.JobComplete)
+		})
+	})
+
+	// The program's own non-zero exit is its result: accepted, no retry.
+	t.Run("the program's own exit does not retry", func(t *testing.T) {
+		env := e.envelope(t, "k8s-exit", `echo failing > outputs/why.txt; exit 3`)
+		e.submit(t, env, api.TaskOptions{LeaseTTL: 10 * time.Second, MaxAttempts: 3})
+		out, view := e.outcome(t, env.TaskID)
+		require.Equal(t, api.TaskCompleted, out.State)
+		require.Len(t, view.Leases, 1, "no retry")
+		assert.Equal(t, 3, view.Result.ExitCode)
+		assert.Empty(t, view.Directives)
+	})
+
+	// An evicted pod (the kubelet kills it and sets DisruptionTarget, then
+	// Failed): the Job fails by the pod failure policy's disruption rule,
+	// the launcher reports infra_killed, and attempt 2 (fence 2) runs in a
+	// new Job at once, without the task's backoff.
+	t.Run("an evicted pod retries on a new attempt and fence", func(t *testing.T) {
+		env := e.envelope(t, "k8s-evict", `if [ "$WDC_ATTEMPT" = 1 ]; then exec sleep 120; fi; echo "attempt $WDC_ATTEMPT" > outputs/done.txt`)
+		// A backoff of 30 s would show: a disruption waits none.
+		e.submit(t, env, api.TaskOptions{LeaseTTL: 60 * time.Second, MaxAttempts: 3, Backoff: lease.Backoff{Initial: 30 * time.Second, Max: time.Minute}})
+		pod := e.pod(t, env.TaskID, 1, true)
+		require.NoError(t, e.kubelet.Evict(context.Background(), pod.Name))
+		out, view := e.outcome(t, env.TaskID)
+		require.Equal(t, api.TaskCompleted, out.State, "%+v", view)
+		require.Len(t, view.Leases, 2)
+		require.Len(t, view.Directives, 1)
+		assert.Equal(t, lease.ReasonInfraKilled, view.Directives[0].Reason, "a disruption is not the task's fault: %s", view.Directives[0].Detail)
+		assert.Contains(t, view.Directives[0].Detail, "DisruptionTarget")
+		assert.Equal(t, [2]int64{2, 2}, [2]int64{view.Leases[1].Attempt, view.Leases[1].Fence})
+		assert.Less(t, view.Leases[1].GrantedAt.Sub(view.Leases[0].EndedAt), 10*time.Second,
+			"retried at once: no 30 s backoff, no wait for the 60 s lease TTL")
+		assert.Equal(t, "attempt 2\n", e.artifact(t, view.Result, "done.txt"))
+		waitFor(t, 30*time.Second, "attempt 1's Job deleted when its lease ended", func() bool {
+			_, err := e.admin.BatchV1().Jobs(e.ns).Get(context.Background(), "wdc-k8s-evict-a1-f1", metav1.GetOptions{})
+			return apierrors.IsNotFound(err)
+		})
+	})
+
+	// Fence loss: attempt 1's process is frozen, so its heartbeats stop
+	// and its lease expires. The launcher deletes its Job and Lease (the
+	// garbage collector then removes the pod, whose process the kubelet
+	// kills); attempt 2 completes; the stale command, run again, is
+	// refused as not current.
+	t.Run("fence loss deletes the Job and the stale result is refused", func(t *testing.T) {
+		env := e.envelope(t, "k8s-freeze", `if [ "$WDC_ATTEMPT" = 1 ]; then exec sleep 120; fi; echo ok > outputs/done.txt`)
+		e.submit(t, env, api.TaskOptions{LeaseTTL: 3 * time.Second, MaxAttempts: 3, Backoff: lease.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}})
+		pod := e.pod(t, env.TaskID, 1, true)
+		staleArgv := pod.Spec.Containers[0].Command
+		require.NoError(t, e.kubelet.Freeze(pod.Name))
+		out, view := e.outcome(t, env.TaskID)
+		require.Equal(t, api.TaskCompleted, out.State, "%+v", view)
+		require.GreaterOrEqual(t, len(view.Directives), 1)
+		assert.Equal(t, lease.ReasonLeaseExpired, view.Directives[0].Reason)
+		ctx := context.Background()
+		waitFor(t, 30*time.Second, "attempt 1's Job, Lease and pod deleted", func() bool {
+			_, jerr := e.admin.BatchV1().Jobs(e.ns).Get(ctx, "wdc-k8s-freeze-a1-f1", metav1.GetOptions{})
+			_, lerr := e.admin.CoordinationV1().Leases(e.ns).Get(ctx, "wdc-k8s-freeze-a1-f1", metav1.GetOptions{})
+			_, perr := e.admin.CoreV1().Pods(e.ns).Get(ctx, pod.Name, metav1.GetOptions{})
+			return apierrors.IsNotFound(jerr) && apierrors.IsNotFound(lerr) && apierrors.IsNotFound(perr)
+		})
+		assert.True(t, e.kubelet.Exited(pod.Name), "the frozen process was killed with its pod")
+
+		stale := exec.Command(staleArgv[0], staleArgv[1:]...)
+		for k, v := range e.secret {
+			stale.Env = append(stale.Env, k+"="+v)
+		}
+		stale.Dir = t.TempDir()
+		outb, err := stale.CombinedOutput()
+		var exit *exec.ExitError
+		require.True(t, errors.As(err, &exit), "%v: %s", err, outb)
+		assert.Equal(t, cmd.ExitNotCurrent, exit.ExitCode(), "%s", outb)
+	})
+
+	// A PriorityClass that does not exist: the API server would accept
+	// the Job and its pod would never start; the launcher refuses before
+	// creating anything, naming it, and the task sees launch_failed.
+	t.Run("a missing PriorityClass is launch_failed before any Job", func(t *testing.T) {
+		env := e.envelope(t, "k8s-noclass", `true`)
+		env.K8s = &envelope.K8s{PriorityClassName: "no-such-class"}
+		require.NoError(t, env.Validate(true))
+		e.submit(t, env, api.TaskOptions{LeaseTTL: 10 * time.Second, MaxAttempts: 1})
+		out, view := e.outcome(t, env.TaskID)
+		require.Equal(t, api.TaskRetriesExhausted, out.State, "%+v", view)
+		require.Len(t, view.Directives, 1)
+		assert.Equal(t, lease.ReasonLaunchFailed, view.Directives[0].Reason)
+		assert.Contains(t, view.Directives[0].Detail, `priorityClassName "no-such-class": no such PriorityClass`)
+		assert.Empty(t, e.jobs(t, env.TaskID), "no Job was created")
+	})
+
+	// A pod nobody schedules stays Pending: after the launcher's bound
+	// (--k8s-pending-bound 4s) the attempt ends launch_failed with the
+	// pod's reason, and its Job is deleted.
+	t.Run("a pod stuck Pending is launch_failed after the bound", func(t *testing.T) {
+		env := e.envelope(t, unboundPrefix+"-1", `true`)
+		e.submit(t, env, api.TaskOptions{LeaseTTL: 60 * time.Second, MaxAttempts: 1})
+		pod := e.pod(t, env.TaskID, 1, false)
+		assert.Empty(t, pod.Spec.NodeName)
+		out, view := e.outcome(t, env.TaskID)
+		require.Equal(t, api.TaskRetriesExhausted, out.State, "%+v", view)
+		require.Len(t, view.Directives, 1)
+		assert.Equal(t, lease.ReasonLaunchFailed, view.Directives[0].Reason)
+		assert.Contains(t, view.Directives[0].Detail, "is not scheduled")
+		assert.Contains(t, view.Directives[0].Detail, "4s")
+		waitFor(t, 30*time.Second, "its Job deleted", func() bool { return len(e.jobs(t, env.TaskID)) == 0 })
+	})
+
+	// The rendered objects, with every optional field set, pass the real
+	// server's validation (a server-side dry run), and the launcher's Lease
+	// renewal handles a 409: the server refuses an update from a stale
+	// resourceVersion, the launcher reads the Lease again and renews that
+	// version, keeping what another writer changed; a Lease held by
+	// someone else is left alone.
+	t.Run("rendered objects are accepted and a stale Lease renewal is handled", func(t *testing.T) {
+		ctx := context.Background()
+		_, err := e.admin.SchedulingV1().PriorityClasses().Create(ctx, &schedulingPriorityClass, metav1.CreateOptions{})
+		require.NoError(t, err)
+		env := e.envelope(t, unboundPrefix+"-renew", `true`)
+		env.K8s = &envelope.K8s{Image: "registry.example/wdc:1", ActiveDeadlineSeconds: 600, TTLSecondsAfterFinished: ptr.To[int64](60),
+			PriorityClassName: schedulingPriorityClass.Name, NodeSelector: map[string]string{"pool": "cpu"},
+			Tolerations: []envelope.Toleration{{Key: "dedicated", Operator: "Equal", Value: "wdc", Effect: "NoExecute", TolerationSeconds: ptr.To[int64](30)}}}
+		env.Resources.GPUs = 1
+		require.NoError(t, env.Validate(true))
+		d, err := env.Digest()
+		require.NoError(t, err)
+		a := launchers.Attempt{Envelope: env, Lease: lease.Lease{TaskID: env.TaskID, WorkerID: "k8s-direct", Attempt: 1, Fence: 1,
+			EnvelopeDigest: d, State: lease.Active, TTL: time.Hour}}
+		spec := k8s.Spec{Namespace: e.ns, Image: "wdc:test", ExecutorSecret: "wdc-executor", TaskPVC: "tasks",
+			Target: external.Target{Binary: os.Args[0], Address: suite.srv.FrontendHostPort(), Namespace: nsK8s, BlobURL: e.s.url}}
+		job, l, err := k8s.Render(spec, a, time.Now())
+		require.NoError(t, err)
+		dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+		_, err = e.admin.BatchV1().Jobs(e.ns).Create(ctx, job, dry)
+		require.NoError(t, err, "the rendered Job")
+		_, err = e.admin.CoordinationV1().Leases(e.ns).Create(ctx, l, dry)
+		require.NoError(t, err, "the rendered Lease")
+
+		reports := &kubetest.Reports{}
+		spec.TaskPVC = ""
+		launcher, err := k8s.New(ctx, k8s.Options{WorkerID: "k8s-direct", Client: e.admin, Spec: spec, Apply: true, Blobs: e.blobs, Reporter: reports, PendingBound: time.Hour})
+		require.NoError(t, err)
+		defer launcher.Shutdown(ctx, "test")
+		sub, err := launcher.Submit(ctx, a)
+		require.NoError(t, err)
+		again, err := launcher.Submit(ctx, a)
+		require.NoError(t, err, "a resubmission reads the existing Job")
+		assert.Equal(t, sub, again)
+		name := k8s.JobName(a.Claim())
+		leases := e.admin.CoordinationV1().Leases(e.ns)
+		before, err := leases.Get(ctx, name, metav1.GetOptions{})
+		require.NoError(t, err)
+		require.NoError(t, launcher.RenewLease(ctx, a.Claim()))
+
+		// Another writer changes the Lease: the launcher's copy is stale,
+		// and the server says so to a plain update.
+		cur, err := leases.Get(ctx, name, metav1.GetOptions{})
+		require.NoError(t, err)
+		stale := cur.DeepCopy()
+		cur.Annotations["touched-by"] = "someone"
+		_, err = leases.Update(ctx, cur, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		_, err = leases.Update(ctx, stale, metav1.UpdateOptions{})
+		require.True(t, apierrors.IsConflict(err), "the server refuses a stale resourceVersion with 409: %v", err)
+		require.NoError(t, launcher.RenewLease(ctx, a.Claim()), "the launcher re-reads after its 409 and renews")
+		after, err := leases.Get(ctx, name, metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, "someone", after.Annotations["touched-by"], "the other writer's change was kept")
+		assert.True(t, after.Spec.RenewTime.After(before.Spec.RenewTime.Time), "renewed")
+
+		after.Spec.HolderIdentity = ptr.To("someone-else")
+		_, err = leases.Update(ctx, after, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		err = launcher.RenewLease(ctx, a.Claim())
+		assert.True(t, errors.Is(err, k8s.ErrLeaseTaken), "%v", err)
+		held, err := leases.Get(ctx, name, metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, "someone-else", *held.Spec.HolderIdentity, "never overwritten")
+
+		require.NoError(t, launcher.Cancel(ctx, a.Claim(), "test"))
+		waitFor(t, 30*time.Second, "the Job and its Lease deleted", func() bool {
+			_, jerr := e.admin.BatchV1().Jobs(e.ns).Get(ctx, name, metav1.GetOptions{})
+			_, lerr := leases.Get(ctx, name, metav1.GetOptions{})
+			return apierrors.IsNotFound(jerr) && apierrors.IsNotFound(lerr)
+		})
+		assert.Empty(t, reports.Got(), "nothing was reported for a cancelled attempt")
+	})
+
+	t.Run("a launch target is a fleet worker like any other", e.testWorkerLikeAnyOther)
+}
+
+// A Kubernetes launch target is a fleet worker like any other: several
+// attempts run on it at once, and when its API server stops answering
+// its heartbeats stop and it goes STALE (its leases would be revoked as
+// worker_lost), then ACTIVE again once the server answers.
+func (e *k8sEnv) testWorkerLikeAnyOther(t *testing.T) {
+	proxy := startTCPProxy(t, strings.TrimPrefix(e.cluster.Config.Host, "https://"))
+	cfg := rest.CopyConfig(e.launcher)
+	cfg.Host = "https://" + proxy.Addr()
+	kubeconfig := filepath.Join(t.TempDir(), "proxied.kubeconfig")
+	require.NoError(t, kubetest.WriteKubeconfig(kubeconfig, cfg, e.ns))
+	e.spawnAgent(t, "k8s-proxied", kubeconfig, "k8s-proxied", "--stale-after", "3s", "--offline-after", "60s")
+
+	var ids []string
+	for i := range 3 {
+		env := e.envelopeFor(t, "k8s-proxied", "k8s-many-"+itoa(int64(i)), `while [ ! -e "$RELEASE" ]; do sleep 0.1; done; echo done > outputs/done.txt`)
+		release := filepath.Join(t.TempDir(), "release")
+		env.Env["RELEASE"] = release
+		e.submit(t, env, api.TaskOptions{LeaseTTL: 20 * time.Second})
+		ids = append(ids, release)
+		defer os.WriteFile(release, nil, 0o644)
+	}
+	for i := range 3 {
+		e.pod(t, "k8s-many-"+itoa(int64(i)), 1, true)
+	}
+	for i := range 3 {
+		assert.True(t, e.kubelet.Running(e.pod(t, "k8s-many-"+itoa(int64(i)), 1, true).Name), "all three run at once")
+	}
+	for _, release := range ids {
+		require.NoError(t, os.WriteFile(release, nil, 0o644))
+	}
+	for i := range 3 {
+		out, view := e.outcome(t, "k8s-many-"+itoa(int64(i)))
+		require.Equal(t, api.TaskCompleted, out.State, "%+v", view)
+		assert.Equal(t, "k8s-proxied", view.Result.WorkerID)
+	}
+
+	proxy.Cut()
+	waitFor(t, 30*time.Second, "k8s-proxied STALE without its API server", func() bool {
+		v, err := e.s.wc.Worker(context.Background(), "k8s-proxied")
+		return err == nil && v.State == fleet.Stale
+	})
+	proxy.Heal()
+	waitFor(t, 30*time.Second, "k8s-proxied ACTIVE again", func() bool {
+		v, err := e.s.wc.Worker(context.Background(), "k8s-proxied")
+		return err == nil && v.State == fleet.Active
+	})
+}
+
+func jobCondition(j batchv1.Job, typ batchv1.JobConditionType) bool {
+	for _, c := range j.Status.Conditions {
+		if c.Type == typ && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
