@@ -57,7 +57,7 @@ func TestRenderLaunchK8sPrintsTheJobAndLease(t *testing.T) {
 
 	code, _, stderr = run(t, "workers", "render-launch", file, "--worker-id", "k8s-pool")
 	assert.Equal(t, ExitUsage, code)
-	assert.Contains(t, stderr, "give --launcher k8s to render its Job")
+	assert.Contains(t, stderr, "give --launcher k8s to render its launch")
 
 	code, _, stderr = run(t, "workers", "render-launch", "--launcher", "k8s", file, "--worker-id", "k8s-pool", "--work-dir", "/w")
 	assert.Equal(t, ExitUsage, code)

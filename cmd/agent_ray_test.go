@@ -46,7 +46,7 @@ func TestRayFlagRejections(t *testing.T) {
 		{"render ray zero fence", []string{"workers", "render-launch", env, "--worker-id", "w", "--launcher", "ray", "--fence", "0"}, "--attempt and --fence: must be at least 1"},
 		{"render ray with work dir", []string{"workers", "render-launch", env, "--worker-id", "w", "--launcher", "ray", "--work-dir", dir}, "--work-dir: not with --launcher ray"},
 		{"render launcher with task", []string{"workers", "render-launch", "--task", "t1", "--launcher", "ray"}, "--launcher: not with --task"},
-		{"render ray envelope as local", []string{"workers", "render-launch", rayEnvelopeFile(t, dir), "--worker-id", "w"}, `envelope launcher "ray": render its launch with --launcher ray`},
+		{"render ray envelope as local", []string{"workers", "render-launch", rayEnvelopeFile(t, dir), "--worker-id", "w"}, `envelope launcher "ray": give --launcher ray to render its launch`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -43,7 +43,7 @@ func TestBatchSubmitRefusesBadInputUpFront(t *testing.T) {
 		{"task id twice", []string{"--batch", write("d.jsonl", envelopeLine("t1", ""), "", envelopeLine("t1", ""))}, []string{`line 3: task_id: "t1" is also on line 1`}},
 		{"missing input file", []string{"--batch", write("e.jsonl", envelopeLine("t1", `,"inputs":[{"name":"x","path":"nope.dat"}]`))}, []string{"line 1: inputs[0].path", "nope.dat"}},
 		{"input is a directory", []string{"--batch", write("f.jsonl", envelopeLine("t1", `,"inputs":[{"name":"x","path":"."}]`))}, []string{"line 1: inputs[0].path", "not a regular file"}},
-		{"unsupported launcher", []string{"--batch", write("g.jsonl", envelopeLine("t1", `,"launcher":"k8s"`))}, []string{"line 1:", "launcher"}},
+		{"unknown launcher", []string{"--batch", write("g.jsonl", envelopeLine("t1", `,"launcher":"nomad"`))}, []string{"line 1:", "launcher"}},
 		{"many bad lines are capped", []string{"--batch", write("h.jsonl", many...)}, []string{"30 of 30 lines refused", "line 20:", "… and 10 more"}},
 		{"empty file", []string{"--batch", write("i.jsonl", "", "  ")}, []string{"no envelopes"}},
 		{"no such file", []string{"--batch", filepath.Join(dir, "absent.jsonl")}, []string{"--batch:", "absent.jsonl"}},

@@ -33,8 +33,8 @@ func TestBadInputIsExitTwoWithOneLineNamingTheProblem(t *testing.T) {
 	require.NoError(t, os.WriteFile(bad, []byte(`{"task_id":"t1","run_id":"r1","world_id":"w1","comand":["true"]}`), 0o644))
 	missing := filepath.Join(dir, "missing.json")
 	require.NoError(t, os.WriteFile(missing, []byte(`{"task_id":"t1","world_id":"w1"}`), 0o644))
-	ray := filepath.Join(dir, "ray.json")
-	require.NoError(t, os.WriteFile(ray, []byte(`{"task_id":"t1","run_id":"r1","world_id":"w1","command":["true"],"launcher":"k8s"}`), 0o644))
+	nomad := filepath.Join(dir, "nomad.json")
+	require.NoError(t, os.WriteFile(nomad, []byte(`{"task_id":"t1","run_id":"r1","world_id":"w1","command":["true"],"launcher":"nomad"}`), 0o644))
 	typo := filepath.Join(dir, "typo.json")
 	require.NoError(t, os.WriteFile(typo, []byte(`{"task_id":"t1","run_id":"r1","world_id":"w1","command":["true"],"resources":{"cpu_millis":"2"}}`), 0o644))
 
@@ -65,7 +65,7 @@ func TestBadInputIsExitTwoWithOneLineNamingTheProblem(t *testing.T) {
 		{"wrong envelope type", []string{"tasks", "submit", typo}, "resources.cpu_millis: want an integer"},
 		{"no such envelope file", []string{"tasks", "submit", filepath.Join(dir, "nope.json")}, "no such file"},
 		{"envelope is a directory", []string{"tasks", "submit", dir}, "not a regular file"},
-		{"launcher not available", []string{"tasks", "submit", ray}, `launcher: "k8s" is not available`},
+		{"unknown launcher", []string{"tasks", "submit", nomad}, `launcher: "nomad": want local, ray or k8s`},
 		{"bad lease ttl", []string{"tasks", "submit", bad, "--lease-ttl", "10ms"}, "--lease-ttl"},
 		{"heartbeat over ttl", []string{"tasks", "submit", bad, "--lease-ttl", "10s", "--heartbeat-interval", "20s"}, "--heartbeat-interval"},
 		{"zero attempts", []string{"tasks", "submit", bad, "--max-attempts", "0"}, "--max-attempts"},

@@ -122,7 +122,7 @@ func TestAgentLauncherAndRenderLaunchFlagsAreChecked(t *testing.T) {
 		{"render nothing", []string{"workers", "render-launch"}, "give an envelope file, or --task TASK_ID"},
 		{"exec binary without task", []string{"workers", "render-launch", "task.json", "--worker-id", "w1", "--exec-binary", "x"}, "--exec-binary: only with --task or --launcher k8s"},
 		{"k8s render flag without k8s", []string{"workers", "render-launch", "task.json", "--worker-id", "w1", "--k8s-image", "x"}, "--k8s-image goes with --launcher k8s"},
-		{"render unknown launcher", []string{"workers", "render-launch", "task.json", "--worker-id", "w1", "--launcher", "ray"}, `--launcher "ray": want local or k8s`},
+		{"render unknown launcher", []string{"workers", "render-launch", "task.json", "--worker-id", "w1", "--launcher", "nomad"}, `--launcher "nomad": want local, ray or k8s`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr := run(t, tc.args...)
