@@ -120,7 +120,7 @@ func TestAgentLauncherAndRenderLaunchFlagsAreChecked(t *testing.T) {
 		{"render task and file", []string{"workers", "render-launch", "--task", "t1", "task.json"}, "give an envelope file or --task, not both"},
 		{"render bad task", []string{"workers", "render-launch", "--task", "t/1"}, `--task: "t/1" is not a valid ID`},
 		{"render nothing", []string{"workers", "render-launch"}, "give an envelope file, or --task TASK_ID"},
-		{"exec binary without task", []string{"workers", "render-launch", "task.json", "--worker-id", "w1", "--exec-binary", "x"}, "--exec-binary: only with --task or --launcher k8s"},
+		{"exec binary without task", []string{"workers", "render-launch", "task.json", "--worker-id", "w1", "--exec-binary", "x"}, "--exec-binary: only with --task, --launcher ray or --launcher k8s"},
 		{"k8s render flag without k8s", []string{"workers", "render-launch", "task.json", "--worker-id", "w1", "--k8s-image", "x"}, "--k8s-image goes with --launcher k8s"},
 		{"render unknown launcher", []string{"workers", "render-launch", "task.json", "--worker-id", "w1", "--launcher", "nomad"}, `--launcher "nomad": want local, ray or k8s`},
 	} {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
+	"github.com/wdc-runtime/wdc/internal/envelope"
 	"github.com/wdc-runtime/wdc/internal/executor"
 	"github.com/wdc-runtime/wdc/internal/fleet"
 	"github.com/wdc-runtime/wdc/internal/lease"
@@ -517,31 +518,20 @@ printed. Needs a control plane (exit 5 without one).`,
 				return usagef("--launcher %q: want %s, %s or %s", launcher, launcherLocal, launcherRay, launcherK8s)
 			}
 			for _, name := range []string{"exec-binary", "data-dir", "blob-url"} {
-				if c.Flags().Changed(name) && launcher != launcherK8s {
-					return usagef("--%s: only with --task or --launcher k8s", name)
+				if c.Flags().Changed(name) {
+					return usagef("--%s: only with --task, --launcher %s or --launcher %s", name, launcherRay, launcherK8s)
 				}
 			}
-			if err := fleet.ValidateID("--worker-id", workerID); err != nil {
-				return usageError{err}
-			}
-			if attempt < 1 || fence < 1 {
-				return usagef("--attempt and --fence: must be at least 1")
-			}
-			env, err := readEnvelopeFile(args[0])
-			if err != nil {
-				return err
-			}
-			digest, err := env.Digest()
+			env, claim, err := renderClaim(args[0], workerID, attempt, fence)
 			if err != nil {
 				return err
 			}
 			if workDir == "" {
 				workDir = defaultWorkDir(a.defaultDataDir(), workerID)
 			}
-			claim := lease.Claim{TaskID: env.TaskID, WorkerID: workerID, Attempt: attempt, Fence: fence, EnvelopeDigest: digest}
 			dir := executor.TaskDir(workDir, claim)
 			out := renderedLaunch{Launcher: env.Launcher, WorkerID: workerID, TaskDir: dir, Args: env.Command,
-				Env: executor.Environ(env, claim, dir), Digest: digest, Attempt: attempt, Fence: fence}
+				Env: executor.Environ(env, claim, dir), Digest: claim.EnvelopeDigest, Attempt: attempt, Fence: fence}
 			if env.Launcher != "local" {
 				return usagef("envelope launcher %q: give --launcher %s to render its launch (this renders Local launches)", env.Launcher, env.Launcher)
 			}
@@ -652,4 +642,26 @@ func workerArg(id *string, args []string) error {
 		return usageError{err}
 	}
 	return nil
+}
+
+// renderClaim is what every render-launch of an envelope file starts
+// from: the envelope in path, read strictly, and the claim of its attempt
+// on workerID. Errors (exit 2): an invalid --worker-id, --attempt or
+// --fence below 1, an envelope file that cannot be read or decoded.
+func renderClaim(path, workerID string, attempt, fence int64) (envelope.Envelope, lease.Claim, error) {
+	if err := fleet.ValidateID("--worker-id", workerID); err != nil {
+		return envelope.Envelope{}, lease.Claim{}, usageError{err}
+	}
+	if attempt < 1 || fence < 1 {
+		return envelope.Envelope{}, lease.Claim{}, usagef("--attempt and --fence: must be at least 1")
+	}
+	env, err := readEnvelopeFile(path)
+	if err != nil {
+		return envelope.Envelope{}, lease.Claim{}, err
+	}
+	digest, err := env.Digest()
+	if err != nil {
+		return envelope.Envelope{}, lease.Claim{}, err
+	}
+	return env, lease.Claim{TaskID: env.TaskID, WorkerID: workerID, Attempt: attempt, Fence: fence, EnvelopeDigest: digest}, nil
 }

@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/wdc-runtime/wdc/api"
-	"github.com/wdc-runtime/wdc/internal/fleet"
 	"github.com/wdc-runtime/wdc/internal/lease"
 	"github.com/wdc-runtime/wdc/launchers"
 	"github.com/wdc-runtime/wdc/launchers/k8s"
@@ -45,23 +44,13 @@ type renderedK8s struct {
 // server is contacted. The Lease's owner reference to the Job is added at
 // launch (it needs the Job's UID), and its times are the launch's.
 func (a *app) renderK8sLaunch(c *cobra.Command, path, workerID string, attempt, fence int64, execBin, dataDir, blobURL string, k *k8sFlags) error {
-	if err := fleet.ValidateID("--worker-id", workerID); err != nil {
-		return usageError{err}
-	}
-	if attempt < 1 || fence < 1 {
-		return usagef("--attempt and --fence: must be at least 1")
-	}
 	if c.Flags().Changed("work-dir") {
 		return usagef("--work-dir: not with --launcher k8s (the pod's work directory is its own)")
 	}
 	if err := k.check(c, launcherK8s); err != nil {
 		return err
 	}
-	env, err := readEnvelopeFile(path)
-	if err != nil {
-		return err
-	}
-	digest, err := env.Digest()
+	env, claim, err := renderClaim(path, workerID, attempt, fence)
 	if err != nil {
 		return err
 	}
@@ -73,8 +62,8 @@ func (a *app) renderK8sLaunch(c *cobra.Command, path, workerID string, attempt, 
 	if err != nil {
 		return err
 	}
-	att := launchers.Attempt{Envelope: env, Lease: lease.Lease{TaskID: env.TaskID, WorkerID: workerID, Attempt: attempt, Fence: fence,
-		EnvelopeDigest: digest, State: lease.Active, TTL: api.DefaultLeaseTTL}}
+	att := launchers.Attempt{Envelope: env, Lease: lease.Lease{TaskID: claim.TaskID, WorkerID: claim.WorkerID, Attempt: claim.Attempt, Fence: claim.Fence,
+		EnvelopeDigest: claim.EnvelopeDigest, State: lease.Active, TTL: api.DefaultLeaseTTL}}
 	job, l, err := k8s.Render(spec, att, time.Now())
 	if err != nil {
 		return err

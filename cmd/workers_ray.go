@@ -6,8 +6,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/wdc-runtime/wdc/internal/fleet"
-	"github.com/wdc-runtime/wdc/internal/lease"
 	"github.com/wdc-runtime/wdc/launchers/ray"
 )
 
@@ -32,12 +30,6 @@ func (f *rayRenderFlags) validate(c *cobra.Command, launcher string) error {
 // /api/jobs/ for the envelope's attempt on workerID: the same bytes, one
 // line of JSON (pipe it to jq to read it). Nothing is contacted.
 func (a *app) renderRayLaunch(f rayRenderFlags, path, workerID string, attempt, fence int64, execBin, dataDir, blobURL string) error {
-	if err := fleet.ValidateID("--worker-id", workerID); err != nil {
-		return usageError{err}
-	}
-	if attempt < 1 || fence < 1 {
-		return usagef("--attempt and --fence: must be at least 1")
-	}
 	fields := ray.LatestFields
 	if f.rayVersion != "" {
 		var err error
@@ -45,11 +37,7 @@ func (a *app) renderRayLaunch(f rayRenderFlags, path, workerID string, attempt, 
 			return usagef("--ray-version: %v", err)
 		}
 	}
-	env, err := readEnvelopeFile(path)
-	if err != nil {
-		return err
-	}
-	digest, err := env.Digest()
+	env, claim, err := renderClaim(path, workerID, attempt, fence)
 	if err != nil {
 		return err
 	}
@@ -57,7 +45,6 @@ func (a *app) renderRayLaunch(f rayRenderFlags, path, workerID string, attempt, 
 	if err != nil {
 		return err
 	}
-	claim := lease.Claim{TaskID: env.TaskID, WorkerID: workerID, Attempt: attempt, Fence: fence, EnvelopeDigest: digest}
 	req, dropped := ray.Request(ray.RequestOptions{Target: a.execTarget(execBin, u), Fields: fields}, claim, env)
 	body, err := ray.Body(req)
 	if err != nil {
