@@ -3,6 +3,7 @@ package testsuite
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,10 +21,17 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -131,14 +139,14 @@ func (e *k8sEnv) spawnAgent(t *testing.T, id, kubeconfig, label string, extra ..
 	})
 }
 
-// launcherKubeconfig applies deploy/k8s/rbac-launcher.yaml to the test
+// launcherKubeconfig applies deploy/k8s/launcher/rbac.yaml to the test
 // namespace and returns a kubeconfig for its service account (a token
 // from the TokenRequest API): the agent has exactly the manifest's rights.
 func (e *k8sEnv) launcherKubeconfig(t *testing.T) string {
 	t.Helper()
 	ctx := context.Background()
 	_, self, _, _ := runtime.Caller(0)
-	raw, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "deploy", "k8s", "rbac-launcher.yaml"))
+	raw, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "deploy", "k8s", "launcher", "rbac.yaml"))
 	require.NoError(t, err)
 	for _, doc := range strings.Split(string(raw), "\n---\n") {
 		var meta metav1.TypeMeta
@@ -169,7 +177,7 @@ func (e *k8sEnv) launcherKubeconfig(t *testing.T) string {
 			o.Subjects[0].Namespace = e.ns
 			_, err = e.admin.RbacV1().ClusterRoleBindings().Create(ctx, &o, metav1.CreateOptions{})
 		default:
-			t.Fatalf("rbac-launcher.yaml: unexpected kind %q", meta.Kind)
+			t.Fatalf("launcher/rbac.yaml: unexpected kind %q", meta.Kind)
 		}
 		require.NoError(t, err, meta.Kind)
 	}
@@ -484,6 +492,7 @@ func TestKubernetesLauncher(t *testing.T) {
 	})
 
 	t.Run("a launch target is a fleet worker like any other", e.testWorkerLikeAnyOther)
+	t.Run("the kustomize base passes a server-side dry run", e.testBaseDryRun)
 }
 
 // A Kubernetes launch target is a fleet worker like any other: several
@@ -541,4 +550,95 @@ func jobCondition(j batchv1.Job, typ batchv1.JobConditionType) bool {
 		}
 	}
 	return false
+}
+
+// testBaseDryRun renders deploy/k8s/base (tools/k8scheck, the kustomize
+// library in a module of its own) and sends every object to the real API
+// server as a server-side apply with dryRun=All and strict field
+// validation: the server's defaulting, validation and admission accept
+// the manifests, and nothing but the namespace is created. The same path
+// refuses a misspelt field, so the check can fail.
+func (e *k8sEnv) testBaseDryRun(t *testing.T) {
+	ctx := context.Background()
+	_, self, _, _ := runtime.Caller(0)
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	render := exec.Command(goBin, "run", ".", filepath.Join("..", "..", "deploy", "k8s", "base"))
+	render.Dir = filepath.Join(filepath.Dir(self), "..", "tools", "k8scheck")
+	var stderr strings.Builder
+	render.Stderr = &stderr
+	out, err := render.Output()
+	require.NoError(t, err, "render the base: %s", stderr.String())
+
+	dyn, err := dynamic.NewForConfig(e.cluster.Config)
+	require.NoError(t, err)
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(e.admin.Discovery()))
+	apply := func(o *unstructured.Unstructured, dryRun bool) error {
+		gvk := o.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return err
+		}
+		body, err := o.MarshalJSON()
+		if err != nil {
+			return err
+		}
+		opts := metav1.PatchOptions{FieldManager: "wdc-base-check", FieldValidation: "Strict", Force: ptr.To(true)}
+		if dryRun {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		var r dynamic.ResourceInterface = dyn.Resource(m.Resource)
+		if m.Scope.Name() == meta.RESTScopeNameNamespace {
+			r = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
+		}
+		_, err = r.Patch(ctx, o.GetName(), types.ApplyPatchType, body, opts)
+		return err
+	}
+
+	var objects []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(string(out)), 4096)
+	for {
+		o := &unstructured.Unstructured{}
+		err := dec.Decode(&o.Object)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		if len(o.Object) > 0 {
+			objects = append(objects, o)
+		}
+	}
+	kinds := map[string]int{}
+	for _, o := range objects {
+		kinds[o.GetKind()]++
+	}
+	for _, k := range []string{"Namespace", "ConfigMap", "Secret", "ServiceAccount", "Deployment", "DaemonSet", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"} {
+		assert.Positive(t, kinds[k], "the base holds a %s", k)
+	}
+	// The namespace for real: namespaced objects are judged in it.
+	for _, o := range objects {
+		if o.GetKind() == "Namespace" {
+			require.NoError(t, apply(o, false), "namespace %s", o.GetName())
+		}
+	}
+	for _, o := range objects {
+		if o.GetKind() != "Namespace" {
+			assert.NoError(t, apply(o, true), "%s %s/%s", o.GetKind(), o.GetNamespace(), o.GetName())
+		}
+	}
+	_, err = e.admin.AppsV1().Deployments("wdc").Get(ctx, "wdc-control-plane", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "a dry run creates nothing: %v", err)
+
+	for _, o := range objects {
+		if o.GetKind() == "Deployment" {
+			bad := o.DeepCopy()
+			require.NoError(t, unstructured.SetNestedField(bad.Object, int64(2), "spec", "replicaz"))
+			err := apply(bad, true)
+			require.Error(t, err, "a misspelt field is refused")
+			assert.Contains(t, err.Error(), "replicaz")
+			break
+		}
+	}
 }

@@ -1,10 +1,10 @@
-// Package k8scheck renders deploy/k8s/base with kustomize and checks each
-// object against the Kubernetes API types (strict decoding: an unknown or
-// misspelt field fails), then checks what wdc's manifests promise: two
+// These tests render deploy/k8s/base with kustomize and check each object
+// against the Kubernetes API types (strict decoding: an unknown or
+// misspelt field fails), then check what wdc's manifests promise: two
 // control-plane replicas ready on /readyz, an agent on every node, scrape
 // annotations, least-privilege RBAC, and every ConfigMap, Secret and
 // ServiceAccount a pod names present in the base.
-package k8scheck
+package main
 
 import (
 	"fmt"
@@ -17,8 +17,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 )
 
@@ -70,9 +68,8 @@ type rendered struct {
 
 func render(t *testing.T) *rendered {
 	t.Helper()
-	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	rm, err := k.Run(filesys.MakeFsOnDisk(), base)
-	require.NoError(t, err, "kustomize build %s", base)
+	rm, err := build(base)
+	require.NoError(t, err)
 	r := &rendered{deployments: map[string]*appsv1.Deployment{}, daemonSets: map[string]*appsv1.DaemonSet{},
 		configMaps: map[string]bool{}, secrets: map[string]bool{}, accounts: map[string]bool{}}
 	for _, res := range rm.Resources() {
