@@ -51,7 +51,7 @@ bench: build
 
 # Fuzz the strict envelope decoder.
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./internal/envelope/
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 60s ./envelope/
 
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -12,8 +12,8 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/wdc-runtime/wdc/api"
-	"github.com/wdc-runtime/wdc/internal/lease"
 	"github.com/wdc-runtime/wdc/launchers"
+	"github.com/wdc-runtime/wdc/lease"
 )
 
 // recordingLauncher records submissions and starts nothing.

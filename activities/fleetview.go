@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/wdc-runtime/wdc/internal/wdcclient"
+	wdcclient "github.com/wdc-runtime/wdc/client"
 )
 
 // FleetViewMaxAge is how old the control plane's list of workers (states

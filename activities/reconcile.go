@@ -11,8 +11,8 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/wdc-runtime/wdc/api"
-	"github.com/wdc-runtime/wdc/internal/lease"
-	"github.com/wdc-runtime/wdc/internal/wdcclient"
+	wdcclient "github.com/wdc-runtime/wdc/client"
+	"github.com/wdc-runtime/wdc/lease"
 )
 
 // ReconcileTasks describes each named task's workflow and returns those

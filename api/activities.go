@@ -3,9 +3,9 @@ package api
 import (
 	"time"
 
-	"github.com/wdc-runtime/wdc/internal/envelope"
-	"github.com/wdc-runtime/wdc/internal/fleet"
-	"github.com/wdc-runtime/wdc/internal/lease"
+	"github.com/wdc-runtime/wdc/envelope"
+	"github.com/wdc-runtime/wdc/fleet"
+	"github.com/wdc-runtime/wdc/lease"
 )
 
 // SelectWorkerInput asks the control plane to pick a worker for a task's

@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wdc-runtime/wdc/internal/lease"
 	"github.com/wdc-runtime/wdc/launchers/external"
 	"github.com/wdc-runtime/wdc/launchers/ray"
+	"github.com/wdc-runtime/wdc/lease"
 )
 
 // Every Ray flag rejection, before anything is contacted.

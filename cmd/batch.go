@@ -15,9 +15,9 @@ import (
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/wdc-runtime/wdc/api"
+	wdcclient "github.com/wdc-runtime/wdc/client"
+	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
-	"github.com/wdc-runtime/wdc/internal/envelope"
-	"github.com/wdc-runtime/wdc/internal/wdcclient"
 )
 
 // maxBatchProblems bounds the bad lines a refused batch lists.

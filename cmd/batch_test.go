@@ -3,7 +3,7 @@ package cmd
 import (
 	"fmt"
 
-	"github.com/wdc-runtime/wdc/internal/envelope"
+	"github.com/wdc-runtime/wdc/envelope"
 	"os"
 	"path/filepath"
 	"strings"

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wdc-runtime/wdc/api"
-	"github.com/wdc-runtime/wdc/internal/wdcclient"
+	wdcclient "github.com/wdc-runtime/wdc/client"
 )
 
 // run executes the CLI in-process with no server behind --address: every

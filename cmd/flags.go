@@ -14,9 +14,9 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/wdc-runtime/wdc/fleet"
 	"github.com/wdc-runtime/wdc/internal/executor"
-	"github.com/wdc-runtime/wdc/internal/fleet"
-	wdcres "github.com/wdc-runtime/wdc/internal/resource"
+	wdcres "github.com/wdc-runtime/wdc/resource"
 )
 
 // registrationFlags are the flags that describe a fleet worker; `workers

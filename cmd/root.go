@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
 
+	wdcclient "github.com/wdc-runtime/wdc/client"
 	"github.com/wdc-runtime/wdc/internal/devopts"
-	"github.com/wdc-runtime/wdc/internal/wdcclient"
 )
 
 // Deps are what the command tree needs from outside: the standard streams,

@@ -12,8 +12,8 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/wdc-runtime/wdc/api"
+	wdcclient "github.com/wdc-runtime/wdc/client"
 	"github.com/wdc-runtime/wdc/internal/devopts"
-	"github.com/wdc-runtime/wdc/internal/wdcclient"
 )
 
 // scratch is what a self-contained command (demo, bench) runs against:

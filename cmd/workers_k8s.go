@@ -12,9 +12,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/wdc-runtime/wdc/api"
-	"github.com/wdc-runtime/wdc/internal/lease"
 	"github.com/wdc-runtime/wdc/launchers"
 	"github.com/wdc-runtime/wdc/launchers/k8s"
+	"github.com/wdc-runtime/wdc/lease"
 )
 
 // k8sRenderFlagNames are the k8s flags render-launch takes (what shapes

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
-	"github.com/wdc-runtime/wdc/internal/envelope"
-	"github.com/wdc-runtime/wdc/internal/lease"
+	"github.com/wdc-runtime/wdc/lease"
 )
 
 // Attempt is one attempt to launch: the envelope, the lease it runs under

@@ -16,8 +16,8 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/wdc-runtime/wdc/api"
+	wdcclient "github.com/wdc-runtime/wdc/client"
 	"github.com/wdc-runtime/wdc/cmd"
-	"github.com/wdc-runtime/wdc/internal/wdcclient"
 )
 
 // dialNamespace connects to the suite server in namespace ns.

@@ -18,8 +18,8 @@ import (
 	"github.com/wdc-runtime/wdc/cmd"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/executor"
-	"github.com/wdc-runtime/wdc/internal/lease"
 	"github.com/wdc-runtime/wdc/launchers/external"
+	"github.com/wdc-runtime/wdc/lease"
 )
 
 // These tests play an external launcher: the worker's agent runs with

@@ -12,12 +12,12 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/wdc-runtime/wdc/api"
+	wdcclient "github.com/wdc-runtime/wdc/client"
+	"github.com/wdc-runtime/wdc/fleet"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/devserver"
-	"github.com/wdc-runtime/wdc/internal/fleet"
-	"github.com/wdc-runtime/wdc/internal/lease"
-	"github.com/wdc-runtime/wdc/internal/resource"
-	"github.com/wdc-runtime/wdc/internal/wdcclient"
+	"github.com/wdc-runtime/wdc/lease"
+	"github.com/wdc-runtime/wdc/resource"
 	"github.com/wdc-runtime/wdc/worker"
 )
 

@@ -15,11 +15,11 @@ import (
 
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/cmd"
-	"github.com/wdc-runtime/wdc/internal/envelope"
-	"github.com/wdc-runtime/wdc/internal/fleet"
-	"github.com/wdc-runtime/wdc/internal/lease"
+	"github.com/wdc-runtime/wdc/envelope"
+	"github.com/wdc-runtime/wdc/fleet"
 	"github.com/wdc-runtime/wdc/internal/raytest"
 	"github.com/wdc-runtime/wdc/launchers/ray"
+	"github.com/wdc-runtime/wdc/lease"
 )
 
 // These tests run a Ray cluster's worker: `wdc agent --launcher ray`

@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/client"
 
+	wdcclient "github.com/wdc-runtime/wdc/client"
 	"github.com/wdc-runtime/wdc/cmd"
 	"github.com/wdc-runtime/wdc/internal/devserver"
-	"github.com/wdc-runtime/wdc/internal/wdcclient"
 )
 
 // On a Temporal server whose namespace lacks wdc's search attributes (not a

@@ -17,9 +17,9 @@ import (
 
 	"github.com/wdc-runtime/wdc/activities"
 	"github.com/wdc-runtime/wdc/api"
-	"github.com/wdc-runtime/wdc/internal/fleet"
-	"github.com/wdc-runtime/wdc/internal/resource"
-	"github.com/wdc-runtime/wdc/internal/wdcclient"
+	wdcclient "github.com/wdc-runtime/wdc/client"
+	"github.com/wdc-runtime/wdc/fleet"
+	"github.com/wdc-runtime/wdc/resource"
 )
 
 // nsScale holds the simulated fleet of the selection-cost test (its

@@ -23,10 +23,10 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/wdc-runtime/wdc/api"
+	wdcclient "github.com/wdc-runtime/wdc/client"
 	"github.com/wdc-runtime/wdc/cmd"
 	"github.com/wdc-runtime/wdc/internal/demo"
 	"github.com/wdc-runtime/wdc/internal/telemetry"
-	"github.com/wdc-runtime/wdc/internal/wdcclient"
 )
 
 // Namespaces of the telemetry tests: each has its own control plane, so

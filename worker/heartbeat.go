@@ -12,8 +12,8 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/wdc-runtime/wdc/api"
-	"github.com/wdc-runtime/wdc/internal/fleet"
-	"github.com/wdc-runtime/wdc/internal/wdcclient"
+	wdcclient "github.com/wdc-runtime/wdc/client"
+	"github.com/wdc-runtime/wdc/fleet"
 )
 
 // Heartbeater is a fleet worker's registration and worker-heartbeat loop:

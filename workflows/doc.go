@@ -6,6 +6,6 @@
 //
 // Workflow code is deterministic: no time.Now, rand, native goroutines or
 // map iteration; time comes from workflow.Now and every rule (fence check,
-// eligibility, liveness, backoff) from the pure packages internal/lease and
-// internal/fleet. Messages and names are in package api.
+// eligibility, liveness, backoff) from the pure packages lease and
+// fleet. Messages and names are in package api.
 package workflows

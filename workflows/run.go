@@ -11,8 +11,8 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/wdc-runtime/wdc/api"
-	"github.com/wdc-runtime/wdc/internal/envelope"
-	"github.com/wdc-runtime/wdc/internal/fleet"
+	"github.com/wdc-runtime/wdc/envelope"
+	"github.com/wdc-runtime/wdc/fleet"
 )
 
 // WdcRun is the parent of a run's tasks (workflow ID api.RunWorkflowID).

@@ -17,8 +17,8 @@ import (
 
 	"github.com/wdc-runtime/wdc/activities"
 	"github.com/wdc-runtime/wdc/api"
-	"github.com/wdc-runtime/wdc/internal/envelope"
-	"github.com/wdc-runtime/wdc/internal/lease"
+	"github.com/wdc-runtime/wdc/envelope"
+	"github.com/wdc-runtime/wdc/lease"
 )
 
 const testArtifactDigest = "sha256:0000000000000000000000000000000000000000000000000000000000000001"

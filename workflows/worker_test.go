@@ -14,8 +14,8 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/wdc-runtime/wdc/api"
-	"github.com/wdc-runtime/wdc/internal/fleet"
-	"github.com/wdc-runtime/wdc/internal/resource"
+	"github.com/wdc-runtime/wdc/fleet"
+	"github.com/wdc-runtime/wdc/resource"
 )
 
 type workerSuite struct {

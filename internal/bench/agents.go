@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/wdc-runtime/wdc/internal/fleet"
-	"github.com/wdc-runtime/wdc/internal/wdcclient"
+	wdcclient "github.com/wdc-runtime/wdc/client"
+	"github.com/wdc-runtime/wdc/fleet"
 )
 
 // agents runs real agents as subprocesses of the wdc binary

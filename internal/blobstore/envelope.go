@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/wdc-runtime/wdc/internal/envelope"
+	"github.com/wdc-runtime/wdc/envelope"
 )
 
 // PutEnvelope stores the sealed envelope's RFC 8785 canonical JSON as a

@@ -22,7 +22,7 @@ import (
 	_ "gocloud.dev/blob/s3blob"    // s3://
 	"gocloud.dev/gcerrors"
 
-	"github.com/wdc-runtime/wdc/internal/envelope"
+	"github.com/wdc-runtime/wdc/envelope"
 )
 
 // Store is the artifact store behind one bucket URL. Safe for concurrent

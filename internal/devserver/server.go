@@ -24,8 +24,8 @@ import (
 	"go.temporal.io/server/schema/sqlite"
 	"go.temporal.io/server/temporal"
 
+	wdcclient "github.com/wdc-runtime/wdc/client"
 	"github.com/wdc-runtime/wdc/internal/devopts"
-	"github.com/wdc-runtime/wdc/internal/wdcclient"
 )
 
 // DefaultNamespace is the namespace every dev server creates.

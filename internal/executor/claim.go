@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/wdc-runtime/wdc/internal/blobstore"
-	"github.com/wdc-runtime/wdc/internal/lease"
 	"github.com/wdc-runtime/wdc/launchers"
+	"github.com/wdc-runtime/wdc/lease"
 )
 
 // ClaimedAttempt turns a claim handed to a standalone executor (`wdc

@@ -1,7 +1,7 @@
 package executor
 
 import (
-	"github.com/wdc-runtime/wdc/internal/lease"
+	"github.com/wdc-runtime/wdc/lease"
 )
 
 // claimOf is the claim the holder of l makes.

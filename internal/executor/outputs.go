@@ -12,8 +12,8 @@ import (
 	"syscall"
 
 	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
-	"github.com/wdc-runtime/wdc/internal/envelope"
 )
 
 // OutputLimits are the output rules' size caps. Zero fields take defaults.

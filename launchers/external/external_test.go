@@ -12,10 +12,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
-	"github.com/wdc-runtime/wdc/internal/envelope"
-	"github.com/wdc-runtime/wdc/internal/lease"
 	"github.com/wdc-runtime/wdc/launchers"
+	"github.com/wdc-runtime/wdc/lease"
 )
 
 func TestRenderGivesArgvAndEnvButNeverSecrets(t *testing.T) {

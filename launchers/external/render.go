@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/wdc-runtime/wdc/internal/lease"
+	"github.com/wdc-runtime/wdc/lease"
 )
 
 // Environment variables `wdc exec` reads its claim and work directory

@@ -25,8 +25,8 @@ import (
 
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
-	"github.com/wdc-runtime/wdc/internal/lease"
 	"github.com/wdc-runtime/wdc/launchers"
+	"github.com/wdc-runtime/wdc/lease"
 )
 
 // ErrWritesDisabled: the launcher was not allowed to write to the cluster.

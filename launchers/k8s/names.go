@@ -8,7 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/wdc-runtime/wdc/internal/lease"
+	"github.com/wdc-runtime/wdc/lease"
 )
 
 // Label and annotation keys on every Job, pod and Lease of an attempt.

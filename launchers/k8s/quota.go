@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/wdc-runtime/wdc/internal/resource"
+	"github.com/wdc-runtime/wdc/resource"
 )
 
 // QuotaCapacity reads the namespace's ResourceQuotas and returns the

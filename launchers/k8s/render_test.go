@@ -26,13 +26,13 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
-	"github.com/wdc-runtime/wdc/internal/envelope"
 	"github.com/wdc-runtime/wdc/internal/kubetest"
-	"github.com/wdc-runtime/wdc/internal/lease"
-	"github.com/wdc-runtime/wdc/internal/resource"
 	"github.com/wdc-runtime/wdc/launchers"
 	"github.com/wdc-runtime/wdc/launchers/external"
+	"github.com/wdc-runtime/wdc/lease"
+	"github.com/wdc-runtime/wdc/resource"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")

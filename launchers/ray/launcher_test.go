@@ -15,13 +15,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
-	"github.com/wdc-runtime/wdc/internal/envelope"
 	"github.com/wdc-runtime/wdc/internal/executor"
-	"github.com/wdc-runtime/wdc/internal/lease"
 	"github.com/wdc-runtime/wdc/internal/raytest"
 	"github.com/wdc-runtime/wdc/launchers"
 	"github.com/wdc-runtime/wdc/launchers/external"
+	"github.com/wdc-runtime/wdc/lease"
 )
 
 // fakeControl holds one task's lease and records failure reports.

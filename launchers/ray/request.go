@@ -8,9 +8,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/wdc-runtime/wdc/internal/envelope"
-	"github.com/wdc-runtime/wdc/internal/lease"
+	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/launchers/external"
+	"github.com/wdc-runtime/wdc/lease"
 )
 
 // DriverSource is the placement-group driver (driver/wdc_ray_driver.py),

@@ -10,10 +10,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wdc-runtime/wdc/internal/envelope"
-	"github.com/wdc-runtime/wdc/internal/lease"
-	"github.com/wdc-runtime/wdc/internal/resource"
+	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/launchers/external"
+	"github.com/wdc-runtime/wdc/lease"
+	"github.com/wdc-runtime/wdc/resource"
 )
 
 func TestFieldsFor(t *testing.T) {

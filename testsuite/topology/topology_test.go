@@ -17,10 +17,10 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/wdc-runtime/wdc/api"
-	"github.com/wdc-runtime/wdc/internal/envelope"
-	"github.com/wdc-runtime/wdc/internal/fleet"
-	"github.com/wdc-runtime/wdc/internal/lease"
-	"github.com/wdc-runtime/wdc/internal/resource"
+	"github.com/wdc-runtime/wdc/envelope"
+	"github.com/wdc-runtime/wdc/fleet"
+	"github.com/wdc-runtime/wdc/lease"
+	"github.com/wdc-runtime/wdc/resource"
 )
 
 // outage is how long the Temporal server stays down when a scenario

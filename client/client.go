@@ -1,4 +1,4 @@
-package wdcclient
+package client
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/wdc-runtime/wdc/api"
-	"github.com/wdc-runtime/wdc/internal/fleet"
+	"github.com/wdc-runtime/wdc/fleet"
 )
 
 // Client wraps a Temporal client with wdc's calls. Only C is required; the

@@ -1,11 +1,11 @@
-package wdcclient
+package client
 
 import (
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/sdk/converter"
 
 	"github.com/wdc-runtime/wdc/api"
-	"github.com/wdc-runtime/wdc/internal/fleet"
+	"github.com/wdc-runtime/wdc/fleet"
 )
 
 func keyword(sa *commonpb.SearchAttributes, name string) string {

@@ -6,7 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/wdc-runtime/wdc/internal/fleet"
+	"github.com/wdc-runtime/wdc/fleet"
 )
 
 // K8s holds what only the Kubernetes launcher reads: how the attempt's Job

@@ -14,8 +14,8 @@ import (
 
 	"github.com/gowebpki/jcs"
 
-	"github.com/wdc-runtime/wdc/internal/fleet"
-	"github.com/wdc-runtime/wdc/internal/resource"
+	"github.com/wdc-runtime/wdc/fleet"
+	"github.com/wdc-runtime/wdc/resource"
 )
 
 // Launcher kinds an envelope may name (see docs/architecture.md,

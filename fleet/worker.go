@@ -7,7 +7,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/wdc-runtime/wdc/internal/resource"
+	"github.com/wdc-runtime/wdc/resource"
 )
 
 // State is a fleet worker's state.

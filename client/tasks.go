@@ -1,4 +1,4 @@
-package wdcclient
+package client
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/wdc-runtime/wdc/api"
-	"github.com/wdc-runtime/wdc/internal/envelope"
+	"github.com/wdc-runtime/wdc/envelope"
 )
 
 // SubmitTask adds a sealed envelope's task to its run, starting the run

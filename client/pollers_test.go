@@ -1,4 +1,4 @@
-package wdcclient
+package client
 
 import (
 	"context"

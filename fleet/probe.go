@@ -3,7 +3,7 @@ package fleet
 import (
 	"sort"
 
-	"github.com/wdc-runtime/wdc/internal/resource"
+	"github.com/wdc-runtime/wdc/resource"
 )
 
 // Profile is the part of a worker's record that changes only when it
