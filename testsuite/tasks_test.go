@@ -401,6 +401,14 @@ func TestProgramFailureIsAResultWithLogs(t *testing.T) {
 	assert.Equal(t, "hello-err\n", out)
 	_, view := waitOutcome(t, "logs-task")
 	assert.Len(t, view.Leases, 1, "a failing program is not retried")
+	// Completed by its first attempt, the task skips the cleanup activity:
+	// ingest already removed everything that attempt staged.
+	staged, err := suite.blobs.List(context.Background(), blobstore.TaskStagingPrefix("logs-task"))
+	require.NoError(t, err)
+	assert.Empty(t, staged, "nothing is left staged")
+	if *updateHistories {
+		writeHistory(t, api.TaskWorkflowID("logs-task")) // one attempt, no cleanup activity
+	}
 }
 
 // Run and task IDs are never reused, and a closed run takes nothing more:

@@ -654,6 +654,10 @@ const (
 	// versionDisruptionNoBackoff: an infra_killed retry waits no backoff
 	// and does not count towards the backoff's growth.
 	versionDisruptionNoBackoff = "disruption-no-backoff"
+	// versionNoCleanupAfterFirstAttempt: a task completed by its first
+	// attempt skips the CleanupStaging activity (ingest already removed
+	// that attempt's staging, and no other attempt staged anything).
+	versionNoCleanupAfterFirstAttempt = "no-cleanup-after-first-attempt"
 )
 
 // validateSubmitResult is the submit-result validator: the shared fence
@@ -827,16 +831,28 @@ func (t *taskWorkflow) sleep(ctx workflow.Context, d time.Duration) {
 // finish is the Ended phase: cleans the staging area, reports to the run
 // (a compact result reference, not the full result), waits for every
 // unawaited command and update handler, and returns the outcome.
+//
+// A task completed by its first attempt has nothing staged any more:
+// ingest removed that attempt's staging, and there was no other attempt.
+// It skips the cleanup activity (three history events and a workflow
+// task fewer on the common path); every other ending cleans up, so
+// refused and abandoned attempts leave nothing behind.
 func (t *taskWorkflow) finish(ctx workflow.Context, state api.TaskState) (api.TaskOutcome, error) {
 	t.stopTimer()
 	t.waiting = ""
 	t.setState(ctx, state)
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue:           api.ControlTaskQueue,
-		StartToCloseTimeout: time.Minute,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
-	})
-	_ = workflow.ExecuteActivity(actx, controlActs.CleanupStaging, api.CleanupInput{TaskID: t.env.TaskID}).Get(ctx, nil)
+	clean := true
+	if state == api.TaskCompleted && t.ledger.Attempt == 1 {
+		clean = workflow.GetVersion(ctx, versionNoCleanupAfterFirstAttempt, workflow.DefaultVersion, 1) == workflow.DefaultVersion
+	}
+	if clean {
+		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			TaskQueue:           api.ControlTaskQueue,
+			StartToCloseTimeout: time.Minute,
+			RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
+		})
+		_ = workflow.ExecuteActivity(actx, controlActs.CleanupStaging, api.CleanupInput{TaskID: t.env.TaskID}).Get(ctx, nil)
+	}
 	out := api.TaskOutcome{TaskID: t.env.TaskID, RunID: t.env.RunID, State: state, Attempts: t.ledger.Attempt, Result: t.result}
 	report := out
 	if t.result != nil {

@@ -47,6 +47,7 @@ type taskSuite struct {
 	cancels    []api.CancelAttemptInput
 	releases   []api.ReleaseSignal
 	ended      []api.TaskOutcome
+	cleanups   int
 	// workers are handed out in turn by the SelectWorker mock, honouring
 	// AvoidWorker.
 	workers []string
@@ -74,6 +75,7 @@ func (s *taskSuite) SetupTestWith(launch func(env *testsuite.TestWorkflowEnviron
 	s.env.RegisterActivity(&activities.Agent{})
 	s.envl, s.digest = testEnvelope(s.T())
 	s.grants, s.launches, s.ingests, s.cancels, s.releases, s.ended = nil, nil, nil, nil, nil, nil
+	s.cleanups = 0
 	s.grantTimes = nil
 	s.workers = []string{"worker-a", "worker-b"}
 
@@ -120,7 +122,13 @@ func (s *taskSuite) SetupTestWith(launch func(env *testsuite.TestWorkflowEnviron
 			}
 			return api.IngestResult{Artifacts: in.Artifacts}, nil
 		})
-	s.env.OnActivity(controlActs.CleanupStaging, mock.Anything, mock.Anything).Return(nil)
+	s.env.OnActivity(controlActs.CleanupStaging, mock.Anything, mock.Anything).Return(
+		func(context.Context, api.CleanupInput) error {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.cleanups++
+			return nil
+		})
 	s.env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, api.SignalRelease, mock.Anything).Return(
 		func(ns, id, run, name string, arg any) error {
 			s.mu.Lock()
@@ -192,6 +200,7 @@ func (s *taskSuite) TestExpiryRetriesAndStaleResultIsRejected() {
 
 	s.Require().Len(s.ingests, 1, "only the current attempt is ingested")
 	s.Equal(int64(2), s.ingests[0].Fence)
+	s.Equal(1, s.cleanups, "the expired attempt's staging is cleaned up")
 	view := s.lastView()
 	s.Require().Len(view.Leases, 2)
 	s.Equal(lease.Expired, view.Leases[0].State)
@@ -356,6 +365,7 @@ func (s *taskSuite) TestCancel() {
 	s.Equal("cancelled", view.Leases[0].EndReason)
 	s.cancelled(1)
 	s.Empty(s.ingests)
+	s.Equal(1, s.cleanups, "a cancelled attempt's staging is cleaned up")
 }
 
 // cancelled waits for n best-effort cancels of ended attempts: the task
@@ -408,6 +418,7 @@ func (s *taskSuite) TestHeartbeatsKeepLeaseAlive() {
 	s.Equal(api.TaskCompleted, res.State)
 	s.Equal(int64(1), res.Attempts, "never expired")
 	s.LessOrEqual(timers, 16)
+	s.Zero(s.cleanups, "completed by its first attempt: ingest left nothing staged, no cleanup activity")
 }
 
 func TestTaskAttemptAndFenceGrowAcrossContinueAsNew(t *testing.T) {
