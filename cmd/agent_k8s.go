@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"go.temporal.io/sdk/client"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -70,6 +72,24 @@ func (k *k8sFlags) check(c *cobra.Command, launcher string) error {
 	}
 	if k.pendingBound <= 0 {
 		return usagef("--k8s-pending-bound %s: must be positive", k.pendingBound)
+	}
+	// Object names as the API server checks them: a namespace is a
+	// DNS-1123 label, the others DNS-1123 subdomains.
+	if k.namespace != "" {
+		if errs := validation.IsDNS1123Label(k.namespace); len(errs) > 0 {
+			return usagef("--k8s-namespace %q: %s", k.namespace, strings.Join(errs, "; "))
+		}
+	}
+	for _, f := range []struct{ name, value string }{
+		{"k8s-executor-secret", k.secret}, {"k8s-executor-configmap", k.configMap},
+		{"k8s-service-account", k.serviceAccount}, {"k8s-task-pvc", k.taskPVC},
+	} {
+		if f.value == "" {
+			continue
+		}
+		if errs := validation.IsDNS1123Subdomain(f.value); len(errs) > 0 {
+			return usagef("--%s %q: %s", f.name, f.value, strings.Join(errs, "; "))
+		}
 	}
 	return nil
 }

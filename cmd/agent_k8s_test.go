@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -64,8 +65,20 @@ func TestRenderLaunchK8sPrintsTheJobAndLease(t *testing.T) {
 	assert.Contains(t, stderr, "--work-dir: not with --launcher k8s")
 
 	code, _, stderr = run(t, "workers", "render-launch", "--launcher", "k8s", file, "--worker-id", "k8s-pool")
-	assert.NotEqual(t, ExitOK, code)
-	assert.Contains(t, stderr, "--k8s-image")
+	assert.Equal(t, ExitUsage, code, "no image is bad input")
+	assert.Contains(t, stderr, "--k8s-image: give the executor's container image")
+
+	code, _, stderr = run(t, "workers", "render-launch", "--launcher", "ray", file, "--worker-id", "k8s-pool")
+	assert.Equal(t, ExitUsage, code)
+	assert.Contains(t, stderr, `envelope launcher "k8s": give --launcher k8s`)
+
+	// Object names are refused as the API server would refuse them.
+	for flag, value := range map[string]string{"--k8s-namespace": "Bad_NS", "--k8s-service-account": "Bad SA",
+		"--k8s-task-pvc": "Bad_PVC", "--k8s-executor-secret": "x/y", "--k8s-executor-configmap": "-cm"} {
+		code, _, stderr = run(t, "workers", "render-launch", "--launcher", "k8s", file, "--worker-id", "k8s-pool", "--k8s-image", "img", flag, value)
+		assert.Equal(t, ExitUsage, code, "%s %s", flag, value)
+		assert.Contains(t, stderr, fmt.Sprintf("%s %q: a lowercase RFC 1123", flag, value))
+	}
 }
 
 // The cluster is found as kubectl finds it: --kubeconfig first, then

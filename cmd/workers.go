@@ -500,13 +500,11 @@ printed. Needs a control plane (exit 5 without one).`,
 			if err := rr.validate(c, launcher); err != nil {
 				return err
 			}
+			if err := k8sf.check(c, launcher); err != nil {
+				return err
+			}
 			switch launcher {
 			case launcherLocal:
-				for _, name := range k8sRenderFlagNames {
-					if c.Flags().Changed(name) {
-						return usagef("--%s goes with --launcher %s", name, launcherK8s)
-					}
-				}
 			case launcherRay:
 				if c.Flags().Changed("work-dir") {
 					return usagef("--work-dir: not with --launcher ray (the job's wdc exec picks its own)")
@@ -522,7 +520,7 @@ printed. Needs a control plane (exit 5 without one).`,
 					return usagef("--%s: only with --task, --launcher %s or --launcher %s", name, launcherRay, launcherK8s)
 				}
 			}
-			env, claim, err := renderClaim(args[0], workerID, attempt, fence)
+			env, claim, err := renderClaim(args[0], launcherLocal, workerID, attempt, fence)
 			if err != nil {
 				return err
 			}
@@ -532,9 +530,6 @@ printed. Needs a control plane (exit 5 without one).`,
 			dir := executor.TaskDir(workDir, claim)
 			out := renderedLaunch{Launcher: env.Launcher, WorkerID: workerID, TaskDir: dir, Args: env.Command,
 				Env: executor.Environ(env, claim, dir), Digest: claim.EnvelopeDigest, Attempt: attempt, Fence: fence}
-			if env.Launcher != "local" {
-				return usagef("envelope launcher %q: give --launcher %s to render its launch (this renders Local launches)", env.Launcher, env.Launcher)
-			}
 			prog, err := executor.ResolveCommand(env, dir)
 			if err != nil {
 				prog = env.Command[0] + "  (" + err.Error() + ")"
@@ -560,10 +555,10 @@ printed. Needs a control plane (exit 5 without one).`,
 	f.Int64Var(&attempt, "attempt", 1, "attempt number")
 	f.Int64Var(&fence, "fence", 1, "fencing token")
 	f.StringVar(&taskID, "task", "", "render the 'wdc exec' command of this task's granted lease instead")
-	f.StringVar(&execBin, "exec-binary", "wdc", "with --task: "+execBinaryHelp)
-	f.StringVar(&dataDir, "data-dir", "", "with --task: "+dataDirHelp)
-	f.StringVar(&blobURL, "blob-url", "", "with --task: "+blobURLHelp)
-	f.StringVar(&launcher, "launcher", launcherLocal, "with an envelope file: render the launch of this launcher: local (the process the agent starts), ray (the exact JSON body of the Ray job submission, POST /api/jobs/) or k8s (the Job and Lease as YAML, exactly as `wdc agent --launcher k8s` sends them)")
+	f.StringVar(&execBin, "exec-binary", "wdc", "with --task, --launcher ray or k8s: "+execBinaryHelp)
+	f.StringVar(&dataDir, "data-dir", "", "with --task, --launcher ray or k8s: "+dataDirHelp)
+	f.StringVar(&blobURL, "blob-url", "", "with --task, --launcher ray or k8s: "+blobURLHelp)
+	f.StringVar(&launcher, "launcher", launcherLocal, "with an envelope file: render the launch of this launcher: local (the process the agent starts), ray (the exact JSON body of the Ray job submission, POST /api/jobs/) or k8s (the Job and Lease as YAML, exactly as 'wdc agent --launcher k8s' sends them)")
 	rr.bind(f)
 	k8sf.bindRender(f)
 	return c
@@ -646,18 +641,26 @@ func workerArg(id *string, args []string) error {
 
 // renderClaim is what every render-launch of an envelope file starts
 // from: the envelope in path, read strictly, and the claim of its attempt
-// on workerID. Errors (exit 2): an invalid --worker-id, --attempt or
-// --fence below 1, an envelope file that cannot be read or decoded.
-func renderClaim(path, workerID string, attempt, fence int64) (envelope.Envelope, lease.Claim, error) {
+// on workerID by the launcher kind. Errors (exit 2): an invalid
+// --worker-id, --attempt or --fence below 1, an envelope file that cannot
+// be read or decoded, an envelope for another launcher than kind (a local
+// envelope may run on any worker; a ray or k8s one only on its own kind).
+func renderClaim(path, kind, workerID string, attempt, fence int64) (envelope.Envelope, lease.Claim, error) {
 	if err := fleet.ValidateID("--worker-id", workerID); err != nil {
 		return envelope.Envelope{}, lease.Claim{}, usageError{err}
 	}
-	if attempt < 1 || fence < 1 {
-		return envelope.Envelope{}, lease.Claim{}, usagef("--attempt and --fence: must be at least 1")
+	if attempt < 1 {
+		return envelope.Envelope{}, lease.Claim{}, usagef("--attempt %d: must be at least 1", attempt)
+	}
+	if fence < 1 {
+		return envelope.Envelope{}, lease.Claim{}, usagef("--fence %d: must be at least 1", fence)
 	}
 	env, err := readEnvelopeFile(path)
 	if err != nil {
 		return envelope.Envelope{}, lease.Claim{}, err
+	}
+	if l := env.Launcher; l != "" && l != envelope.LauncherLocal && l != kind {
+		return envelope.Envelope{}, lease.Claim{}, usagef("envelope launcher %q: give --launcher %s to render its launch (a %s task runs only on a %s worker)", l, l, l, l)
 	}
 	digest, err := env.Digest()
 	if err != nil {

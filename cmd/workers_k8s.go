@@ -50,9 +50,12 @@ func (a *app) renderK8sLaunch(c *cobra.Command, path, workerID string, attempt, 
 	if err := k.check(c, launcherK8s); err != nil {
 		return err
 	}
-	env, claim, err := renderClaim(path, workerID, attempt, fence)
+	env, claim, err := renderClaim(path, launcherK8s, workerID, attempt, fence)
 	if err != nil {
 		return err
+	}
+	if k.image == "" && (env.K8s == nil || env.K8s.Image == "") {
+		return usagef("--k8s-image: give the executor's container image (or the envelope's k8s.image); it must hold --exec-binary")
 	}
 	ns := k.namespace
 	if ns == "" {

@@ -37,7 +37,7 @@ func (a *app) renderRayLaunch(f rayRenderFlags, path, workerID string, attempt, 
 			return usagef("--ray-version: %v", err)
 		}
 	}
-	env, claim, err := renderClaim(path, workerID, attempt, fence)
+	env, claim, err := renderClaim(path, launcherRay, workerID, attempt, fence)
 	if err != nil {
 		return err
 	}
