@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -39,10 +40,11 @@ func (a *app) newAgentCommand() *cobra.Command {
 	)
 	c := &cobra.Command{
 		Use:   "agent --worker-id ID",
-		Short: "Run a fleet worker: register, heartbeat, and run Local attempts",
+		Short: "Run a fleet worker: register, heartbeat, and run attempts (locally, or on Ray, Kubernetes or an external launcher)",
 		Long: `Run a fleet worker. The agent registers the worker (a new incarnation), sends
 worker heartbeats every --heartbeat-interval, and polls task queue
-wdc-agent/<worker-id> for Local attempts. Each attempt runs in
+wdc-agent/<worker-id> for attempts. With the default --launcher local each
+attempt runs in
 <work-dir>/<task>/<attempt>-<fence>/ in its own process group, with only the
 envelope's environment plus WDC_TASK_ID, WDC_ATTEMPT, WDC_FENCE and WDC_TASK_DIR
 (nothing of the agent's environment); the command is killed if the agent dies.
@@ -192,12 +194,20 @@ an earlier agent of this work directory left behind.`,
 				if err != nil {
 					return err
 				}
+				a.warnLocalStore(u, launcherRay)
 				if opts.Launcher, opts.Healthy, where, err = a.rayAgent(ctx, rayFlags, r.WorkerID, execBin, u, tc, store, log); err != nil {
 					return err
 				}
 				declareLauncher(&r, envelope.LauncherRay)
 			case launcherK8s:
-				if where, err = a.k8sAgentSetup(ctx, c, &k8sf, &r, tc, store, func() (string, error) { return a.storeURL(dataDir, blobURL) }, execBin, &opts); err != nil {
+				storeURL := func() (string, error) {
+					u, err := a.storeURL(dataDir, blobURL)
+					if err == nil {
+						a.warnLocalStore(u, launcherK8s)
+					}
+					return u, err
+				}
+				if where, err = a.k8sAgentSetup(ctx, c, &k8sf, &r, tc, store, storeURL, execBin, &opts); err != nil {
 					return err
 				}
 			}
@@ -357,5 +367,15 @@ func declareLauncher(r *fleet.Registration, kind string) {
 	if c := envelope.LauncherCapability(kind); !slices.Contains(r.Capabilities, c) {
 		r.Capabilities = append(r.Capabilities, c)
 		sort.Strings(r.Capabilities)
+	}
+}
+
+// warnLocalStore warns when an agent whose attempts run elsewhere (a Ray
+// job, a Kubernetes pod) would hand them a file:// blob store: it is on
+// this machine's disk, which those nodes cannot read unless it is a
+// shared file system mounted at the same path.
+func (a *app) warnLocalStore(u, launcher string) {
+	if strings.HasPrefix(u, "file://") {
+		a.notice(fmt.Sprintf("warning: with --launcher %s the attempts run on other machines, but the blob store is %s on this one; give --blob-url s3://... (or mount that path on every node)", launcher, u))
 	}
 }

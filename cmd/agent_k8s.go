@@ -107,6 +107,9 @@ func (a *app) k8sRESTConfig(k *k8sFlags) (*rest.Config, string, error) {
 	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
 	cfg, err := cc.ClientConfig()
 	if err != nil {
+		if k.kubeconfig != "" {
+			return nil, "", fmt.Errorf("kubernetes client configuration (--kubeconfig %s): %w", k.kubeconfig, err)
+		}
 		return nil, "", fmt.Errorf("kubernetes client configuration: %w (give --kubeconfig or set KUBECONFIG)", err)
 	}
 	ns := k.namespace

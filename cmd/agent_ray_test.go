@@ -105,3 +105,15 @@ func TestRenderLaunchRayPrintsTheSubmitBody(t *testing.T) {
 	assert.NotContains(t, stdout, "entrypoint_memory")
 	assert.Contains(t, stdout, "entrypoint_num_cpus")
 }
+
+// An agent whose attempts run on other machines warns about a blob store
+// on its own disk, and says nothing about an S3 one.
+func TestWarnLocalStore(t *testing.T) {
+	var stderr strings.Builder
+	a := &app{deps: Deps{Stderr: &stderr}}
+	a.warnLocalStore("s3://wdc?region=eu-1", launcherRay)
+	assert.Empty(t, stderr.String())
+	a.warnLocalStore("file:///var/lib/wdc/blobs", launcherK8s)
+	assert.Equal(t, 1, strings.Count(stderr.String(), "\n"), "one line: %q", stderr.String())
+	assert.Contains(t, stderr.String(), "warning: with --launcher k8s the attempts run on other machines, but the blob store is file:///var/lib/wdc/blobs")
+}

@@ -30,7 +30,7 @@ func (a *app) newDemoWorkerLeasesCommand() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "worker-leases",
 		Short: "The reference retry demo: a stale attempt's late result is refused by the fence",
-		Long: `Run the seed report's retry scenario on real parts: an in-process Temporal
+		Long: `Run wdc's reference retry scenario on real parts: an in-process Temporal
 server (unless --address or TEMPORAL_ADDRESS is given), the control plane and two
 agents, and a real command (sh: sha256sum, wc) over a real input file staged
 into the task directory.
@@ -38,8 +38,9 @@ into the task directory.
 Attempt 1 runs on worker A, then its executor stalls before submitting, so its
 lease expires; attempt 2 runs on worker B with the same envelope digest and a
 new fence and is accepted; then attempt 1 wakes up, submits its result and is
-refused (stale_fence). The observed values are printed as the seed's lines,
-then the accepted artifact. The exit code is 1 if any value breaks an invariant.
+refused (stale_fence). The observed values are printed one per line
+(attempt, fence, retry reason, rejection, run and lease status, evidence,
+parent time), then the accepted artifact. The exit code is 1 if any value breaks an invariant.
 
 Progress goes to stderr; stdout carries only the result (-o json for JSON).
 

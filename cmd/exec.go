@@ -98,10 +98,10 @@ func (a *app) newExecCommand() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "exec --task-id T --attempt N --fence F --worker-id W --envelope-digest D",
 		Short: "Run one granted attempt here, as the agent would: the executor as a standalone process",
-		Long: `Run one attempt whose lease was granted to a worker that hands its launches
-off (wdc agent --launcher external): the command an external launcher — a
-Kubernetes Job, a Ray job, a batch scheduler — runs on the machine that does
-the work. 'wdc workers render-launch --task T' and the agent's spool files
+		Long: `Run one attempt whose lease was granted to a worker that does not run it
+itself: the command a Kubernetes Job's pod (wdc agent --launcher k8s), a Ray
+job (--launcher ray) or any other scheduler (--launcher external) runs on the
+machine that does the work. 'wdc workers render-launch --task T' and the agent's spool files
 give the exact command line.
 
 It asks the control plane whether the claim (task, attempt, fence, worker,

@@ -148,8 +148,8 @@ Start here:
   wdc demo worker-leases            the reference retry demo, self-contained
   wdc server start-dev              an embedded Temporal server with Web UI
   wdc control-plane                 the workflows and control activities
-  wdc agent --worker-id worker-a    a fleet worker that runs Local attempts
-  wdc exec --task-id T ...          run one granted attempt here (external launchers)
+  wdc agent --worker-id worker-a    a fleet worker (Local attempts; --launcher ray|k8s|external)
+  wdc exec --task-id T ...          run one granted attempt here (what Ray jobs, Kubernetes pods, external launchers run)
   wdc tasks submit FILE --wait      submit a task and follow its leases`,
 		SilenceUsage:  true,
 		SilenceErrors: true,

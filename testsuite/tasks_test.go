@@ -31,7 +31,7 @@ import (
 	"github.com/wdc-runtime/wdc/worker"
 )
 
-// The seed's reference scenario through the real CLI: every printed value
+// The reference scenario through the real CLI: every printed value
 // holds, in under 30 s.
 func TestDemoWorkerLeases(t *testing.T) {
 	began := time.Now()

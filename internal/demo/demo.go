@@ -47,7 +47,7 @@ type Options struct {
 	Metrics client.MetricsHandler
 }
 
-// Result is what the demo observed. JSON names follow the seed report.
+// Result is what the demo observed; the JSON names are stable.
 type Result struct {
 	Attempt1            int64  `json:"attempt_1"`
 	Fence1              int64  `json:"fence_1"`
@@ -83,7 +83,7 @@ type Result struct {
 }
 
 // Violations lists every observed value that breaks an invariant or the
-// seed's expected values; empty means the demo passed.
+// scenario's expected values; empty means the demo passed.
 func (r Result) Violations() []string {
 	var v []string
 	check := func(ok bool, format string, args ...any) {
@@ -352,7 +352,7 @@ func waitActive(ctx context.Context, wc *wdcclient.Client, ids ...string) error 
 	}
 }
 
-// Lines renders the seed report's demo values, then the accepted artifact.
+// Lines renders the demo's values, one per line, then the accepted artifact.
 func (r Result) Lines() []string {
 	return []string{
 		fmt.Sprintf("attempt_1 = %d", r.Attempt1),

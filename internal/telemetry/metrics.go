@@ -40,6 +40,16 @@ type Metrics struct {
 	closer io.Closer
 }
 
+// sanitize is the SDK's Prometheus sanitizing for metric and label names
+// ([A-Za-z0-9_]), except that label values keep '-', '/', '.', ':' and '@'
+// (Prometheus takes any text there): task_queue="wdc-agent/a1" names the
+// real queue, so a query can use the name wdc prints.
+var sanitize = func() tally.SanitizeOptions {
+	o := sdktally.PrometheusSanitizeOptions
+	o.ValueCharacters = tally.ValidCharacters{Ranges: tally.AlphanumericRange, Characters: []rune{'_', '-', '/', '.', ':', '@'}}
+	return o
+}()
+
 // NewMetrics returns a registry with the Go and process collectors and an
 // SDK metrics handler reporting into it every ReportInterval. log receives
 // registration conflicts (nil: slog.Default()), which the tally reporter
@@ -58,7 +68,7 @@ func NewMetrics(log *slog.Logger) *Metrics {
 	scope, closer := tally.NewRootScope(tally.ScopeOptions{
 		CachedReporter:  reporter,
 		Separator:       tallyprom.DefaultSeparator,
-		SanitizeOptions: &sdktally.PrometheusSanitizeOptions,
+		SanitizeOptions: &sanitize,
 	}, ReportInterval)
 	return &Metrics{Registry: reg, Handler: sdktally.NewMetricsHandler(sdktally.NewPrometheusNamingScope(scope)), closer: closer}
 }

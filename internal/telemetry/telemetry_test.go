@@ -51,6 +51,7 @@ func TestServerEndpoints(t *testing.T) {
 	// What goes through the SDK handler shows on /metrics with Prometheus
 	// names, once reported.
 	m.Handler.WithTags(map[string]string{"reason": "stale_fence"}).Counter("wdc_test_things").Inc(3)
+	m.Handler.WithTags(map[string]string{"task_queue": "wdc-agent/a1"}).Counter("wdc_test_polls").Inc(1)
 	m.Handler.Timer("wdc_test_wait").Record(250 * time.Millisecond)
 	deadline := time.Now().Add(10 * ReportInterval)
 	for {
@@ -62,6 +63,7 @@ func TestServerEndpoints(t *testing.T) {
 	}
 	assert.Contains(t, body, `wdc_test_things_total{reason="stale_fence"} 3`)
 	assert.Contains(t, body, `wdc_test_wait_seconds_count 1`)
+	assert.Contains(t, body, `wdc_test_polls_total{task_queue="wdc-agent/a1"} 1`, "label values keep the queue's own name")
 	assert.Contains(t, body, "go_goroutines")
 
 	var nilServer *Server

@@ -87,7 +87,7 @@ func TestProductionTopology(t *testing.T) {
 	t.Run("server restarted, agent stopped", func(t *testing.T) { testServerRestartAgentStopped(t, c, agents) })
 }
 
-// The reference demo against the official server prints the seed's values.
+// The reference demo against the official server prints the expected values.
 func testDemo(t *testing.T, c *cluster) {
 	began := time.Now()
 	cmd := c.wdcCmd("demo", "worker-leases")
