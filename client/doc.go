@@ -7,10 +7,18 @@
 //
 //	tc, err := sdkclient.Dial(sdkclient.Options{HostPort: "127.0.0.1:7233", Namespace: "default"})
 //	wdc := &client.Client{C: tc, CallTimeout: 30 * time.Second}
-//	res, err := wdc.SubmitTask(ctx, env, api.TaskOptions{})      // env: an envelope.Envelope
-//	out, err := wdc.WaitTask(ctx, res.TaskID)                    // its end: state, attempts, result
+//	env, err := envelope.Decode(taskFile, false)                  // a task file, strictly
+//	env, err = client.SealInputs(ctx, blobURL, env, dir)          // inputs by path -> uploaded, by digest
+//	res, err := wdc.SubmitTask(ctx, env, api.TaskOptions{})
+//	out, err := wdc.WaitTask(ctx, res.TaskID)                     // its end: state, attempts, result
 //
-// Tasks: SubmitTask, SubmitTasks (a batch, validated whole before
+// SubmitTask takes a sealed envelope: inputs named by content digest and
+// already in the artifact store the control plane and agents share
+// (blobURL: s3://bucket?... or file:///dir, as their --blob-url).
+// SealInputs does that for inputs given by path, as `wdc tasks submit`
+// does; an envelope without inputs needs no sealing.
+//
+// Tasks: SealInputs, SubmitTask, SubmitTasks (a batch, validated whole before
 // anything is sent), Task (status), ListTasks, WaitTask, WaitEnded,
 // CancelTask, TaskEnvelope. Runs: StartRun, Run, Commit, CloseRun. The
 // registry: RegisterWorker, WorkerHeartbeat, DrainWorker, UndrainWorker,

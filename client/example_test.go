@@ -14,7 +14,8 @@ import (
 
 // Submit a task and wait for its result, as `wdc tasks submit --wait`
 // does (needs a server and a control plane: `wdc server start-dev` and
-// `wdc control-plane`, and an agent to run it).
+// `wdc control-plane`, and an agent to run it). A task with input files
+// goes through SealInputs first.
 func ExampleClient_SubmitTask() {
 	ctx := context.Background()
 	tc, err := sdkclient.Dial(sdkclient.Options{HostPort: "127.0.0.1:7233", Namespace: "default"})

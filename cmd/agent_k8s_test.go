@@ -117,5 +117,6 @@ current-context: x
 	assert.Equal(t, "mine", ns, "--k8s-namespace wins over the context's")
 
 	_, _, err = a.k8sRESTConfig(&k8sFlags{kubeconfig: filepath.Join(dir, "missing")})
-	assert.ErrorContains(t, err, "give --kubeconfig or set KUBECONFIG")
+	assert.ErrorContains(t, err, "(--kubeconfig "+filepath.Join(dir, "missing")+"): stat")
+	assert.NotContains(t, err.Error(), "give --kubeconfig", "it was given")
 }

@@ -133,8 +133,8 @@ func checkInputPaths(env envelope.Envelope, base string) error {
 		if in.Path == "" {
 			continue
 		}
-		if _, err := inputPath(base, i, in); err != nil {
-			return err
+		if _, err := wdcclient.InputPath(base, i, in); err != nil {
+			return inputUsage(err)
 		}
 	}
 	return nil

@@ -2,11 +2,14 @@ package cmd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 
+	"github.com/wdc-runtime/wdc/api"
+	wdcclient "github.com/wdc-runtime/wdc/client"
 	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 )
@@ -55,30 +58,20 @@ func decodeEnvelopeFile(path string) (envelope.Envelope, string, error) {
 	return env, base, nil
 }
 
-// sealEnvelope replaces every input path by its content digest, using put
-// to store (or just hash) the file.
+// sealEnvelope is client.Seal with its refusals as usage errors (exit 2).
 func sealEnvelope(env envelope.Envelope, base string, put func(string) (string, int64, error)) (envelope.Envelope, error) {
-	inputs := make([]envelope.Input, len(env.Inputs))
-	for i, in := range env.Inputs {
-		inputs[i] = in
-		if in.Path == "" {
-			continue
-		}
-		p, err := inputPath(base, i, in)
-		if err != nil {
-			return env, usageError{err}
-		}
-		digest, size, err := put(p)
-		if err != nil {
-			return env, fmt.Errorf("inputs[%d].path %s: %w", i, p, err)
-		}
-		inputs[i] = envelope.Input{Name: in.Name, Digest: digest, SizeBytes: size}
+	sealed, err := wdcclient.Seal(env, base, put)
+	return sealed, inputUsage(err)
+}
+
+// inputUsage turns the client's refusal of a task file's inputs into a
+// usage error carrying its message alone ("inputs[0].path: ..."; exit 2).
+func inputUsage(err error) error {
+	var we *wdcclient.Error
+	if errors.As(err, &we) && we.Type == api.ErrTypeInvalidArgument {
+		return usageError{errors.New(we.Message)}
 	}
-	env.Inputs = inputs
-	if err := env.Validate(true); err != nil {
-		return env, usageError{err}
-	}
-	return env, nil
+	return err
 }
 
 // storeEnvelope puts the sealed envelope into store, beside the inputs
@@ -91,21 +84,4 @@ func storeEnvelope(ctx context.Context, store *blobstore.Store, sealed envelope.
 	}
 	_, err := store.PutEnvelope(ctx, sealed)
 	return err
-}
-
-// inputPath resolves input i's path (relative to base) and checks that it
-// names a regular file; errors name inputs[i].path.
-func inputPath(base string, i int, in envelope.Input) (string, error) {
-	p := in.Path
-	if !filepath.IsAbs(p) {
-		p = filepath.Join(base, p)
-	}
-	fi, err := os.Stat(p)
-	if err != nil {
-		return "", fmt.Errorf("inputs[%d].path: %w", i, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("inputs[%d].path: %s is not a regular file", i, p)
-	}
-	return p, nil
 }
