@@ -48,6 +48,12 @@ func (a *Agent) LaunchAttempt(ctx context.Context, in api.LaunchInput) (api.Laun
 	}
 	sub, err := a.Launcher.Submit(ctx, launchers.Attempt{Envelope: in.Envelope, Lease: in.Lease, HeartbeatInterval: in.HeartbeatInterval})
 	if err != nil {
+		// wdc's own line about the attempt, whatever the launcher: the
+		// SDK's "Activity error." line names only Temporal's activity
+		// attempt and worker identity.
+		if activity.IsActivity(ctx) {
+			activity.GetLogger(ctx).Warn("launch failed", "task", in.Lease.TaskID, "worker", in.Lease.WorkerID, "attempt", in.Lease.Attempt, "fence", in.Lease.Fence, "error", err)
+		}
 		return api.LaunchResult{}, temporal.NewNonRetryableApplicationError(err.Error(), api.ErrTypeLaunchFailed, err)
 	}
 	return api.LaunchResult{TaskDir: sub.TaskDir, PID: sub.PID}, nil

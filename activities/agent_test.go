@@ -1,13 +1,18 @@
 package activities
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
@@ -61,4 +66,40 @@ func TestLaunchAttemptInTimeIsSubmitted(t *testing.T) {
 	})
 	require.NoError(t, err)
 	assert.Equal(t, 1, launcher.submitted)
+}
+
+// failingLauncher refuses every submission, as a Ray dashboard answering
+// HTTP 500 would.
+type failingLauncher struct{ recordingLauncher }
+
+func (l *failingLauncher) Submit(context.Context, launchers.Attempt) (launchers.Submission, error) {
+	return launchers.Submission{}, errors.New("ray: POST /api/jobs/: HTTP 500")
+}
+
+// A launch the launcher refuses is launch_failed, and the agent logs one
+// line that names the attempt as wdc does: task, worker, attempt, fence.
+func TestLaunchAttemptRefusedByTheLauncherIsLoggedWithTheAttempt(t *testing.T) {
+	var buf bytes.Buffer
+	var ts testsuite.WorkflowTestSuite
+	ts.SetLogger(log.NewStructuredLogger(slog.New(slog.NewJSONHandler(&buf, nil))))
+	env := ts.NewTestActivityEnvironment()
+	env.RegisterActivity(&Agent{WorkerID: "w-a", Launcher: &failingLauncher{}})
+	_, err := env.ExecuteActivity((&Agent{}).LaunchAttempt, api.LaunchInput{
+		Lease: lease.Lease{TaskID: "t1", WorkerID: "w-a", Attempt: 3, Fence: 4, State: lease.Active, TTL: 4 * time.Second}, HeartbeatInterval: time.Second,
+	})
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(err, &appErr), "got %v", err)
+	assert.Equal(t, api.ErrTypeLaunchFailed, appErr.Type())
+	var line map[string]any
+	for _, l := range strings.Split(buf.String(), "\n") {
+		if strings.Contains(l, `"launch failed"`) {
+			require.NoError(t, json.Unmarshal([]byte(l), &line))
+		}
+	}
+	require.NotNil(t, line, "a launch failed line in:\n%s", buf.String())
+	assert.Equal(t, "t1", line["task"])
+	assert.Equal(t, "w-a", line["worker"])
+	assert.EqualValues(t, 3, line["attempt"])
+	assert.EqualValues(t, 4, line["fence"])
+	assert.Contains(t, line["error"], "HTTP 500")
 }

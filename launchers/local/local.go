@@ -101,7 +101,6 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 		BeforeExec: executor.LeaseCheck(ctx, l.opts.Control, claim, func() error { return launchers.CheckDeadline(ctx) }),
 	})
 	if err != nil {
-		l.opts.Logger.Warn("launch refused", "task", claim.TaskID, "attempt", claim.Attempt, "fence", claim.Fence, "error", err)
 		return launchers.Submission{}, err
 	}
 	l.attempts[claim] = ex
