@@ -216,7 +216,20 @@ type TaskInput struct {
 	Options        TaskOptions `json:"options"`
 	// Carry is nil on the first run; continue-as-new carries the state.
 	Carry *TaskCarry `json:"carry,omitempty"`
+	// Generation is the WdcTask behaviour set the task runs with (0 for
+	// tasks started by runs older than TaskGeneration); continue-as-new
+	// keeps it.
+	Generation int `json:"generation,omitempty"`
 }
+
+// TaskGeneration is the WdcTask behaviour set runs start tasks with. A
+// task of generation 1 has, from its start, every behaviour change the
+// workflow gates with workflow.GetVersion up to
+// "no-cleanup-after-first-attempt", and its history records no version
+// marker for them (two events fewer on a single attempt), nor the first
+// search-attribute upsert, which repeated what its parent set at its
+// start. A task of generation 0 asks GetVersion, as its history recorded.
+const TaskGeneration = 1
 
 // TaskCarry is the task state continue-as-new carries forward, so attempt
 // and fence keep growing and the lease history is kept.

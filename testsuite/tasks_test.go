@@ -406,8 +406,15 @@ func TestProgramFailureIsAResultWithLogs(t *testing.T) {
 	staged, err := suite.blobs.List(context.Background(), blobstore.TaskStagingPrefix("logs-task"))
 	require.NoError(t, err)
 	assert.Empty(t, staged, "nothing is left staged")
+	// A task of api.TaskGeneration: no version marker, no cleanup
+	// activity (select, launch and ingest only), and no upsert repeating
+	// the attributes its run started it with.
+	wf := api.TaskWorkflowID("logs-task")
+	assert.Zero(t, countEvents(t, wf, enumspb.EVENT_TYPE_MARKER_RECORDED), "no version markers")
+	assert.Equal(t, 3, countEvents(t, wf, enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED), "select, launch, ingest")
+	assert.LessOrEqual(t, countEvents(t, wf, enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES), 5)
 	if *updateHistories {
-		writeHistory(t, api.TaskWorkflowID("logs-task")) // one attempt, no cleanup activity
+		writeHistory(t, wf) // one attempt, generation 1
 	}
 }
 

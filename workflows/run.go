@@ -375,6 +375,7 @@ func (r *runWorkflow) startTask(ctx workflow.Context, in api.AddTaskInput) start
 	// change of a default does not change a task that already started.
 	child := workflow.ExecuteChildWorkflow(cctx, WdcTask, api.TaskInput{
 		Envelope: in.Envelope, EnvelopeDigest: in.EnvelopeDigest, Options: in.Options.WithDefaults(),
+		Generation: api.TaskGeneration,
 	})
 	return startedTask{res: res, child: child}
 }

@@ -87,6 +87,8 @@ type taskWorkflow struct {
 	carry  api.TaskCarry
 	state  api.TaskState
 	phase  taskPhase
+	// gen is the task's api.TaskInput.Generation.
+	gen int
 
 	// ledger aliases carry.Ledger for brevity.
 	ledger *lease.Ledger
@@ -145,11 +147,16 @@ type taskSA struct {
 }
 
 func newTaskWorkflow(in api.TaskInput) *taskWorkflow {
-	t := &taskWorkflow{env: in.Envelope, digest: in.EnvelopeDigest, opts: in.Options.WithDefaults(), state: api.TaskPending}
+	t := &taskWorkflow{env: in.Envelope, digest: in.EnvelopeDigest, opts: in.Options.WithDefaults(), state: api.TaskPending, gen: in.Generation}
 	if in.Carry != nil {
 		t.carry = *in.Carry
 	} else {
 		t.carry.Ledger = lease.NewLedger(in.Envelope.TaskID, in.EnvelopeDigest)
+		if t.gen >= 1 {
+			// The parent started the task with kind, run and state
+			// PENDING (api.TaskGeneration).
+			t.published = taskSA{state: api.TaskPending}
+		}
 	}
 	t.ledger = &t.carry.Ledger
 	t.attemptDir = t.carry.AttemptDir
@@ -300,7 +307,7 @@ func (t *taskWorkflow) selectAndGrant(ctx workflow.Context) error {
 	var res api.SelectWorkerResult
 	err := workflow.ExecuteActivity(actx, controlActs.SelectWorker, in).Get(ctx, &res)
 	if err == nil && res.WorkerID != "" && t.carry.Cancelled &&
-		workflow.GetVersion(ctx, versionNoGrantAfterCancel, workflow.DefaultVersion, 1) == 1 {
+		t.changed(ctx, versionNoGrantAfterCancel) {
 		// Cancelled while the worker was being reserved: hand the
 		// reservation back instead of granting and launching.
 		t.release(ctx, lease.Lease{TaskID: t.env.TaskID, WorkerID: res.WorkerID, Fence: in.Fence})
@@ -441,7 +448,7 @@ func (t *taskWorkflow) onTimer(ctx workflow.Context) {
 	// judged: after the control plane was down, the timer and the
 	// heartbeats the executor sent meanwhile arrive together, and taking
 	// the timer first would expire a lease that was kept alive.
-	if workflow.GetVersion(ctx, versionHeartbeatsBeforeExpiry, workflow.DefaultVersion, 1) == 1 {
+	if t.changed(ctx, versionHeartbeatsBeforeExpiry) {
 		t.drainHeartbeats(ctx)
 	}
 	d, err := t.ledger.Expire(workflow.Now(ctx))
@@ -597,7 +604,7 @@ func (t *taskWorkflow) endLease(ctx workflow.Context, d *lease.RetryDirective) {
 		// slow agent does not start it (the agent also checks the lease
 		// before it starts a command). Histories from before this change
 		// never cancelled it.
-		if workflow.GetVersion(ctx, versionCancelLaunch, workflow.DefaultVersion, 1) == 1 {
+		if t.changed(ctx, versionCancelLaunch) {
 			t.launchCancel()
 		}
 	}
@@ -635,6 +642,18 @@ func pending(fs []workflow.Future) []workflow.Future {
 		}
 	}
 	return fs[:n]
+}
+
+// changed reports whether this execution has behaviour change id. A task
+// of generation 1 or later (api.TaskGeneration) has every change below
+// from its start and records no version marker; an older one asks
+// workflow.GetVersion, as its history recorded. A change made after
+// generation 1 is gated with GetVersion alone.
+func (t *taskWorkflow) changed(ctx workflow.Context, id string) bool {
+	if t.gen >= 1 {
+		return true
+	}
+	return workflow.GetVersion(ctx, id, workflow.DefaultVersion, 1) == 1
 }
 
 // Change IDs for workflow.GetVersion: each names a behaviour that differs
@@ -793,7 +812,7 @@ func (t *taskWorkflow) backoff(ctx workflow.Context) {
 	t.setState(ctx, api.TaskBackoff)
 	n := t.ledger.Attempt
 	var delay time.Duration
-	if workflow.GetVersion(ctx, versionDisruptionNoBackoff, workflow.DefaultVersion, 1) == 1 {
+	if t.changed(ctx, versionDisruptionNoBackoff) {
 		for _, d := range t.carry.Directives {
 			if d.Reason == lease.ReasonInfraKilled {
 				n--
@@ -843,7 +862,7 @@ func (t *taskWorkflow) finish(ctx workflow.Context, state api.TaskState) (api.Ta
 	t.setState(ctx, state)
 	clean := true
 	if state == api.TaskCompleted && t.ledger.Attempt == 1 {
-		clean = workflow.GetVersion(ctx, versionNoCleanupAfterFirstAttempt, workflow.DefaultVersion, 1) == workflow.DefaultVersion
+		clean = !t.changed(ctx, versionNoCleanupAfterFirstAttempt)
 	}
 	if clean {
 		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
@@ -864,7 +883,7 @@ func (t *taskWorkflow) finish(ctx workflow.Context, state api.TaskState) (api.Ta
 	if err != nil {
 		workflow.GetLogger(ctx).Warn("could not report to run", "run", t.env.RunID, "error", err)
 	}
-	awaitReleases := workflow.GetVersion(ctx, versionAwaitReleases, workflow.DefaultVersion, 1) == 1
+	awaitReleases := t.changed(ctx, versionAwaitReleases)
 	if err := workflow.Await(ctx, func() bool {
 		return (!awaitReleases || t.releasesDone()) && workflow.AllHandlersFinished(ctx)
 	}); err != nil {
@@ -939,7 +958,7 @@ func (t *taskWorkflow) continueAsNew(ctx workflow.Context) error {
 	}
 	carry := t.carry
 	return workflow.NewContinueAsNewError(ctx, WdcTask, api.TaskInput{
-		Envelope: t.env, EnvelopeDigest: t.digest, Options: t.opts, Carry: &carry,
+		Envelope: t.env, EnvelopeDigest: t.digest, Options: t.opts, Carry: &carry, Generation: t.gen,
 	})
 }
 
