@@ -158,6 +158,11 @@ func (a *app) k8sAgentSetup(ctx context.Context, c *cobra.Command, k *k8sFlags, 
 	}
 	sctx, cancel := context.WithTimeout(ctx, a.global.controlPlaneTimeout)
 	defer cancel()
+	// An API server that cannot be reached is said at once, with its
+	// cause, rather than after every later call has waited out sctx.
+	if err := k8s.Ready(sctx, cs); err != nil {
+		return "", fmt.Errorf("%w (is %s reachable with this kubeconfig?)", err, cfg.Host)
+	}
 	if !c.Flags().Changed("cpu") && !c.Flags().Changed("memory") && !c.Flags().Changed("gpus") {
 		quota, found, err := k8s.QuotaCapacity(sctx, cs, ns)
 		switch {

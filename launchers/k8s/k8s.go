@@ -452,9 +452,13 @@ func (l *Launcher) Shutdown(ctx context.Context, reason string) {
 
 // Healthy asks the API server for /readyz within ctx: the agent's
 // heartbeats stop while it fails, so the worker goes STALE.
-func (l *Launcher) Healthy(ctx context.Context) error {
-	_, err := l.opts.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
-	if err != nil {
+func (l *Launcher) Healthy(ctx context.Context) error { return Ready(ctx, l.opts.Client) }
+
+// Ready asks the API server behind client for /readyz (open to every
+// authenticated identity). Errors name the server's answer or why it
+// could not be reached (e.g. "connection refused").
+func Ready(ctx context.Context, client kubernetes.Interface) error {
+	if _, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err != nil {
 		return fmt.Errorf("kubernetes API server: %w", err)
 	}
 	return nil
