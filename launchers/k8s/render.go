@@ -2,7 +2,6 @@ package k8s
 
 import (
 	"errors"
-	"fmt"
 	"maps"
 	"strconv"
 	"time"
@@ -239,9 +238,4 @@ func resources(env envelope.Envelope) corev1.ResourceRequirements {
 		return corev1.ResourceRequirements{}
 	}
 	return corev1.ResourceRequirements{Requests: list, Limits: maps.Clone(list)}
-}
-
-// describeClaim is "task t attempt a fence f" for messages.
-func describeClaim(c lease.Claim) string {
-	return fmt.Sprintf("task %s attempt %d fence %d", c.TaskID, c.Attempt, c.Fence)
 }
