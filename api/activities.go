@@ -121,6 +121,13 @@ type ReservationRef struct {
 	Fence  int64  `json:"fence"`
 }
 
+// LivenessInput names the worker incarnation a liveness activity stands
+// for (see activities.Control.HoldLiveness).
+type LivenessInput struct {
+	WorkerID    string `json:"worker_id"`
+	Incarnation int64  `json:"incarnation"`
+}
+
 // CheckReservationsInput asks the control plane which of a worker's
 // reservations no longer match their task's current lease.
 type CheckReservationsInput struct {

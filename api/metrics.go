@@ -30,8 +30,9 @@ const (
 	// MetricAttemptsRunning is the attempts running in this agent (gauge).
 	MetricAttemptsRunning = "wdc_attempts_running"
 	// MetricHeartbeatRoundTrip is a worker heartbeat's round trip: the
-	// heartbeat signal and the description of its registry entry
-	// (agent; timer).
+	// heartbeat recorded on the registry entry's liveness activity or,
+	// when the entry has none, the heartbeat signal and the description of
+	// the entry (agent; timer).
 	MetricHeartbeatRoundTrip = "wdc_heartbeat_round_trip"
 	// MetricWorkerSelection is one SelectWorker activity: drawing, filtering and
 	// reserving a worker for a task (control plane; timer).

@@ -44,6 +44,15 @@ const (
 // WorkerWorkflowID is the registry entry's workflow ID: "wdc-worker/<id>".
 func WorkerWorkflowID(workerID string) string { return workerIDPrefix + workerID }
 
+// LivenessActivityID is the ID of the liveness activity a registry entry
+// keeps pending for incarnation while the worker is ACTIVE or DRAINING:
+// "liveness-<incarnation>". The agent heartbeats it by this ID
+// (RecordActivityHeartbeatByID on the entry's workflow), so a heartbeat of
+// an older incarnation finds no such activity.
+func LivenessActivityID(incarnation int64) string {
+	return "liveness-" + strconv.FormatInt(incarnation, 10)
+}
+
 // TaskWorkflowID is the logical task's workflow ID: "wdc-task/<id>".
 // Workflow-ID uniqueness gives at most one running WdcTask, hence at most
 // one ACTIVE lease, per task (invariant 5).

@@ -130,9 +130,47 @@ func (c *Client) previousIncarnation(ctx context.Context, workerID string) (int6
 	return last.Incarnation, nil
 }
 
+// Heartbeat delivers one worker heartbeat as an agent does: on the registry
+// entry's liveness activity when it holds one for hb's incarnation
+// (LivenessHeartbeat, no workflow task), else as a heartbeat signal
+// (WorkerHeartbeat), which brings a STALE worker back. signalled reports
+// the latter. Errors: the signal's (ErrNotFound, wrapped, when no entry
+// exists) or a transport error of either.
+func (c *Client) Heartbeat(ctx context.Context, hb api.WorkerHeartbeatSignal) (signalled bool, err error) {
+	err = c.LivenessHeartbeat(ctx, hb.WorkerID, hb.Incarnation, hb.Seq)
+	if !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrLivenessCancelled) {
+		return false, err
+	}
+	return true, c.WorkerHeartbeat(ctx, hb)
+}
+
 // WorkerHeartbeat signals worker-heartbeat.
 func (c *Client) WorkerHeartbeat(ctx context.Context, hb api.WorkerHeartbeatSignal) error {
 	return wrap("worker "+hb.WorkerID, c.C.SignalWorkflow(ctx, api.WorkerWorkflowID(hb.WorkerID), "", api.SignalWorkerHeartbeat, hb))
+}
+
+// ErrLivenessCancelled is returned by LivenessHeartbeat when the registry
+// entry cancelled the incarnation's liveness activity: another agent
+// registered the worker since (a newer incarnation), so this one should
+// find out whether it was taken over (WorkerHeartbeat and DescribeWorker).
+var ErrLivenessCancelled = errors.New("the registry entry cancelled this incarnation's liveness")
+
+// LivenessHeartbeat records one heartbeat of a worker incarnation on its
+// registry entry's liveness activity (api.LivenessActivityID), by ID: one
+// RPC that the Temporal server answers alone, with no workflow task and no
+// history event. seq goes into the activity's heartbeat details (shown by
+// `temporal workflow describe`). Errors: ErrNotFound when the entry holds
+// no started liveness activity for this incarnation (it is STALE or
+// OFFLINE, between two runs, not yet started by the control plane, taken
+// over, or predates liveness activities): send WorkerHeartbeat instead;
+// ErrLivenessCancelled; otherwise a transport error.
+func (c *Client) LivenessHeartbeat(ctx context.Context, workerID string, incarnation, seq int64) error {
+	err := c.C.RecordActivityHeartbeatByID(ctx, "", api.WorkerWorkflowID(workerID), "", api.LivenessActivityID(incarnation), seq)
+	var canceled *temporal.CanceledError
+	if errors.As(err, &canceled) {
+		return ErrLivenessCancelled
+	}
+	return wrap("worker "+workerID, err)
 }
 
 // DrainWorker stops new reservations on a worker.
@@ -193,7 +231,9 @@ func (c *Client) ListWorkers(ctx context.Context, state string) ([]api.WorkerVie
 }
 
 // Views asks each listed worker for its record, in order, as ListWorkers
-// does after its visibility list. Errors: ctx ended.
+// does after its visibility list; a worker whose heartbeats go to a
+// liveness activity gets its LastHeartbeatAt from Temporal's description
+// of that activity. Errors: ctx ended.
 func (c *Client) Views(ctx context.Context, states []WorkerState) ([]api.WorkerView, error) {
 	views := make([]api.WorkerView, 0, len(states))
 	unanswered := "" // after one query times out, do not wait on the rest
@@ -214,6 +254,13 @@ func (c *Client) Views(ctx context.Context, states []WorkerState) ([]api.WorkerV
 		if err != nil {
 			v = api.WorkerView{QueryError: err.Error()}
 			v.WorkerID, v.State = ws.WorkerID, ws.State
+		}
+		if v.LivenessActivity != "" {
+			// Heartbeats on the liveness activity are Temporal's to
+			// record, not the entry's: read the last one from there.
+			if e, derr := c.DescribeWorker(ctx, ws.WorkerID); derr == nil && e.LastHeartbeatAt.After(v.LastHeartbeatAt) {
+				v.LastHeartbeatAt = e.LastHeartbeatAt
+			}
 		}
 		views = append(views, v)
 	}
@@ -323,6 +370,10 @@ type WorkerEntry struct {
 	// it (heartbeats) are not being applied, e.g. no control plane polls
 	// its task queue.
 	Unprocessed time.Duration
+	// LastHeartbeatAt is when Temporal last recorded a heartbeat on the
+	// entry's pending liveness activity (api.LivenessActivityID) of
+	// Incarnation (zero when it holds none, or none was recorded yet).
+	LastHeartbeatAt time.Time
 }
 
 // DescribeWorker reads worker workerID's entry: its state (the
@@ -350,6 +401,14 @@ func (c *Client) DescribeWorker(ctx context.Context, workerID string) (WorkerEnt
 		}
 		if at != nil {
 			e.Unprocessed = max(0, time.Since(at.AsTime()))
+		}
+	}
+	if e.Profile != nil {
+		id := api.LivenessActivityID(e.Profile.Incarnation)
+		for _, a := range resp.GetPendingActivities() {
+			if a.GetActivityId() == id && a.GetLastHeartbeatTime() != nil {
+				e.LastHeartbeatAt = a.GetLastHeartbeatTime().AsTime()
+			}
 		}
 	}
 	return e, nil

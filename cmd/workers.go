@@ -170,9 +170,12 @@ func (a *app) newWorkersHeartbeatCommand() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "heartbeat [WORKER_ID]",
 		Short: "Send a worker heartbeat (once, or every --every until interrupted)",
-		Long: `Send worker-heartbeat signals for one incarnation. Without --incarnation the
-current one is used. A heartbeat of another incarnation, or for an OFFLINE
-worker, is ignored by the registry (register again instead).`,
+		Long: `Send worker heartbeats for one incarnation, as an agent does: to the worker's
+liveness activity while its registry entry holds one (Temporal records it;
+no signal), else as a worker-heartbeat signal, which brings a STALE worker
+back. Without --incarnation the current one is used. A heartbeat of another
+incarnation, or for an OFFLINE worker, is ignored by the registry (register
+again instead).`,
 		Example: `  wdc workers heartbeat --worker-id gpu-01
   wdc workers heartbeat --worker-id gpu-01 --every 5s`,
 		Args: cobra.MaximumNArgs(1),
@@ -194,7 +197,7 @@ worker, is ignored by the registry (register again instead).`,
 				}
 				for {
 					seq++
-					if err := wc.WorkerHeartbeat(ctx, api.WorkerHeartbeatSignal{WorkerID: workerID, Incarnation: incarnation, Seq: seq}); err != nil {
+					if _, err := wc.Heartbeat(ctx, api.WorkerHeartbeatSignal{WorkerID: workerID, Incarnation: incarnation, Seq: seq}); err != nil {
 						return err
 					}
 					v, err := wc.Worker(ctx, workerID)

@@ -232,6 +232,13 @@ type Worker struct {
 	RegisteredAt time.Time `json:"registered_at"`
 	// LastHeartbeatAt is the last accepted heartbeat (or registration).
 	LastHeartbeatAt time.Time `json:"last_heartbeat_at"`
+	// LivenessActivity is the ID of the activity (api.LivenessActivityID)
+	// whose heartbeats Temporal records for this worker while its entry
+	// keeps one pending; empty when the entry judges heartbeat signals
+	// itself. While it is set, LastHeartbeatAt, HeartbeatSeq and
+	// HeartbeatsAccepted count only heartbeat signals, and Temporal times
+	// the worker out after StaleAfter without a heartbeat.
+	LivenessActivity string `json:"liveness_activity,omitempty"`
 	// HeartbeatSeq is the highest accepted heartbeat sequence number.
 	HeartbeatSeq int64 `json:"heartbeat_seq"`
 	// HeartbeatsAccepted counts accepted heartbeats over the worker's life.
@@ -390,9 +397,12 @@ func (w *Worker) HeartbeatPeriod() time.Duration {
 // Fresh reports whether the worker's last heartbeat is at most
 // LateAfterHeartbeats heartbeat periods (HeartbeatPeriod) before now. A
 // worker that is not fresh is late: probably dead but not yet STALE.
-// A zero now judges every worker fresh.
+// A zero now judges every worker fresh, and so is a worker whose
+// heartbeats Temporal records (LivenessActivity): it is known to have
+// heartbeated within StaleAfter, or its entry is about to be told
+// otherwise.
 func (w *Worker) Fresh(now time.Time) bool {
-	if now.IsZero() {
+	if now.IsZero() || w.LivenessActivity != "" {
 		return true
 	}
 	return now.Sub(w.LastHeartbeatAt) <= LateAfterHeartbeats*w.HeartbeatPeriod()

@@ -3,7 +3,9 @@ package testsuite
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,7 +82,7 @@ func TestRegistryThroughTheCLI(t *testing.T) {
 	t.Logf("b went STALE %.1fs after its last heartbeat (stale-after 2s)", time.Since(silentSince).Seconds())
 	views = listWorkersJSON(t)
 	assert.Equal(t, fleet.Active, views[a].State, "a heartbeats and stays ACTIVE")
-	assert.Positive(t, views[a].HeartbeatsAccepted)
+	assert.WithinDuration(t, time.Now(), views[a].LastHeartbeatAt, 2*time.Second, "its last heartbeat, as Temporal recorded it on the liveness activity")
 	assert.Contains(t, listWorkersJSON(t, "--state", "STALE"), b)
 	assert.NotContains(t, listWorkersJSON(t, "--state", "STALE"), a)
 
@@ -109,7 +111,14 @@ func updateReserve(workerID, taskID string, fence int64, res resource.List) (api
 
 func historyLength(t *testing.T, wfID string) int {
 	t.Helper()
-	iter := suite.client.GetWorkflowHistory(context.Background(), wfID, "", false, 0)
+	return historyLengthIn(t, suite.client, wfID)
+}
+
+// historyLengthIn counts the events of a workflow's current run reached
+// through c.
+func historyLengthIn(t *testing.T, c client.Client, wfID string) int {
+	t.Helper()
+	iter := c.GetWorkflowHistory(context.Background(), wfID, "", false, 0)
 	n := 0
 	for iter.HasNext() {
 		_, err := iter.Next()
@@ -252,30 +261,72 @@ func TestListWorkersWithoutAControlPlane(t *testing.T) {
 	}
 }
 
-// A worker heartbeat is one signal; the heartbeater then reads the entry
-// as Temporal describes it (no control-plane query). When no control plane
-// processes the entry's messages any more, that shows: the heartbeats are
-// counted as unanswered.
-func TestHeartbeatsNoticeWhenNoControlPlaneProcessesThem(t *testing.T) {
+// A live worker's heartbeats are recorded by Temporal on its entry's
+// liveness activity: they add nothing to the entry's history and need no
+// control plane, so a control plane that is away for longer than the
+// offline window leaves a heartbeating worker ACTIVE. A worker whose
+// heartbeats stop goes STALE when the server times the activity out; a
+// heartbeat signal brings it back with a new liveness activity.
+func TestWorkerHeartbeatsCostTheEntryNoHistory(t *testing.T) {
 	c, err := client.Dial(client.Options{HostPort: suite.srv.FrontendHostPort(), Namespace: soakNamespace, Logger: quietLogger{}})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
+	wc := &wdcclient.Client{C: c}
 	cp := startControlPlane(t, c)
+	var sick atomic.Bool
 	h, err := worker.StartHeartbeater(context.Background(), c, worker.HeartbeaterOptions{
-		Registration: fleet.Registration{WorkerID: "describe-hb", Capacity: resource.List{CPUMillis: 1000}},
-		Interval:     500 * time.Millisecond,
+		Registration: fleet.Registration{WorkerID: "liveness-hb", Capacity: resource.List{CPUMillis: 1000}, StaleAfter: 2 * time.Second, OfflineAfter: 10 * time.Second},
+		Interval:     250 * time.Millisecond,
+		Healthy: func(context.Context) error {
+			if sick.Load() {
+				return errors.New("made sick by the test")
+			}
+			return nil
+		},
 	})
 	require.NoError(t, err)
 	t.Cleanup(h.Stop)
-	waitFor(t, 10*time.Second, "heartbeats delivered", func() bool { return h.Stats().Sent >= 4 })
-	assert.Zero(t, h.Stats().Unanswered, "a running control plane processes them")
-	e, err := (&wdcclient.Client{C: c}).DescribeWorker(context.Background(), "describe-hb")
+	waitFor(t, 10*time.Second, "heartbeats recorded on the liveness activity", func() bool { return h.Stats().ByActivity >= 4 })
+	wfID := api.WorkerWorkflowID("liveness-hb")
+	before := historyLengthIn(t, c, wfID)
+	by := h.Stats().ByActivity
+	waitFor(t, 10*time.Second, "12 more heartbeats", func() bool { return h.Stats().ByActivity >= by+12 })
+	assert.Equal(t, before, historyLengthIn(t, c, wfID), "heartbeats added no event to the entry's history")
+	e, err := wc.DescribeWorker(context.Background(), "liveness-hb")
 	require.NoError(t, err)
-	assert.Equal(t, fleet.Active, e.State)
-	require.NotNil(t, e.Profile)
-	assert.Equal(t, h.Incarnation(), e.Profile.Incarnation)
+	assert.WithinDuration(t, time.Now(), e.LastHeartbeatAt, 2*time.Second, "Temporal records the heartbeats")
 
+	// The control plane away for longer than the offline window.
 	cp.Stop()
-	waitFor(t, 20*time.Second, "unprocessed heartbeats noticed", func() bool { return h.Stats().Unanswered > 0 })
-	assert.Equal(t, int64(1), h.Stats().Registrations, "nothing re-registers while the control plane is away")
+	time.Sleep(12 * time.Second)
+	cp = startControlPlane(t, c)
+	waitFor(t, 10*time.Second, "the entry answers again", func() bool {
+		_, err := wc.Worker(context.Background(), "liveness-hb")
+		return err == nil
+	})
+	v, err := wc.Worker(context.Background(), "liveness-hb")
+	require.NoError(t, err)
+	assert.Equal(t, fleet.Active, v.State, "heartbeats kept it live while no control plane ran")
+	assert.Equal(t, int64(1), h.Stats().Registrations)
+
+	// Heartbeats stop: STALE within the stale window plus slack.
+	sick.Store(true)
+	quiet := time.Now()
+	waitFor(t, 6*time.Second, "STALE after the heartbeats stopped", func() bool {
+		v, err := wc.Worker(context.Background(), "liveness-hb")
+		return err == nil && v.State == fleet.Stale
+	})
+	t.Logf("STALE %.1fs after the last heartbeat (stale-after 2s)", time.Since(quiet).Seconds())
+	// and back: the heartbeat signal revives it, then Temporal holds its
+	// heartbeats again.
+	sick.Store(false)
+	by = h.Stats().ByActivity
+	waitFor(t, 10*time.Second, "ACTIVE again, heartbeats on a new liveness activity", func() bool {
+		v, err := wc.Worker(context.Background(), "liveness-hb")
+		return err == nil && v.State == fleet.Active && v.LivenessActivity != "" && h.Stats().ByActivity > by+2
+	})
+	assert.Equal(t, int64(1), h.Stats().Registrations, "revived, not registered again")
+	if *updateHistories {
+		writeHistoryFrom(t, c, wfID, "")
+	}
 }

@@ -37,7 +37,7 @@ type Heartbeater struct {
 	mu          sync.Mutex
 	incarnation int64
 
-	sent, failed, unanswered, registrations, skipped atomic.Int64
+	sent, byActivity, failed, unanswered, registrations, skipped atomic.Int64
 
 	stop   chan struct{}
 	done   chan struct{}
@@ -56,9 +56,8 @@ type HeartbeaterOptions struct {
 	// OnTakenOver is called once when another agent registered the same
 	// worker ID with a newer incarnation; the heartbeats have stopped then.
 	OnTakenOver func(error)
-	// Metrics receives api.MetricHeartbeatRoundTrip: each delivered
-	// heartbeat's signal plus the description of its registry entry (nil:
-	// not measured).
+	// Metrics receives api.MetricHeartbeatRoundTrip for each delivered
+	// heartbeat (nil: not measured).
 	Metrics client.MetricsHandler
 	// Healthy, when set, is asked before every heartbeat (bounded by the
 	// interval); while it returns an error no heartbeat is sent, so the
@@ -123,10 +122,14 @@ func (h *Heartbeater) Incarnation() int64 {
 
 // HeartbeaterStats counts what a Heartbeater did since it started.
 type HeartbeaterStats struct {
-	// Sent is heartbeat signals delivered to the registry.
+	// Sent is heartbeats delivered: recorded on the entry's liveness
+	// activity, or delivered as a signal.
 	Sent int64 `json:"sent"`
-	// Failed is heartbeat signals that were not delivered (retried after
-	// a quarter interval).
+	// ByActivity is the part of Sent that Temporal recorded on the
+	// entry's liveness activity, without a signal.
+	ByActivity int64 `json:"by_activity"`
+	// Failed is heartbeats that were not delivered (retried after a
+	// quarter interval).
 	Failed int64 `json:"failed"`
 	// Unanswered is delivered heartbeats after which the registry entry
 	// could not be described, or showed messages waiting unprocessed for
@@ -143,7 +146,7 @@ type HeartbeaterStats struct {
 
 // Stats returns the counters so far.
 func (h *Heartbeater) Stats() HeartbeaterStats {
-	return HeartbeaterStats{Sent: h.sent.Load(), Failed: h.failed.Load(), Unanswered: h.unanswered.Load(), Registrations: h.registrations.Load(), Withheld: h.skipped.Load()}
+	return HeartbeaterStats{Sent: h.sent.Load(), ByActivity: h.byActivity.Load(), Failed: h.failed.Load(), Unanswered: h.unanswered.Load(), Registrations: h.registrations.Load(), Withheld: h.skipped.Load()}
 }
 
 func (h *Heartbeater) register(ctx context.Context) error {
@@ -159,8 +162,11 @@ func (h *Heartbeater) register(ctx context.Context) error {
 	return nil
 }
 
-// loop sends worker heartbeats every interval, retrying an undelivered
-// one every interval/4 (so that a short network partition does not add up
+// loop sends worker heartbeats every interval: each one heartbeats the
+// registry entry's liveness activity by ID (Client.LivenessHeartbeat),
+// and only when the entry has none for this incarnation is it a heartbeat
+// signal followed by a description of the entry. It retries an
+// undelivered one every interval/4 (so that a short network partition does not add up
 // to the registry's stale-after window), and re-registers when the
 // registry lost this worker (OFFLINE, deregistered, or the workflow is
 // gone). When another agent registered the same worker ID (a newer
@@ -192,7 +198,23 @@ func (h *Heartbeater) loop() {
 		}
 		seq++
 		began := time.Now()
-		err := h.client.WorkerHeartbeat(ctx, api.WorkerHeartbeatSignal{WorkerID: h.WorkerID(), Incarnation: h.Incarnation(), Seq: seq})
+		signalled, err := h.client.Heartbeat(ctx, api.WorkerHeartbeatSignal{WorkerID: h.WorkerID(), Incarnation: h.Incarnation(), Seq: seq})
+		if err == nil && !signalled {
+			// Temporal recorded it on the entry's liveness activity:
+			// nothing else to send or check.
+			h.sent.Add(1)
+			h.byActivity.Add(1)
+			h.metrics.Timer(api.MetricHeartbeatRoundTrip).Record(time.Since(began))
+			h.afterBeat()
+			cancel()
+			tick.Reset(wait)
+			continue
+		}
+		// A heartbeat signal (the entry holds no liveness activity for
+		// this incarnation: it is STALE or OFFLINE, between runs,
+		// re-registered by another agent, or predates liveness
+		// activities), or none delivered: the entry's description says
+		// which.
 		switch {
 		case errors.Is(err, wdcclient.ErrNotFound):
 			h.failed.Add(1)
@@ -204,8 +226,7 @@ func (h *Heartbeater) loop() {
 		default:
 			h.sent.Add(1)
 			// The entry as Temporal describes it: no control-plane work,
-			// so a fleet's heartbeats cost the control plane one signal
-			// each and nothing more.
+			// so a heartbeat signal costs the control plane nothing more.
 			e, derr := h.client.DescribeWorker(ctx, h.WorkerID())
 			if derr == nil {
 				h.metrics.Timer(api.MetricHeartbeatRoundTrip).Record(time.Since(began))
@@ -235,11 +256,16 @@ func (h *Heartbeater) loop() {
 		if err != nil {
 			h.log.Warn("worker heartbeat", "error", err)
 		}
-		if h.running != nil {
-			h.metrics.Gauge(api.MetricAttemptsRunning).Update(float64(h.running()))
-		}
+		h.afterBeat()
 		cancel()
 		tick.Reset(wait)
+	}
+}
+
+// afterBeat samples the launcher's running attempts after a heartbeat.
+func (h *Heartbeater) afterBeat() {
+	if h.running != nil {
+		h.metrics.Gauge(api.MetricAttemptsRunning).Update(float64(h.running()))
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -17,9 +18,18 @@ import (
 // (UpdateWithStart) and never ends by itself: it continues as new when
 // Temporal suggests it, carrying the record.
 //
-// Liveness uses one timer per window: it fires at the next STALE/OFFLINE
-// boundary and is re-armed for the remainder when heartbeats moved the
-// boundary, so heartbeats add only their signal events to the history.
+// Liveness is judged by Temporal while the worker is ACTIVE or DRAINING:
+// the entry keeps one liveness activity pending (api.LivenessActivityID,
+// heartbeat timeout = the stale-after window; see
+// activities.Control.HoldLiveness) and the agent heartbeats it by ID, so
+// a heartbeat costs the server one RPC and the entry nothing: no signal,
+// workflow task or history event. When the server times the activity out
+// the worker is STALE. Heartbeat signals remain for what the activity
+// cannot do: bringing a STALE worker back, and the heartbeats of entries
+// that predate the activity (and histories recorded before it). Without
+// the activity, liveness uses one timer per window: it fires at the next
+// STALE/OFFLINE boundary and is re-armed for the remainder when
+// heartbeats moved the boundary.
 //
 // It ends only when deregistered, returning the final record (whose
 // incarnation a later entry of the same worker continues from).
@@ -73,6 +83,16 @@ type workerWorkflow struct {
 	// incarnation whose profile this run published.
 	profileMemo     bool
 	memoIncarnation int64
+
+	// livenessByActivity keeps a liveness activity pending while the
+	// worker is live (histories recorded before it did not); liveness is
+	// that activity (nil when none is pending), livenessCancel cancels it,
+	// and livenessHalted stops scheduling another after one ended in a
+	// way the entry did not expect, until the next heartbeat signal.
+	livenessByActivity bool
+	liveness           workflow.Future
+	livenessCancel     workflow.CancelFunc
+	livenessHalted     bool
 
 	heartbeatCh workflow.ReceiveChannel
 	releaseCh   workflow.ReceiveChannel
@@ -145,9 +165,14 @@ func (w *workerWorkflow) run(ctx workflow.Context) error {
 	w.reconcile = workflow.GetVersion(ctx, versionReservationCheck, workflow.DefaultVersion, 1) == 1
 	w.heartbeatsFirst = workflow.GetVersion(ctx, versionHeartbeatsBeforeLiveness, workflow.DefaultVersion, 1) == 1
 	w.profileMemo = workflow.GetVersion(ctx, versionProfileMemo, workflow.DefaultVersion, 1) == 1
+	w.livenessByActivity = workflow.GetVersion(ctx, versionLivenessActivity, workflow.DefaultVersion, 1) == 1
+	// A carried record may name the previous run's liveness activity,
+	// which ended with that run.
+	w.rec.LivenessActivity = ""
 	w.publish(ctx)
 	w.sendLost(ctx) // carried from the previous run
 	for {
+		w.armLiveness(ctx)
 		w.armTimer(ctx)
 		w.armReconcile(ctx)
 		sel := workflow.NewSelector(ctx)
@@ -169,6 +194,9 @@ func (w *workerWorkflow) run(ctx workflow.Context) error {
 		})
 		if w.timer != nil {
 			sel.AddFuture(w.timer, func(workflow.Future) { w.timer = nil })
+		}
+		if w.liveness != nil {
+			sel.AddFuture(w.liveness, func(f workflow.Future) { w.livenessEnded(ctx, f.Get(ctx, nil)) })
 		}
 		if w.reconcileTimer != nil {
 			sel.AddFuture(w.reconcileTimer, func(workflow.Future) {
@@ -286,11 +314,84 @@ const (
 	// versionHeartbeatsBeforeLiveness: buffered heartbeats are applied
 	// before the liveness windows are judged.
 	versionHeartbeatsBeforeLiveness = "heartbeats-before-liveness"
+	// versionLivenessActivity: a live worker's heartbeats go to a pending
+	// liveness activity that Temporal times out.
+	versionLivenessActivity = "liveness-activity"
 )
 
-// evaluate applies the liveness windows at the current workflow time.
+// LivenessActivityLifetime is the start-to-close timeout of a liveness
+// activity. One that lives this long (its worker heartbeated throughout)
+// is replaced by a new one; the timeout exists because Temporal requires
+// one.
+const LivenessActivityLifetime = 24 * time.Hour
+
+// armLiveness keeps one liveness activity pending for the current
+// incarnation while the worker is ACTIVE or DRAINING, and cancels it
+// otherwise (a new incarnation gets a new activity: the old agent's
+// heartbeats then find theirs cancelled).
+func (w *workerWorkflow) armLiveness(ctx workflow.Context) {
+	if !w.livenessByActivity || !w.registered {
+		return
+	}
+	id := api.LivenessActivityID(w.rec.Incarnation)
+	live := w.rec.State == fleet.Active || w.rec.State == fleet.Draining
+	if w.liveness != nil && live && w.rec.LivenessActivity == id {
+		return
+	}
+	if w.liveness != nil {
+		w.livenessCancel()
+		w.liveness = nil
+	}
+	w.rec.LivenessActivity = ""
+	if !live || w.livenessHalted {
+		return
+	}
+	actx, cancel := workflow.WithCancel(ctx)
+	actx = workflow.WithActivityOptions(actx, workflow.ActivityOptions{
+		TaskQueue:           api.ControlTaskQueue,
+		ActivityID:          id,
+		StartToCloseTimeout: LivenessActivityLifetime,
+		HeartbeatTimeout:    w.rec.StaleAfter,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+	})
+	w.liveness = workflow.ExecuteActivity(actx, controlActs.HoldLiveness, api.LivenessInput{WorkerID: w.id, Incarnation: w.rec.Incarnation})
+	w.livenessCancel = cancel
+	w.rec.LivenessActivity = id
+}
+
+// livenessEnded applies the end of the pending liveness activity. A
+// heartbeat timeout means Temporal saw no heartbeat for StaleAfter, so the
+// last one was that long ago: evaluate then marks the worker STALE. Its
+// lifetime running out means the worker heartbeated throughout (the
+// heartbeat timeout is shorter): a new activity replaces it. A
+// cancellation is the entry's own (it is cancelled). Anything else is
+// unexpected: liveness falls back to heartbeat signals and the timer,
+// from now, until the agent's next heartbeat signal.
+func (w *workerWorkflow) livenessEnded(ctx workflow.Context, err error) {
+	w.liveness = nil
+	w.rec.LivenessActivity = ""
+	now := workflow.Now(ctx)
+	var timeout *temporal.TimeoutError
+	switch {
+	case errors.As(err, &timeout) && timeout.TimeoutType() == enumspb.TIMEOUT_TYPE_HEARTBEAT:
+		if last := now.Add(-w.rec.StaleAfter); last.After(w.rec.LastHeartbeatAt) {
+			w.rec.LastHeartbeatAt = last
+		}
+	case errors.As(err, &timeout):
+		w.rec.LastHeartbeatAt = now
+	case temporal.IsCanceledError(err):
+		// The entry itself is being cancelled.
+	default:
+		workflow.GetLogger(ctx).Warn("liveness activity ended unexpectedly; judging heartbeat signals until the next one", "worker", w.id, "error", err)
+		w.rec.LastHeartbeatAt = now
+		w.livenessHalted = true
+	}
+}
+
+// evaluate applies the liveness windows at the current workflow time,
+// unless a liveness activity is pending: Temporal keeps those windows then.
 func (w *workerWorkflow) evaluate(ctx workflow.Context) {
-	if !w.registered {
+	if !w.registered || w.liveness != nil {
 		return
 	}
 	changed, lost := w.rec.Evaluate(workflow.Now(ctx))
@@ -306,7 +407,9 @@ func (w *workerWorkflow) onHeartbeat(ctx workflow.Context, hb api.WorkerHeartbea
 	}
 	if err := w.rec.Heartbeat(hb, workflow.Now(ctx)); err != nil {
 		workflow.GetLogger(ctx).Debug("heartbeat ignored", "worker", w.id, "error", err)
+		return
 	}
+	w.livenessHalted = false
 }
 
 func (w *workerWorkflow) noteLost(lost []fleet.Reservation, state string) {
@@ -337,12 +440,16 @@ func (w *workerWorkflow) sendLost(ctx workflow.Context) {
 // armTimer keeps exactly one timer for the next liveness boundary. It is
 // replaced only when the boundary moved earlier than the armed one (a
 // re-registration or a STALE worker's heartbeat); a later boundary is
-// handled when the armed timer fires.
+// handled when the armed timer fires. None is armed while a liveness
+// activity is pending.
 func (w *workerWorkflow) armTimer(ctx workflow.Context) {
 	if !w.registered {
 		return
 	}
 	deadline := w.rec.NextDeadline()
+	if w.liveness != nil {
+		deadline = time.Time{}
+	}
 	if deadline.IsZero() {
 		if w.timer != nil {
 			w.timerCancel()

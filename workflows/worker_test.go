@@ -32,12 +32,21 @@ func (s *workerSuite) SetupTest() {
 	s.env = s.NewTestWorkflowEnvironment()
 	s.env.SetTestTimeout(20 * time.Second)
 	s.env.RegisterWorkflowWithOptions(WdcWorker, workflow.RegisterOptions{Name: api.WorkerWorkflowType})
+	bySignals(s.env)
 	s.lost = nil
 	s.env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, api.SignalWorkerLost, mock.Anything).
 		Return(func(ns, wfID, runID, name string, arg any) error {
 			s.lost = append(s.lost, arg.(api.WorkerLostSignal))
 			return nil
 		})
+}
+
+// bySignals pins a registry entry to the liveness of entries that predate
+// liveness activities: heartbeat signals judged by the entry's own timer.
+// The tests that use it are about that path (still taken by a STALE
+// worker's heartbeats and by every history recorded before it).
+func bySignals(env *testsuite.TestWorkflowEnvironment) {
+	env.OnGetVersion(versionLivenessActivity, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
 }
 
 func testRegistration(id string) fleet.Registration {
@@ -250,6 +259,7 @@ func TestWorkerContinueAsNewKeepsPendingHeartbeats(t *testing.T) {
 	var ts testsuite.WorkflowTestSuite
 	env := ts.NewTestWorkflowEnvironment()
 	env.RegisterWorkflowWithOptions(WdcWorker, workflow.RegisterOptions{Name: api.WorkerWorkflowType})
+	bySignals(env)
 	start := time.Unix(1000, 0).UTC()
 	rec := fleet.Worker{}
 	rec.Register(testRegistration("w1"), start)
