@@ -130,7 +130,7 @@ func (c *Control) selectWorker(ctx context.Context, in api.SelectWorkerInput, pr
 	newerThan := began.Add(-FleetViewMaxAge)
 	relisted := false
 	for rounds := 0; ; {
-		states, fetched, err := c.fleet.get(ctx, wc, newerThan)
+		states, fetched, err := c.fleet.get(ctx, wc, newerThan, !relisted)
 		if err != nil {
 			return api.SelectWorkerResult{}, err
 		}

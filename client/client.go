@@ -288,6 +288,13 @@ func (c *Client) WorkerStates(ctx context.Context) ([]WorkerState, error) {
 	return c.workerStates(ctx, WorkersQuery(""))
 }
 
+// WorkerStatesIn lists the running registry entries whose visibility state
+// is state, as WorkerStates does; a watch for a few states of a large
+// fleet reads only those.
+func (c *Client) WorkerStatesIn(ctx context.Context, state fleet.State) ([]WorkerState, error) {
+	return c.workerStates(ctx, WorkersQuery(string(state)))
+}
+
 func (c *Client) workerStates(ctx context.Context, query string) ([]WorkerState, error) {
 	var out []WorkerState
 	var token []byte

@@ -342,9 +342,15 @@ func (b *bench) watchStale(ctx context.Context, watched []string, seen map[strin
 		want[id] = true
 	}
 	for {
-		if states, err := b.wc.WorkerStates(ctx); err == nil {
+		// Only the STALE and OFFLINE entries are listed: listing the whole
+		// fleet every second would load the control plane being measured.
+		for _, state := range []fleet.State{fleet.Stale, fleet.Offline} {
+			states, err := b.wc.WorkerStatesIn(ctx, state)
+			if err != nil {
+				continue
+			}
 			for _, s := range states {
-				if want[s.WorkerID] && (s.State == fleet.Stale || s.State == fleet.Offline) {
+				if want[s.WorkerID] {
 					if !seen[s.WorkerID] {
 						b.say("selection: %s is %s in visibility although it heartbeats", s.WorkerID, s.State)
 					}
