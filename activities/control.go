@@ -90,6 +90,15 @@ func (c *Control) SelectWorker(ctx context.Context, in api.SelectWorkerInput) (a
 	}
 	earlier := append([]string(nil), progress.Tried...)
 	res, err := c.selectWorker(ctx, in, &progress)
+	if err != nil && activity.GetInfo(ctx).IsLocalActivity {
+		// A local activity has no heartbeat details to tell its retry
+		// what it tried: release it all now (a crash before this is left
+		// to the registry's reservation check).
+		for _, id := range progress.Tried {
+			c.release(ctx, id, in)
+		}
+		return res, err
+	}
 	if err != nil {
 		return res, err // the retry releases what this attempt tried
 	}
@@ -311,7 +320,36 @@ func (c *Control) Ingest(ctx context.Context, in api.IngestInput) (api.IngestRes
 		activity.GetLogger(ctx).Warn("remove staging", "error", err)
 	}
 	countIngested(ctx, arts, logs)
+	if in.Report != nil {
+		c.handOn(ctx, in, arts, logs)
+	}
 	return api.IngestResult{Artifacts: arts, Logs: logs}, nil
+}
+
+// handOn sends what a generation-2 task leaves to its ingest once the
+// result is stored: the release of the holder's reservation and the
+// task-ended report (with the result's reference) to the run. Both are
+// best effort and never fail the ingest, which cannot be repeated once
+// the staging is gone: each is tried for at most releaseTimeout, and a
+// message that does not arrive has its backstop — the registry's
+// reservation check releases a reservation whose task ended, and the run
+// watches its child's completion (or reconciles tasks it cannot watch).
+func (c *Control) handOn(ctx context.Context, in api.IngestInput, arts, logs []api.Artifact) {
+	log := activity.GetLogger(ctx)
+	c.release(ctx, in.WorkerID, api.SelectWorkerInput{TaskID: in.TaskID, Fence: in.Fence})
+	res := in.Report.Result
+	res.Artifacts, res.Logs = arts, logs
+	ref, err := api.ResultRefOf(res)
+	if err != nil {
+		log.Error("result reference", "task", in.TaskID, "error", err)
+		return
+	}
+	report := api.TaskEndedSignal{TaskID: in.TaskID, RunID: res.RunID, State: api.TaskCompleted, Attempts: in.Report.Attempts, Ref: &ref}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	if err := c.Client.SignalWorkflow(rctx, api.RunWorkflowID(res.RunID), "", api.SignalTaskEnded, report); err != nil {
+		log.Warn("could not report to run", "run", res.RunID, "task", in.TaskID, "error", err)
+	}
 }
 
 // promoteAll re-hashes each staged object under prefix into the blob store.

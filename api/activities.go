@@ -67,6 +67,21 @@ type IngestInput struct {
 	Artifacts []Artifact `json:"artifacts"`
 	// Logs are staged in the attempt's log staging dir.
 	Logs []Artifact `json:"logs,omitempty"`
+	// Report, when set (tasks of generation 2), has the ingest hand the
+	// accepted result on once it is in the store, so the task's own
+	// history records neither message: the release of the worker's
+	// reservation (Claim's worker and fence) and the task-ended report to
+	// the run.
+	Report *IngestReport `json:"report,omitempty"`
+}
+
+// IngestReport is what an Ingest with IngestInput.Report sends on.
+type IngestReport struct {
+	// Result is the accepted result without its artifacts and logs (the
+	// ingest fills them in with what it stored).
+	Result TaskResult `json:"result"`
+	// Attempts is the task's attempt count for the report.
+	Attempts int64 `json:"attempts"`
 }
 
 // IngestResult lists the artifacts and logs now in the blob store.

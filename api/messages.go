@@ -229,7 +229,13 @@ type TaskInput struct {
 // marker for them (two events fewer on a single attempt), nor the first
 // search-attribute upsert, which repeated what its parent set at its
 // start. A task of generation 0 asks GetVersion, as its history recorded.
-const TaskGeneration = 1
+//
+// A task of generation 2 also selects its worker in the workflow task that
+// asks (a local activity), ingests a result of at most
+// workflows.LocalIngestMaxBytes in the workflow task that accepted it, and
+// leaves the reservation's release and its report to the run to the
+// ingest activity: a single-attempt task then takes three workflow tasks.
+const TaskGeneration = 2
 
 // TaskCarry is the task state continue-as-new carries forward, so attempt
 // and fence keep growing and the lease history is kept.

@@ -406,15 +406,29 @@ func TestProgramFailureIsAResultWithLogs(t *testing.T) {
 	staged, err := suite.blobs.List(context.Background(), blobstore.TaskStagingPrefix("logs-task"))
 	require.NoError(t, err)
 	assert.Empty(t, staged, "nothing is left staged")
-	// A task of api.TaskGeneration: no version marker, no cleanup
-	// activity (select, launch and ingest only), and no upsert repeating
-	// the attributes its run started it with.
+	// A task of api.TaskGeneration (2): selection and the ingest of a
+	// small result are local activities (one marker each), the launch is
+	// the one activity, the reservation's release and the report to the
+	// run leave from the ingest, and there are two upserts (LEASED,
+	// COMPLETED) and no version marker: at most 22 events in all (twice a
+	// bare Temporal workflow running one activity).
 	wf := api.TaskWorkflowID("logs-task")
-	assert.Zero(t, countEvents(t, wf, enumspb.EVENT_TYPE_MARKER_RECORDED), "no version markers")
-	assert.Equal(t, 3, countEvents(t, wf, enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED), "select, launch, ingest")
-	assert.LessOrEqual(t, countEvents(t, wf, enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES), 5)
+	assert.Equal(t, 2, countEvents(t, wf, enumspb.EVENT_TYPE_MARKER_RECORDED), "select and ingest")
+	assert.Equal(t, 1, countEvents(t, wf, enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED), "launch")
+	assert.Zero(t, countEvents(t, wf, enumspb.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED), "release and report leave from the ingest")
+	assert.LessOrEqual(t, countEvents(t, wf, enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES), 2)
+	assert.LessOrEqual(t, historyLength(t, wf), 22)
+	v, err := suite.wdc.Run(context.Background(), "logs-run")
+	require.NoError(t, err)
+	require.Len(t, v.Tasks, 1)
+	assert.Equal(t, api.TaskCompleted, v.Tasks[0].State, "the run has the task's report")
+	assert.Equal(t, int64(1), v.WorkerResultEvents)
+	waitFor(t, 10*time.Second, "the reservation released", func() bool {
+		w, err := suite.wdc.Worker(context.Background(), "logs-a")
+		return err == nil && len(w.Reservations) == 0
+	})
 	if *updateHistories {
-		writeHistory(t, wf) // one attempt, generation 1
+		writeHistory(t, wf) // one attempt, generation 2
 	}
 }
 

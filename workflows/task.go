@@ -305,7 +305,18 @@ func (t *taskWorkflow) selectAndGrant(ctx workflow.Context) error {
 		in.AvoidWorker = cur.WorkerID
 	}
 	var res api.SelectWorkerResult
-	err := workflow.ExecuteActivity(actx, controlActs.SelectWorker, in).Get(ctx, &res)
+	var err error
+	if t.gen >= 2 {
+		// In the workflow task that asks for it: a marker in the history
+		// instead of three activity events and a workflow task.
+		lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+			StartToCloseTimeout: 30 * time.Second,
+			RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 10 * time.Second, MaximumAttempts: 5},
+		})
+		err = workflow.ExecuteLocalActivity(lctx, controlActs.SelectWorker, in).Get(ctx, &res)
+	} else {
+		err = workflow.ExecuteActivity(actx, controlActs.SelectWorker, in).Get(ctx, &res)
+	}
 	if err == nil && res.WorkerID != "" && t.carry.Cancelled &&
 		t.changed(ctx, versionNoGrantAfterCancel) {
 		// Cancelled while the worker was being reserved: hand the
@@ -647,8 +658,8 @@ func pending(fs []workflow.Future) []workflow.Future {
 // changed reports whether this execution has behaviour change id. A task
 // of generation 1 or later (api.TaskGeneration) has every change below
 // from its start and records no version marker; an older one asks
-// workflow.GetVersion, as its history recorded. A change made after
-// generation 1 is gated with GetVersion alone.
+// workflow.GetVersion, as its history recorded. Generation 2's changes
+// are gated on the generation alone (t.gen >= 2, see api.TaskGeneration).
 func (t *taskWorkflow) changed(ctx workflow.Context, id string) bool {
 	if t.gen >= 1 {
 		return true
@@ -752,6 +763,10 @@ func (t *taskWorkflow) submitResult(ctx workflow.Context, in api.SubmitResultInp
 // On success the lease completes; on failure the result is abandoned and
 // the lease stays ACTIVE. Either way the submission gets its answer.
 func (t *taskWorkflow) ingest(ctx workflow.Context) {
+	if t.gen >= 2 {
+		t.ingestAndHandOn(ctx)
+		return
+	}
 	sub := t.sub
 	t.stopTimer()
 	t.setState(ctx, api.TaskIngesting)
@@ -766,6 +781,71 @@ func (t *taskWorkflow) ingest(ctx workflow.Context) {
 		})
 		err = workflow.ExecuteActivity(actx, controlActs.Ingest, api.IngestInput{Claim: sub.in.Claim, Artifacts: sub.in.Artifacts, Logs: sub.in.Logs}).Get(ctx, &ingested)
 	}
+	t.ingested(ctx, sub, ingested, err, true)
+}
+
+// LocalIngestMaxBytes is the most a result's artifacts and logs may hold
+// together for a generation-2 task to ingest them in the workflow task
+// that accepted the result (a local activity: a marker in the history,
+// and no workflow task of its own). Larger results are ingested by an
+// activity that heartbeats by bytes.
+const LocalIngestMaxBytes = 8 << 20
+
+// ingestAndHandOn is the Ingesting phase of a generation-2 task. The
+// ingest always runs (it is what hands the result on): the release of
+// the reservation and the task-ended report go from the ingest activity
+// once the result is stored, not from this workflow. A small result is
+// ingested by a local activity in the workflow task that accepted it; the
+// lease timer is left to the workflow's end (a result pending is never
+// expired), so a single-attempt task ends in that same workflow task.
+func (t *taskWorkflow) ingestAndHandOn(ctx workflow.Context) {
+	sub := t.sub
+	in := sub.in
+	var size int64
+	for _, a := range append(append([]api.Artifact(nil), in.Artifacts...), in.Logs...) {
+		size += a.SizeBytes
+	}
+	report := &api.IngestReport{Result: t.resultOf(in, api.IngestResult{}), Attempts: t.ledger.Attempt}
+	input := api.IngestInput{Claim: in.Claim, Artifacts: in.Artifacts, Logs: in.Logs, Report: report}
+	var ingested api.IngestResult
+	var err error
+	t.state = api.TaskIngesting
+	if size <= LocalIngestMaxBytes {
+		lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+			StartToCloseTimeout: time.Minute,
+			RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5},
+		})
+		err = workflow.ExecuteLocalActivity(lctx, controlActs.Ingest, input).Get(ctx, &ingested)
+	} else {
+		t.publish(ctx)
+		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			TaskQueue:           api.ControlTaskQueue,
+			StartToCloseTimeout: 10 * time.Minute,
+			HeartbeatTimeout:    time.Minute,
+			RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5},
+		})
+		err = workflow.ExecuteActivity(actx, controlActs.Ingest, input).Get(ctx, &ingested)
+	}
+	t.ingested(ctx, sub, ingested, err, false)
+}
+
+// resultOf is the accepted result of submission in with what the ingest
+// stored.
+func (t *taskWorkflow) resultOf(in api.SubmitResultInput, ingested api.IngestResult) api.TaskResult {
+	return api.TaskResult{
+		TaskID: in.TaskID, RunID: t.env.RunID, WorkerID: in.WorkerID,
+		Attempt: in.Attempt, Fence: in.Fence, EnvelopeDigest: in.EnvelopeDigest,
+		ExitCode: in.ExitCode, TimedOut: in.TimedOut, OutputError: in.OutputError, Artifacts: ingested.Artifacts, Logs: ingested.Logs,
+		StartedAt: in.StartedAt, FinishedAt: in.FinishedAt,
+	}
+}
+
+// ingested decides the submission from the ingest's outcome: on success
+// the lease completes and the result is the task's (release: this
+// workflow sends the reservation's release itself, as tasks before
+// generation 2 do); on failure the result is abandoned and the lease
+// stays ACTIVE. Either way the submission gets its answer.
+func (t *taskWorkflow) ingested(ctx workflow.Context, sub *submission, ingested api.IngestResult, err error, release bool) {
 	now := workflow.Now(ctx)
 	t.sub = nil
 	sub.done = true
@@ -781,14 +861,10 @@ func (t *taskWorkflow) ingest(ctx workflow.Context) {
 		return
 	}
 	in := sub.in
-	t.result = &api.TaskResult{
-		TaskID: in.TaskID, RunID: t.env.RunID, WorkerID: in.WorkerID,
-		Attempt: in.Attempt, Fence: in.Fence, EnvelopeDigest: in.EnvelopeDigest,
-		ExitCode: in.ExitCode, TimedOut: in.TimedOut, OutputError: in.OutputError, Artifacts: ingested.Artifacts, Logs: ingested.Logs,
-		StartedAt: in.StartedAt, FinishedAt: in.FinishedAt,
-	}
+	res := t.resultOf(in, ingested)
+	t.result = &res
 	sub.result = t.result
-	if cur := t.ledger.Current(); cur != nil {
+	if cur := t.ledger.Current(); cur != nil && release {
 		t.release(ctx, *cur)
 	}
 	workflow.GetLogger(ctx).Info("result accepted", "task", t.env.TaskID, "worker", in.WorkerID, "attempt", in.Attempt, "fence", in.Fence, "exit_code", in.ExitCode)
@@ -857,7 +933,12 @@ func (t *taskWorkflow) sleep(ctx workflow.Context, d time.Duration) {
 // task fewer on the common path); every other ending cleans up, so
 // refused and abandoned attempts leave nothing behind.
 func (t *taskWorkflow) finish(ctx workflow.Context, state api.TaskState) (api.TaskOutcome, error) {
-	t.stopTimer()
+	// A generation-2 task's ingest reported a completion to the run (and
+	// its lease timer, if any, ends with the workflow).
+	reported := t.gen >= 2 && state == api.TaskCompleted
+	if !reported {
+		t.stopTimer()
+	}
 	t.waiting = ""
 	t.setState(ctx, state)
 	clean := true
@@ -879,9 +960,11 @@ func (t *taskWorkflow) finish(ctx workflow.Context, state api.TaskState) (api.Ta
 			report.Result, report.Ref = nil, &ref
 		}
 	}
-	err := workflow.SignalExternalWorkflow(ctx, api.RunWorkflowID(t.env.RunID), "", api.SignalTaskEnded, report).Get(ctx, nil)
-	if err != nil {
-		workflow.GetLogger(ctx).Warn("could not report to run", "run", t.env.RunID, "error", err)
+	if !reported {
+		err := workflow.SignalExternalWorkflow(ctx, api.RunWorkflowID(t.env.RunID), "", api.SignalTaskEnded, report).Get(ctx, nil)
+		if err != nil {
+			workflow.GetLogger(ctx).Warn("could not report to run", "run", t.env.RunID, "error", err)
+		}
 	}
 	awaitReleases := t.changed(ctx, versionAwaitReleases)
 	if err := workflow.Await(ctx, func() bool {

@@ -649,7 +649,8 @@ const submitTimeout = 10 * time.Minute
 // whole interval later.
 const HeartbeatRetryDivisor = 4
 
-// heartbeatLoop renews the lease every interval until ctx ends, and calls
+// heartbeatLoop renews the lease every interval (counted from the last
+// accepted heartbeat, or the grant) until ctx ends, and calls
 // onLost (once, then returns) when the lease is no longer this attempt's
 // (fenced: the task has ended, so its heartbeat signal finds no workflow,
 // or — with Options.LeaseCheckInterval — the lease query fails the fence
@@ -676,7 +677,10 @@ func (e *Execution) heartbeatLoop(ctx context.Context, notBefore time.Time, onLo
 	interval := e.opts.Attempt.HeartbeatInterval
 	ttl := e.opts.Attempt.Lease.TTL
 	retry := interval / HeartbeatRetryDivisor
-	next := time.Now()
+	// The next beat is due an interval after the last accepted one (or
+	// the lease's grant), not at once: an attempt that ends within its
+	// first interval sends no heartbeat at all.
+	next := e.lastAccepted.Add(interval)
 	var failingSince time.Time // zero while heartbeats get through
 	var lastErr error
 	var lastCheck time.Time

@@ -239,7 +239,19 @@ func TestRunsWithOnlyTheEnvelopeEnvironment(t *testing.T) {
 	ok, err := f.blobs.Exists(context.Background(), blobstore.StagingPrefix("t1", 1, 1)+"copy.csv")
 	require.NoError(t, err)
 	assert.True(t, ok, "outputs are staged for ingest")
-	assert.NotEmpty(t, f.ctl.heartbeats, "heartbeats were sent")
+}
+
+// The first heartbeat is due an interval after the grant, so an attempt
+// that ends within its first interval costs its task no heartbeat.
+func TestAShortAttemptSendsNoHeartbeat(t *testing.T) {
+	f := newFixture(t, `true`, nil)
+	ex := f.start(func(o *Options) { o.Attempt.HeartbeatInterval = 2 * time.Second })
+	rep := f.wait(ex)
+	assert.Equal(t, OutcomeAccepted, rep.Outcome, "%+v", rep)
+	f.ctl.mu.Lock()
+	defer f.ctl.mu.Unlock()
+	assert.Empty(t, f.ctl.heartbeats)
+	require.Len(t, f.ctl.submitted, 1)
 }
 
 func TestNonZeroExitIsAResult(t *testing.T) {
@@ -563,7 +575,7 @@ func TestSelfFenceCountsFromTheSendTime(t *testing.T) {
 	f.ctl.lease.TTL = ttl
 	f.ctl.replyDelay = 400 * time.Millisecond // within a try (interval/4 = 500 ms)
 	ex := f.start(func(o *Options) { o.Attempt.HeartbeatInterval = 2 * time.Second })
-	time.Sleep(2500 * time.Millisecond) // two heartbeats accepted
+	time.Sleep(4700 * time.Millisecond) // two heartbeats accepted (at 2 s and 4 s)
 	f.ctl.set(func(c *fakeControl) { c.hang = true })
 	rep := f.wait(ex)
 	assert.Equal(t, OutcomeSelfFenced, rep.Outcome, "%+v", rep)
