@@ -75,6 +75,11 @@ type selectProgress struct {
 // releases (task, fence) on each worker an earlier attempt tried except
 // the one it reserves on (Worker.Reserve is idempotent per task and fence,
 // so reserving again where an earlier attempt succeeded is harmless).
+// Run as a local activity (tasks of generation 2) it has no heartbeat
+// details, so an attempt that fails releases (task, fence) on every
+// worker it sent a reserve to before it returns; only a control plane
+// that dies mid-selection can leave one held, until the registry's
+// reservation check releases it.
 //
 // When no worker can take the task it returns a result with an empty
 // WorkerID and Waiting saying why (not an error: waiting is normal). Errors
@@ -137,9 +142,16 @@ func (c *Control) selectWorker(ctx context.Context, in api.SelectWorkerInput, pr
 	asked := map[string]bool{}
 	var probed []fleet.Ineligible // why asked workers were passed over
 	newerThan := began.Add(-FleetViewMaxAge)
+	retry := len(place.Avoid) > 0
+	if retry {
+		// A retry moves away from the worker that lost the lease, to
+		// workers that may have registered only since: it waits for a
+		// list begun after it.
+		newerThan = began
+	}
 	relisted := false
 	for rounds := 0; ; {
-		states, fetched, err := c.fleet.get(ctx, wc, newerThan, !relisted)
+		states, fetched, err := c.fleet.get(ctx, wc, newerThan, !relisted && !retry)
 		if err != nil {
 			return api.SelectWorkerResult{}, err
 		}

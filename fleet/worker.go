@@ -230,7 +230,9 @@ type Worker struct {
 	HeartbeatInterval time.Duration `json:"heartbeat_interval,omitempty"`
 
 	RegisteredAt time.Time `json:"registered_at"`
-	// LastHeartbeatAt is the last accepted heartbeat (or registration).
+	// LastHeartbeatAt is the last accepted heartbeat signal (or
+	// registration); while LivenessActivity is set, the heartbeats go to
+	// Temporal instead (client.Client.Views reads the last one from there).
 	LastHeartbeatAt time.Time `json:"last_heartbeat_at"`
 	// LivenessActivity is the ID of the activity (api.LivenessActivityID)
 	// whose heartbeats Temporal records for this worker while its entry

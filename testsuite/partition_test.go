@@ -67,8 +67,8 @@ func TestShortPartitionsCostNoLease(t *testing.T) {
 		// worker's own heartbeat has also got through (back-to-back cuts
 		// would be one long partition, in which going STALE is right).
 		waitFor(t, ttl, "a worker heartbeat after the heal", func() bool {
-			w, err := suite.wdc.Worker(context.Background(), "partition-short-a")
-			return err == nil && w.LastHeartbeatAt.After(healed)
+			e, err := suite.wdc.DescribeWorker(context.Background(), "partition-short-a")
+			return err == nil && e.LastHeartbeatAt.After(healed)
 		})
 		require.Equal(t, lease.Active, after.State, "cut %d: the lease ended: %s", i+1, after.EndReason)
 		require.Equal(t, int64(1), after.Fence)
