@@ -37,6 +37,11 @@ type Control struct {
 // it is sent even when the activity's own context has ended.
 const releaseTimeout = 5 * time.Second
 
+// localReleaseMargin is how long before its deadline a local SelectWorker
+// stops selecting, so that its releases (concurrent, each within
+// releaseTimeout) are done before the SDK retries it.
+const localReleaseMargin = releaseTimeout + 2*time.Second
+
 // selectProgress is SelectWorker's activity heartbeat details: every worker
 // a reserve for (TaskID, Fence) was sent to, in order. A reserve whose
 // answer was lost (a timeout, a crash, an activity retry) may still have
@@ -77,9 +82,13 @@ type selectProgress struct {
 // so reserving again where an earlier attempt succeeded is harmless).
 // Run as a local activity (tasks of generation 2) it has no heartbeat
 // details, so an attempt that fails releases (task, fence) on every
-// worker it sent a reserve to before it returns; only a control plane
-// that dies mid-selection can leave one held, until the registry's
-// reservation check releases it.
+// worker it sent a reserve to before it returns, and stops selecting early
+// enough (localReleaseMargin) for the releases to be done before the SDK
+// retries it. What it cannot release — a control plane that dies
+// mid-selection, or a workflow task that fails after the selection and
+// runs it again, leaving the first one's reservation unclaimed — the
+// registry's reservation check releases (a reservation never confirmed by
+// a grant).
 //
 // When no worker can take the task it returns a result with an empty
 // WorkerID and Waiting saying why (not an error: waiting is normal). Errors
@@ -94,14 +103,28 @@ func (c *Control) SelectWorker(ctx context.Context, in api.SelectWorkerInput) (a
 		}
 	}
 	earlier := append([]string(nil), progress.Tried...)
-	res, err := c.selectWorker(ctx, in, &progress)
-	if err != nil && activity.GetInfo(ctx).IsLocalActivity {
+	info := activity.GetInfo(ctx)
+	sctx := ctx
+	if info.IsLocalActivity && !info.Deadline.IsZero() {
+		// The releases below must be done before the local activity's
+		// deadline, when the SDK starts the retry, which may reserve the
+		// same (task, fence) on one of these workers.
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithDeadline(ctx, info.Deadline.Add(-localReleaseMargin))
+		defer cancel()
+	}
+	res, err := c.selectWorker(sctx, in, &progress)
+	if err != nil && info.IsLocalActivity {
 		// A local activity has no heartbeat details to tell its retry
-		// what it tried: release it all now (a crash before this is left
-		// to the registry's reservation check).
+		// what it tried: release it all now, concurrently, each within
+		// releaseTimeout (a crash before this is left to the registry's
+		// reservation check).
+		var wg sync.WaitGroup
 		for _, id := range progress.Tried {
-			c.release(ctx, id, in)
+			wg.Add(1)
+			go func() { defer wg.Done(); c.release(ctx, id, in) }()
 		}
+		wg.Wait()
 		return res, err
 	}
 	if err != nil {
@@ -146,8 +169,9 @@ func (c *Control) selectWorker(ctx context.Context, in api.SelectWorkerInput, pr
 	if retry {
 		// A retry moves away from the worker that lost the lease, to
 		// workers that may have registered only since: it waits for a
-		// list begun after it.
-		newerThan = began
+		// list at most RetryFleetViewMaxAge old (shared, like any list,
+		// by the selections that need one).
+		newerThan = began.Add(-RetryFleetViewMaxAge)
 	}
 	relisted := false
 	for rounds := 0; ; {
@@ -208,6 +232,13 @@ func (c *Control) tryWorkers(ctx context.Context, wc *wdcclient.Client, drawn []
 			qctx, cancel := context.WithTimeout(ctx, workerQueryTimeout)
 			defer cancel()
 			views[i], errs[i] = wc.Worker(qctx, id)
+			if errs[i] == nil && views[i].LivenessActivity != "" {
+				// Its heartbeats are Temporal's to record: the last one
+				// says whether it is late (fleet.Worker.Fresh).
+				if e, err := wc.DescribeWorker(qctx, id); err == nil && e.LastHeartbeatAt.After(views[i].LastHeartbeatAt) {
+					views[i].LastHeartbeatAt = e.LastHeartbeatAt
+				}
+			}
 		}()
 	}
 	wg.Wait()
@@ -320,6 +351,18 @@ func WaitingMessage(active int, passed []fleet.Ineligible) string {
 // verify may stay: they are valid content).
 func (c *Control) Ingest(ctx context.Context, in api.IngestInput) (api.IngestResult, error) {
 	defer observeSince(ctx, api.MetricIngest, time.Now())
+	if done, err := c.alreadyIngested(ctx, in); err != nil {
+		return api.IngestResult{}, err
+	} else if done {
+		// A repeat of an ingest that finished (its completion, or the
+		// workflow task that recorded a local ingest, was lost): the
+		// result is in the store already, and the hand-on is idempotent.
+		activity.GetLogger(ctx).Info("ingest already done", "task", in.TaskID, "attempt", in.Attempt, "fence", in.Fence)
+		if in.Report != nil {
+			c.handOn(ctx, in, in.Artifacts, in.Logs)
+		}
+		return api.IngestResult{Artifacts: in.Artifacts, Logs: in.Logs}, nil
+	}
 	arts, err := c.promoteAll(ctx, blobstore.StagingPrefix(in.TaskID, in.Attempt, in.Fence), in.Artifacts)
 	if err != nil {
 		return api.IngestResult{}, err
@@ -336,6 +379,30 @@ func (c *Control) Ingest(ctx context.Context, in api.IngestInput) (api.IngestRes
 		c.handOn(ctx, in, arts, logs)
 	}
 	return api.IngestResult{Artifacts: arts, Logs: logs}, nil
+}
+
+// alreadyIngested reports whether an ingest of in finished before: the
+// attempt's staging is gone and every artifact and log it names is in the
+// store under its digest (the store is content-addressed). A result with
+// nothing to ingest is never "already" ingested. Errors: the store's.
+func (c *Control) alreadyIngested(ctx context.Context, in api.IngestInput) (bool, error) {
+	files := append(append([]api.Artifact(nil), in.Artifacts...), in.Logs...)
+	if len(files) == 0 {
+		return false, nil
+	}
+	for _, prefix := range []string{blobstore.StagingPrefix(in.TaskID, in.Attempt, in.Fence), blobstore.LogStagingPrefix(in.TaskID, in.Attempt, in.Fence)} {
+		keys, err := c.Blobs.List(ctx, prefix)
+		if err != nil || len(keys) > 0 {
+			return false, err
+		}
+	}
+	for _, f := range files {
+		ok, err := c.Blobs.Has(ctx, f.Digest)
+		if err != nil || !ok {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // handOn sends what a generation-2 task leaves to its ingest once the

@@ -55,6 +55,31 @@ func TestIngestPromotesVerifiedArtifactsAndCleansStaging(t *testing.T) {
 	assert.Empty(t, keys, "the attempt's staging is removed")
 }
 
+// An ingest repeated after it finished (its completion, or the workflow
+// task that recorded a local ingest, was lost) finds the staging gone and
+// every file in the store: it succeeds with the same result instead of
+// failing on missing staging.
+func TestIngestRepeatedAfterItFinishedSucceeds(t *testing.T) {
+	env, store := ingestEnv(t)
+	a := stage(t, store, blobstore.StagingPrefix("t1", 2, 3), "r.csv", []byte("1,2\n"))
+	l := stage(t, store, blobstore.LogStagingPrefix("t1", 2, 3), api.LogStderr, []byte("warn\n"))
+	in := api.IngestInput{Claim: claim, Artifacts: []api.Artifact{a}, Logs: []api.Artifact{l}}
+	_, err := env.ExecuteActivity("Ingest", in)
+	require.NoError(t, err)
+	val, err := env.ExecuteActivity("Ingest", in)
+	require.NoError(t, err, "the repeat")
+	var res api.IngestResult
+	require.NoError(t, val.Get(&res))
+	assert.Equal(t, []api.Artifact{a}, res.Artifacts)
+	assert.Equal(t, []api.Artifact{l}, res.Logs)
+
+	// Not when a file it names never reached the store.
+	missing := api.Artifact{Name: "other.csv", Digest: blobstore.DigestBytes([]byte("never staged")), SizeBytes: 12}
+	_, err = env.ExecuteActivity("Ingest", api.IngestInput{Claim: claim, Artifacts: []api.Artifact{a, missing}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "must share --blob-url")
+}
+
 func TestIngestRefusesATamperedArtifact(t *testing.T) {
 	env, store := ingestEnv(t)
 	a := stage(t, store, blobstore.StagingPrefix("t1", 2, 3), "r.txt", []byte("declared"))

@@ -18,6 +18,12 @@ import (
 // registered or freed up meanwhile).
 const FleetViewMaxAge = 5 * time.Second
 
+// RetryFleetViewMaxAge is how old a list the selection for a retry (a
+// task that lost a lease, so it has workers to avoid) takes: it waits for
+// a newer one rather than use the cached list, since the worker it should
+// move to may have registered only since.
+const RetryFleetViewMaxAge = time.Second
+
 // fleetListTimeout bounds a background listing.
 const fleetListTimeout = 30 * time.Second
 

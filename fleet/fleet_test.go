@@ -252,19 +252,6 @@ func TestFresh(t *testing.T) {
 	}
 }
 
-// A worker whose heartbeats Temporal records on its liveness activity is
-// fresh whatever its entry last saw: Temporal times it out otherwise.
-func TestFreshWhileTemporalHoldsLiveness(t *testing.T) {
-	var w Worker
-	w.Register(reg("w-1"), t0)
-	later := t0.Add(time.Hour)
-	assert.False(t, w.Fresh(later))
-	w.LivenessActivity = "liveness-1"
-	assert.True(t, w.Fresh(later))
-	w.Register(reg("w-1"), later)
-	assert.Empty(t, w.LivenessActivity, "a new incarnation gets its own activity")
-}
-
 func TestSlots(t *testing.T) {
 	for _, tc := range []struct{ cpu, slots int64 }{{0, 1}, {500, 1}, {1000, 1}, {1999, 1}, {2000, 2}, {16000, 16}} {
 		assert.Equal(t, tc.slots, DefaultSlots(tc.cpu), "cpu %dm", tc.cpu)

@@ -399,12 +399,11 @@ func (w *Worker) HeartbeatPeriod() time.Duration {
 // Fresh reports whether the worker's last heartbeat is at most
 // LateAfterHeartbeats heartbeat periods (HeartbeatPeriod) before now. A
 // worker that is not fresh is late: probably dead but not yet STALE.
-// A zero now judges every worker fresh, and so is a worker whose
-// heartbeats Temporal records (LivenessActivity): it is known to have
-// heartbeated within StaleAfter, or its entry is about to be told
-// otherwise.
+// A zero now judges every worker fresh. For a worker whose heartbeats
+// Temporal records (LivenessActivity), LastHeartbeatAt must be the last
+// one Temporal recorded (selection reads it from the entry's description).
 func (w *Worker) Fresh(now time.Time) bool {
-	if now.IsZero() || w.LivenessActivity != "" {
+	if now.IsZero() {
 		return true
 	}
 	return now.Sub(w.LastHeartbeatAt) <= LateAfterHeartbeats*w.HeartbeatPeriod()

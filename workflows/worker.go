@@ -348,11 +348,14 @@ func (w *workerWorkflow) armLiveness(ctx workflow.Context) {
 	}
 	actx, cancel := workflow.WithCancel(ctx)
 	actx = workflow.WithActivityOptions(actx, workflow.ActivityOptions{
-		TaskQueue:           api.ControlTaskQueue,
-		ActivityID:          id,
-		StartToCloseTimeout: LivenessActivityLifetime,
-		HeartbeatTimeout:    w.rec.StaleAfter,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+		TaskQueue:  api.ControlTaskQueue,
+		ActivityID: id,
+		// Not started within a window (the control plane is down or its
+		// activity slots are full): judge heartbeat signals meanwhile.
+		ScheduleToStartTimeout: w.rec.StaleAfter,
+		StartToCloseTimeout:    LivenessActivityLifetime,
+		HeartbeatTimeout:       w.rec.StaleAfter,
+		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
 	})
 	w.liveness = workflow.ExecuteActivity(actx, controlActs.HoldLiveness, api.LivenessInput{WorkerID: w.id, Incarnation: w.rec.Incarnation})
 	w.livenessCancel = cancel
@@ -363,7 +366,10 @@ func (w *workerWorkflow) armLiveness(ctx workflow.Context) {
 // heartbeat timeout means Temporal saw no heartbeat for StaleAfter, so the
 // last one was that long ago: evaluate then marks the worker STALE. Its
 // lifetime running out means the worker heartbeated throughout (the
-// heartbeat timeout is shorter): a new activity replaces it. A
+// heartbeat timeout is shorter): a new activity replaces it. One that was
+// not started within the stale-after window leaves the worker to be
+// judged by its heartbeat signals (which the agent sends while the
+// activity it heartbeats is not started) and is scheduled again. A
 // cancellation is the entry's own (it is cancelled). Anything else is
 // unexpected: liveness falls back to heartbeat signals and the timer,
 // from now, until the agent's next heartbeat signal.
@@ -377,6 +383,10 @@ func (w *workerWorkflow) livenessEnded(ctx workflow.Context, err error) {
 		if last := now.Add(-w.rec.StaleAfter); last.After(w.rec.LastHeartbeatAt) {
 			w.rec.LastHeartbeatAt = last
 		}
+	case errors.As(err, &timeout) && timeout.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START:
+		// Never started, so no heartbeat reached it: the agent sent
+		// heartbeat signals instead (LastHeartbeatAt), and those are
+		// judged until the next activity starts.
 	case errors.As(err, &timeout):
 		w.rec.LastHeartbeatAt = now
 	case temporal.IsCanceledError(err):

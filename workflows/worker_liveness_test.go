@@ -189,3 +189,31 @@ func TestLivenessFailureFallsBackToHeartbeatSignals(t *testing.T) {
 	require.Equal(t, fleet.Stale, at26.State, "STALE 15 s after the failure, with no heartbeat signal")
 	require.Len(t, l.held, 1, "not rescheduled until a heartbeat signal")
 }
+
+// A liveness activity not started within the stale window leaves the
+// worker to its heartbeat signals (which the agent sends meanwhile): a
+// worker that sent one stays ACTIVE and gets a new activity; one that did
+// not is STALE.
+func TestLivenessNotStartedFallsBackToHeartbeatSignals(t *testing.T) {
+	notStarted := temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil)
+
+	live := newLivenessEnv(t)
+	live.update(0, api.UpdateRegister, testRegistration("w1"))
+	live.at(10*time.Second, func() {
+		live.env.SignalWorkflow(api.SignalWorkerHeartbeat, api.WorkerHeartbeatSignal{WorkerID: "w1", Incarnation: 1, Seq: 1})
+	})
+	live.end(16*time.Second, notStarted)
+	var v api.WorkerView
+	live.view(17*time.Second, &v)
+	live.run(18 * time.Second)
+	require.Equal(t, fleet.Active, v.State)
+	require.Len(t, live.held, 2, "scheduled again")
+
+	dead := newLivenessEnv(t)
+	dead.update(0, api.UpdateRegister, testRegistration("w1"))
+	dead.end(16*time.Second, notStarted)
+	var d api.WorkerView
+	dead.view(17*time.Second, &d)
+	dead.run(18 * time.Second)
+	require.Equal(t, fleet.Stale, d.State, "no heartbeat for 16 s (stale after 15 s)")
+}

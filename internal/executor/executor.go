@@ -158,6 +158,11 @@ type Execution struct {
 	// executor fences itself a TTL after it. Only the heartbeat loop of
 	// the current phase touches it.
 	lastAccepted time.Time
+	// fromGrant: lastAccepted started as the lease's grant. When it did
+	// not (a clock too far from the control plane's), the first heartbeat
+	// is sent at once, as the self-fencing deadline then counts from a
+	// time later than the grant.
+	fromGrant bool
 
 	mu        sync.Mutex
 	exited    bool    // the command has exited; Cancel is then a no-op
@@ -196,6 +201,7 @@ func Start(opts Options) (*Execution, error) {
 		done:         make(chan struct{}),
 		log:          opts.Logger.With("task", claim.TaskID, "attempt", claim.Attempt, "fence", claim.Fence),
 		lastAccepted: leaseReference(a.Lease, time.Now()),
+		fromGrant:    leaseReferenceIsGrant(a.Lease, time.Now()),
 	}
 	if err := e.prepare(); err != nil {
 		if !errors.Is(err, os.ErrExist) { // never remove another launch's directory
@@ -230,10 +236,17 @@ func (e *Execution) removeTaskDir() {
 // grant is the conservative choice; a clock that disagrees with the
 // control plane's by more than a TTL falls back to now.
 func leaseReference(l lease.Lease, now time.Time) time.Time {
-	if g := l.GrantedAt; !g.IsZero() && g.Before(now) && now.Sub(g) < l.TTL {
-		return now.Add(-now.Sub(g)) // keeps now's monotonic reading
+	if leaseReferenceIsGrant(l, now) {
+		return now.Add(-now.Sub(l.GrantedAt)) // keeps now's monotonic reading
 	}
 	return now
+}
+
+// leaseReferenceIsGrant reports whether leaseReference counts from the
+// grant.
+func leaseReferenceIsGrant(l lease.Lease, now time.Time) bool {
+	g := l.GrantedAt
+	return !g.IsZero() && g.Before(now) && now.Sub(g) < l.TTL
 }
 
 // prepare creates the task directory with envelope.json, inputs/ and
@@ -681,6 +694,9 @@ func (e *Execution) heartbeatLoop(ctx context.Context, notBefore time.Time, onLo
 	// the lease's grant), not at once: an attempt that ends within its
 	// first interval sends no heartbeat at all.
 	next := e.lastAccepted.Add(interval)
+	if !e.fromGrant && e.seq == 0 {
+		next = time.Now()
+	}
 	var failingSince time.Time // zero while heartbeats get through
 	var lastErr error
 	var lastCheck time.Time

@@ -243,15 +243,30 @@ func TestRunsWithOnlyTheEnvelopeEnvironment(t *testing.T) {
 
 // The first heartbeat is due an interval after the grant, so an attempt
 // that ends within its first interval costs its task no heartbeat.
+// Without a usable grant time (a clock too far from the control plane's)
+// the self-fencing deadline counts from the executor's start, so the first
+// heartbeat goes at once.
 func TestAShortAttemptSendsNoHeartbeat(t *testing.T) {
-	f := newFixture(t, `true`, nil)
-	ex := f.start(func(o *Options) { o.Attempt.HeartbeatInterval = 2 * time.Second })
-	rep := f.wait(ex)
-	assert.Equal(t, OutcomeAccepted, rep.Outcome, "%+v", rep)
-	f.ctl.mu.Lock()
-	defer f.ctl.mu.Unlock()
-	assert.Empty(t, f.ctl.heartbeats)
-	require.Len(t, f.ctl.submitted, 1)
+	for _, tc := range []struct {
+		name      string
+		grantedAt time.Time
+		beats     int
+	}{
+		{"granted just now", time.Now(), 0},
+		{"no grant time", time.Time{}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, `true`, nil)
+			f.lease.GrantedAt = tc.grantedAt
+			ex := f.start(func(o *Options) { o.Attempt.HeartbeatInterval = 2 * time.Second })
+			rep := f.wait(ex)
+			assert.Equal(t, OutcomeAccepted, rep.Outcome, "%+v", rep)
+			f.ctl.mu.Lock()
+			defer f.ctl.mu.Unlock()
+			assert.Len(t, f.ctl.heartbeats, tc.beats)
+			require.Len(t, f.ctl.submitted, 1)
+		})
+	}
 }
 
 func TestNonZeroExitIsAResult(t *testing.T) {
