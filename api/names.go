@@ -82,7 +82,9 @@ const (
 	// UpdateRegister (RegisterInput → RegisterResult) registers or
 	// re-registers a worker; sent with UpdateWithStart.
 	UpdateRegister = "register"
-	// SignalWorkerHeartbeat (WorkerHeartbeatSignal) renews worker liveness.
+	// SignalWorkerHeartbeat (WorkerHeartbeatSignal) renews worker liveness
+	// when the entry holds no liveness activity for the incarnation (see
+	// LivenessActivityID): it brings a STALE worker back.
 	SignalWorkerHeartbeat = "worker-heartbeat"
 	// UpdateDrain (DrainInput → WorkerView) stops new reservations.
 	UpdateDrain = "drain"
