@@ -20,6 +20,11 @@ const (
 	ErrTypeConflict = "conflict"
 	// ErrTypeLaunchFailed: the launcher could not start the attempt.
 	ErrTypeLaunchFailed = "launch_failed"
+	// ErrTypeRunFull: the run's pending state (open tasks and uncommitted
+	// results, MaxRunPendingBytes) has no room for the tasks added; it
+	// makes room as tasks end without a result and as results are
+	// committed. Nothing of the refused request was added.
+	ErrTypeRunFull = "run_full"
 )
 
 type fieldError struct{ field, msg string }

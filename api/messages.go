@@ -536,10 +536,30 @@ func ResultRefOf(r TaskResult) (ResultRef, error) {
 }
 
 // Limits that keep a run's state (its query answer and continue-as-new
-// input) well inside Temporal's 2 MB payload limit.
+// input) well inside Temporal's 2 MiB payload limit, however many tasks
+// the run has had. A run carries its pending state — the tasks that have
+// not ended and the worker_result events not yet committed — in full;
+// what has ended or been committed leaves the state when the run
+// continues as new, except the most recent RunListedEndedTasks and
+// RunListedCommittedEvents (the rest stay counted in TaskCounts,
+// EndedNotListed and EventsNotListed, and the task workflows themselves
+// are listed by `wdc tasks list --run`).
 const (
-	// MaxTasksPerRun is how many tasks one run takes.
-	MaxTasksPerRun = 2000
+	// MaxRunPendingBytes bounds a run's pending state: PendingTaskBytes for
+	// each task that has not ended plus the JSON size of each uncommitted
+	// worker_result event. Adding tasks past it is refused with
+	// ErrTypeRunFull.
+	MaxRunPendingBytes = 1280 << 10
+	// RunListedEndedTasks is how many ended tasks a run keeps listed in
+	// its state across continue-as-new (the most recent ones).
+	RunListedEndedTasks = 1000
+	// RunListedCommittedEvents is how many committed worker_result events
+	// a run keeps listed across continue-as-new (the most recent ones).
+	RunListedCommittedEvents = 200
+	// RunListedCommits is how many commit records a run keeps listed
+	// across continue-as-new (the most recent ones; each lists the seqs
+	// it committed).
+	RunListedCommits = 20
 	// MaxNoteBytes caps a commit note.
 	MaxNoteBytes = 1024
 	// MaxRefOutputErrorBytes caps the output error a run keeps per result.
@@ -584,10 +604,15 @@ type RunState struct {
 	WorldID string    `json:"world_id"`
 	Status  RunStatus `json:"status"`
 	// Closed: no more tasks; the workflow ends when every task has ended.
-	Closed        bool      `json:"closed"`
-	CloseWhenDone bool      `json:"close_when_done,omitempty"`
-	Tasks         []RunTask `json:"tasks"`
-	Events        []Event   `json:"events"`
+	Closed        bool `json:"closed"`
+	CloseWhenDone bool `json:"close_when_done,omitempty"`
+	// Tasks lists the tasks that have not ended and the most recent ended
+	// ones (all of them until the run first continues as new with more
+	// than RunListedEndedTasks ended), in the order they were added.
+	Tasks []RunTask `json:"tasks"`
+	// Events lists every uncommitted worker_result event and the most
+	// recent committed events and commit records, by Seq.
+	Events []Event `json:"events"`
 	// Evidence counts worker results committed as evidence.
 	Evidence int64 `json:"evidence"`
 	// ParentTime is the run's logical clock; +1 per commit.
@@ -597,12 +622,47 @@ type RunState struct {
 	TCDDigest string `json:"tcd_digest"`
 	// WorkerResultEvents counts worker_result events.
 	WorkerResultEvents int64 `json:"worker_result_events"`
+	// TaskCounts counts every task of the run by state. Zero in states
+	// carried by runs older than it; the run fills it from Tasks then.
+	TaskCounts RunTaskCounts `json:"task_counts"`
+	// EndedNotListed counts ended tasks no longer listed in Tasks (the
+	// run continued as new past RunListedEndedTasks ended tasks).
+	EndedNotListed int64 `json:"ended_not_listed,omitempty"`
+	// EventsNotListed counts committed worker_result events and commit
+	// records no longer listed in Events; Events keep their Seq.
+	EventsNotListed int64 `json:"events_not_listed,omitempty"`
+	// LastSeq is the Seq of the run's latest event (0: none yet).
+	LastSeq int64 `json:"last_seq"`
+	// PendingBytes is the run's pending state against MaxRunPendingBytes.
+	PendingBytes int64 `json:"pending_bytes"`
 	// ContinuedAsNew counts continue-as-new generations.
 	ContinuedAsNew int64 `json:"continued_as_new"`
 }
 
 // RunView is the run query's answer.
 type RunView = RunState
+
+// RunTaskCounts counts a run's tasks by state, all of them (listed in
+// RunState.Tasks or not).
+type RunTaskCounts struct {
+	// Total is every task ever added (and started).
+	Total int64 `json:"total"`
+	// Open have not ended.
+	Open             int64 `json:"open"`
+	Completed        int64 `json:"completed"`
+	RetriesExhausted int64 `json:"retries_exhausted"`
+	Cancelled        int64 `json:"cancelled"`
+	Aborted          int64 `json:"aborted"`
+}
+
+// PendingTaskBytes is what a task that has not ended counts against
+// MaxRunPendingBytes, in bytes of JSON: its RunTask entry and the
+// worker_result event its result can become (worker ID at its 63-byte
+// limit, output error at MaxRefOutputErrorBytes). At a few hundred bytes
+// a task, the budget holds about 1,700 open tasks with short IDs.
+func PendingTaskBytes(taskID string) int64 {
+	return int64(2*len(taskID)) + 750
+}
 
 // Caps on a result's artifact list, which travels in Temporal payloads
 // (2 MB each at most): at most MaxArtifacts entries whose

@@ -46,6 +46,14 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Type + ": " + e.Message }
 
+// IsRunFull reports whether err is a run's refusal of tasks it has no
+// room for (api.ErrTypeRunFull): nothing was added, and the same request
+// succeeds once the run's tasks end or its results are committed.
+func IsRunFull(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Type == api.ErrTypeRunFull
+}
+
 // ErrNotFound: the workflow (worker, task or run) does not exist.
 var ErrNotFound = errors.New("not found")
 

@@ -184,6 +184,20 @@ func (a *app) submitBatch(ctx context.Context, path string, o api.TaskOptions, d
 				envs[i] = sealed
 			}
 			res, err := wc.SubmitTasks(ctx, envs, o)
+			for waited := false; wdcclient.IsRunFull(err); waited = true {
+				// The run's pending state is full: it makes room as its
+				// tasks end and its results are committed. Nothing of
+				// this chunk was added; send it again then.
+				if !waited {
+					fmt.Fprintf(a.deps.Stderr, "wdc: lines %d-%d wait for room in run %s: %v\n", chunk[0].line, chunk[len(chunk)-1].line, chunk[0].env.RunID, err)
+				}
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("lines %d-%d: %w (the lines before them were submitted; submitting the file again is idempotent)", chunk[0].line, chunk[len(chunk)-1].line, ctx.Err())
+				case <-time.After(runFullRetry):
+				}
+				res, err = wc.SubmitTasks(ctx, envs, o)
+			}
 			if err != nil {
 				return fmt.Errorf("lines %d-%d: %w (the lines before them were submitted and these may have been; submitting the file again is idempotent)", chunk[0].line, chunk[len(chunk)-1].line, appError(err))
 			}
@@ -246,6 +260,10 @@ func nextChunk(lines []batchLine) []batchLine {
 
 // batchProgress reports submission progress on stderr: a bar on a
 // terminal, else one line per batch.
+// runFullRetry is how often a batch waiting for room in a full run tries
+// again.
+const runFullRetry = 2 * time.Second
+
 func (a *app) batchProgress(total int) func(done int, run string) {
 	if f, ok := a.deps.Stderr.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
 		bar := progressbar.NewOptions(total, progressbar.OptionSetWriter(f), progressbar.OptionSetDescription("submitting"),

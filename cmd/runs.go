@@ -136,12 +136,23 @@ func (a *app) newRunsStartCommand() *cobra.Command {
 }
 
 func (a *app) newRunsStatusCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:     "status RUN_ID",
-		Short:   "Show a run: status, tasks, worker_result events, evidence, parent_time and TCD digest",
-		Example: `  wdc runs status run-7 -o json`,
-		Args:    cobra.ExactArgs(1),
+	limit := 100
+	c := &cobra.Command{
+		Use:   "status RUN_ID",
+		Short: "Show a run: status, task counts, tasks, worker_result events, evidence, parent_time and TCD digest",
+		Long: `Show a run. The table lists the run's open tasks and its most recent ended
+ones, and the events list every uncommitted worker_result and the most recent
+committed ones: a run that continued as new keeps only those in its state (the
+counts cover every task). List every task of a run with 'wdc tasks list --run'.
+--limit caps the rows printed of each (-o json prints everything the run holds).`,
+		Example: `  wdc runs status run-7
+  wdc runs status run-7 --limit 0      # every listed task and event
+  wdc runs status run-7 -o json`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
+			if limit < 0 {
+				return usageError{fmt.Errorf("--limit %d: must be 0 (no limit) or more", limit)}
+			}
 			return a.withControlPlane(c.Context(), func(wc *wdcclient.Client) error {
 				v, err := wc.RunWithLiveTasks(c.Context(), args[0])
 				if err != nil {
@@ -150,9 +161,19 @@ func (a *app) newRunsStatusCommand() *cobra.Command {
 				return a.emit(v, func(w io.Writer) error {
 					fmt.Fprintf(w, "run          %s (world %s)\nstatus       %s%s\nevidence     %d\nparent_time  %d\ntcd digest   %s\n",
 						v.RunID, v.WorldID, v.Status, map[bool]string{true: ", closed", false: ", open (takes tasks and commits until closed)"}[v.Closed], v.Evidence, v.ParentTime, v.TCDDigest)
+					n := v.TaskCounts
+					fmt.Fprintf(w, "tasks        %d: %d open, %d completed, %d retries exhausted, %d cancelled, %d aborted\npending      %d of %d bytes (open tasks and uncommitted results)\n",
+						n.Total, n.Open, n.Completed, n.RetriesExhausted, n.Cancelled, n.Aborted, v.PendingBytes, api.MaxRunPendingBytes)
+					if v.EndedNotListed > 0 {
+						fmt.Fprintf(w, "%d ended tasks are not listed here: wdc tasks list --run %s\n", v.EndedNotListed, v.RunID)
+					}
 					tw := table(w)
 					fmt.Fprintln(tw, "TASK\tSTATE\tATTEMPTS\tWORKER\tENVELOPE")
-					for _, t := range v.Tasks {
+					for i, t := range v.Tasks {
+						if limit > 0 && i == limit {
+							fmt.Fprintf(tw, "... %d more (--limit 0 for all)\n", len(v.Tasks)-limit)
+							break
+						}
 						state := string(t.State)
 						if t.EndDetail != "" {
 							state += " (" + t.EndDetail + ")"
@@ -162,7 +183,14 @@ func (a *app) newRunsStatusCommand() *cobra.Command {
 					if err := tw.Flush(); err != nil {
 						return err
 					}
-					for _, e := range v.Events {
+					if v.EventsNotListed > 0 {
+						fmt.Fprintf(w, "%d committed events are not listed\n", v.EventsNotListed)
+					}
+					for i, e := range v.Events {
+						if limit > 0 && i == limit {
+							fmt.Fprintf(w, "... %d more events (--limit 0 for all)\n", len(v.Events)-limit)
+							break
+						}
 						switch {
 						case e.Result != nil:
 							committed := ""
@@ -184,6 +212,8 @@ func (a *app) newRunsStatusCommand() *cobra.Command {
 			})
 		},
 	}
+	c.Flags().IntVar(&limit, "limit", limit, "print at most this many tasks and events (0: all the run lists)")
+	return c
 }
 
 func (a *app) newRunsCommitCommand() *cobra.Command {

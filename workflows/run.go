@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -53,7 +54,20 @@ type runWorkflow struct {
 	// reconcile is the armed timer after which tasks the run cannot watch
 	// are looked up (nil when none is armed).
 	reconcile workflow.Future
+	// index maps each listed task's ID to its position in st.Tasks.
+	index map[string]int
+	// carryTooLarge is set when the state, compacted, was too large to
+	// carry into a continue-as-new; it is tried again after a commit.
+	carryTooLarge bool
 }
+
+// childDoneBuffer is the capacity of the channel of child outcomes: more
+// than a run ever has open at once (the buffer grows as needed).
+const childDoneBuffer = 1 << 20
+
+// maxCarryBytes is the largest continue-as-new input a run sends, under
+// Temporal's 2 MiB payload limit with room for the rest of the command.
+const maxCarryBytes = 1900 << 10
 
 // reconcileInterval is how often a run looks up tasks it started before
 // it continued as new and that have not reported (their children cannot
@@ -80,7 +94,9 @@ func NextTCD(prev string, parentTime int64, committed []api.ResultRef) (string, 
 
 func newRunWorkflow(in api.RunInput) (*runWorkflow, error) {
 	if in.Carry != nil {
-		return &runWorkflow{st: *in.Carry}, nil
+		r := &runWorkflow{st: *in.Carry}
+		r.loadCarry()
+		return r, nil
 	}
 	if err := fleet.ValidateID("run_id", in.RunID); err != nil {
 		return nil, err
@@ -95,13 +111,80 @@ func newRunWorkflow(in api.RunInput) (*runWorkflow, error) {
 	return &runWorkflow{st: api.RunState{
 		RunID: in.RunID, WorldID: in.WorldID, Status: api.RunRunning, CloseWhenDone: in.CloseWhenDone,
 		Tasks: []api.RunTask{}, Events: []api.Event{}, TCDDigest: tcd,
-	}}, nil
+	}, index: map[string]int{}}, nil
+}
+
+// loadCarry derives what a carried state does not hold, or held only from
+// some version on: the task index, the pending bytes, the open count (all
+// open tasks are listed), and for states carried before counts and
+// sequence numbers existed, those too (every task and event was listed).
+func (r *runWorkflow) loadCarry() {
+	if r.st.Tasks == nil {
+		r.st.Tasks = []api.RunTask{}
+	}
+	if r.st.Events == nil {
+		r.st.Events = []api.Event{}
+	}
+	r.rebuildIndex()
+	if r.st.TaskCounts.Total == 0 && len(r.st.Tasks) > 0 {
+		for _, t := range r.st.Tasks {
+			r.st.TaskCounts.Total++
+			countEnded(&r.st.TaskCounts, t.State, 1)
+		}
+	}
+	if n := len(r.st.Events); r.st.LastSeq == 0 && n > 0 {
+		r.st.LastSeq = r.st.Events[n-1].Seq
+	}
+	r.st.TaskCounts.Open = 0
+	r.st.PendingBytes = 0
+	for _, t := range r.st.Tasks {
+		if !t.State.Terminal() {
+			r.st.TaskCounts.Open++
+			r.st.PendingBytes += api.PendingTaskBytes(t.TaskID)
+		}
+	}
+	for _, e := range r.st.Events {
+		if e.Type == api.EventWorkerResult && !e.Committed {
+			r.st.PendingBytes += eventBytes(e)
+		}
+	}
+}
+
+// countEnded adds n to the count of ended tasks in state s (nothing for a
+// state that has not ended).
+func countEnded(c *api.RunTaskCounts, s api.TaskState, n int64) {
+	switch s {
+	case api.TaskCompleted:
+		c.Completed += n
+	case api.TaskRetriesExhausted:
+		c.RetriesExhausted += n
+	case api.TaskCancelled:
+		c.Cancelled += n
+	case api.TaskAborted:
+		c.Aborted += n
+	}
+}
+
+// eventBytes is an event's size in the run's state: its JSON length.
+func eventBytes(e api.Event) int64 {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return 0
+	}
+	return int64(len(b))
+}
+
+func (r *runWorkflow) rebuildIndex() {
+	r.index = make(map[string]int, len(r.st.Tasks))
+	for i, t := range r.st.Tasks {
+		r.index[t.TaskID] = i
+	}
 }
 
 func (r *runWorkflow) setup(ctx workflow.Context) error {
 	r.wake = workflow.NewBufferedChannel(ctx, 1)
 	r.endedCh = workflow.GetSignalChannel(ctx, api.SignalTaskEnded)
-	r.childDone = workflow.NewBufferedChannel(ctx, api.MaxTasksPerRun)
+	r.childDone = workflow.NewBufferedChannel(ctx, childDoneBuffer)
 	r.watched = map[string]bool{}
 	if err := workflow.SetQueryHandler(ctx, api.QueryRun, func() (api.RunView, error) { return r.st, nil }); err != nil {
 		return err
@@ -133,8 +216,10 @@ func (r *runWorkflow) run(ctx workflow.Context) (api.RunState, error) {
 			r.publish(ctx)
 			return r.st, nil
 		}
-		if workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
-			return r.st, r.continueAsNew(ctx)
+		if workflow.GetInfo(ctx).GetContinueAsNewSuggested() && !r.carryTooLarge {
+			if err := r.continueAsNew(ctx); err != nil {
+				return r.st, err
+			}
 		}
 		r.armReconcile(ctx)
 		sel := workflow.NewSelector(ctx)
@@ -225,6 +310,17 @@ func (r *runWorkflow) watchChild(ctx workflow.Context, taskID string, child work
 }
 
 func (r *runWorkflow) validateAddTask(ctx workflow.Context, in api.AddTaskInput) error {
+	if err := r.validateTask(in); err != nil {
+		return err
+	}
+	if r.task(in.Envelope.TaskID) != nil {
+		return nil // idempotent re-add
+	}
+	return r.checkRoom(api.PendingTaskBytes(in.Envelope.TaskID), 1)
+}
+
+// validateTask is validateAddTask without the room check.
+func (r *runWorkflow) validateTask(in api.AddTaskInput) error {
 	bad := func(format string, args ...any) error {
 		return temporal.NewApplicationError(fmt.Sprintf(format, args...), api.ErrTypeInvalidArgument)
 	}
@@ -256,10 +352,29 @@ func (r *runWorkflow) validateAddTask(ctx workflow.Context, in api.AddTaskInput)
 	if r.st.Closed {
 		return temporal.NewApplicationError(fmt.Sprintf("run %s is closed", r.st.RunID), api.ErrTypeConflict)
 	}
-	if len(r.st.Tasks) >= api.MaxTasksPerRun {
-		return temporal.NewApplicationError(fmt.Sprintf("run %s has %d tasks, the most a run takes; start another run", r.st.RunID, len(r.st.Tasks)), api.ErrTypeConflict)
-	}
 	return nil
+}
+
+// checkRoom refuses tasks whose pending bytes would take the run past
+// api.MaxRunPendingBytes (ErrTypeRunFull).
+func (r *runWorkflow) checkRoom(bytes int64, tasks int) error {
+	if r.st.PendingBytes+bytes <= api.MaxRunPendingBytes {
+		return nil
+	}
+	return temporal.NewApplicationError(fmt.Sprintf(
+		"run %s is full: %d open tasks and %d uncommitted results take %d of its %d pending bytes, %d more task(s) need %d; it makes room as tasks end and as results are committed (wdc runs commit)",
+		r.st.RunID, r.st.TaskCounts.Open, r.uncommitted(), r.st.PendingBytes, api.MaxRunPendingBytes, tasks, bytes), api.ErrTypeRunFull)
+}
+
+// uncommitted counts the uncommitted worker_result events.
+func (r *runWorkflow) uncommitted() int64 {
+	n := int64(0)
+	for _, e := range r.st.Events {
+		if e.Type == api.EventWorkerResult && !e.Committed {
+			n++
+		}
+	}
+	return n
 }
 
 // addTask starts the task as a child and returns once it has started.
@@ -280,7 +395,7 @@ func (r *runWorkflow) addTask(ctx workflow.Context, in api.AddTaskInput) (api.Ad
 // validateAddTasks refuses the whole batch when any task would be refused
 // alone (the error names its index), when the batch is empty or larger
 // than api.MaxTasksPerBatch, names a task twice, or would take the run
-// past api.MaxTasksPerRun.
+// past api.MaxRunPendingBytes (ErrTypeRunFull).
 func (r *runWorkflow) validateAddTasks(ctx workflow.Context, in api.AddTasksInput) error {
 	bad := func(format string, args ...any) error {
 		return temporal.NewApplicationError(fmt.Sprintf(format, args...), api.ErrTypeInvalidArgument)
@@ -292,13 +407,13 @@ func (r *runWorkflow) validateAddTasks(ctx workflow.Context, in api.AddTasksInpu
 		return bad("tasks: at most %d per batch (got %d)", api.MaxTasksPerBatch, n)
 	}
 	seen := make(map[string]int, len(in.Tasks))
-	added := 0
+	added, bytes := 0, int64(0)
 	for i, t := range in.Tasks {
 		if j, dup := seen[t.Envelope.TaskID]; dup {
 			return bad("tasks[%d]: task_id %q is also tasks[%d]", i, t.Envelope.TaskID, j)
 		}
 		seen[t.Envelope.TaskID] = i
-		if err := r.validateAddTask(ctx, t); err != nil {
+		if err := r.validateTask(in.Tasks[i]); err != nil {
 			var appErr *temporal.ApplicationError
 			if errors.As(err, &appErr) {
 				return temporal.NewApplicationError(fmt.Sprintf("tasks[%d] (%s): %s", i, t.Envelope.TaskID, appErr.Message()), appErr.Type())
@@ -307,12 +422,10 @@ func (r *runWorkflow) validateAddTasks(ctx workflow.Context, in api.AddTasksInpu
 		}
 		if r.task(t.Envelope.TaskID) == nil {
 			added++
+			bytes += api.PendingTaskBytes(t.Envelope.TaskID)
 		}
 	}
-	if len(r.st.Tasks)+added > api.MaxTasksPerRun {
-		return temporal.NewApplicationError(fmt.Sprintf("run %s has %d tasks; %d more would pass the %d a run takes; start another run", r.st.RunID, len(r.st.Tasks), added, api.MaxTasksPerRun), api.ErrTypeConflict)
-	}
-	return nil
+	return r.checkRoom(bytes, added)
 }
 
 // addTasks starts every task of the batch as a child at once and returns
@@ -355,7 +468,11 @@ func (r *runWorkflow) startTask(ctx workflow.Context, in api.AddTaskInput) start
 		res.Existing = true
 		return startedTask{res: res}
 	}
+	r.index[in.Envelope.TaskID] = len(r.st.Tasks)
 	r.st.Tasks = append(r.st.Tasks, api.RunTask{TaskID: in.Envelope.TaskID, EnvelopeDigest: in.EnvelopeDigest, State: api.TaskPending})
+	r.st.TaskCounts.Total++
+	r.st.TaskCounts.Open++
+	r.st.PendingBytes += api.PendingTaskBytes(in.Envelope.TaskID)
 	// Watched from now on: a task still starting is never looked up (and
 	// taken for missing) by the reconcile.
 	r.watched[in.Envelope.TaskID] = true
@@ -408,6 +525,9 @@ func (r *runWorkflow) onTaskEndedDetail(ctx workflow.Context, out api.TaskEndedS
 	if t == nil || t.State.Terminal() || !out.State.Terminal() {
 		return
 	}
+	r.st.TaskCounts.Open--
+	countEnded(&r.st.TaskCounts, out.State, 1)
+	r.st.PendingBytes -= api.PendingTaskBytes(t.TaskID)
 	t.State = out.State
 	t.Attempts = out.Attempts
 	if out.State == api.TaskAborted {
@@ -427,9 +547,8 @@ func (r *runWorkflow) onTaskEndedDetail(ctx workflow.Context, out api.TaskEndedS
 			}
 		}
 		if ref != nil {
-			r.st.Events = append(r.st.Events, api.Event{
-				Seq: int64(len(r.st.Events)) + 1, Type: api.EventWorkerResult, Time: workflow.Now(ctx), Result: ref,
-			})
+			ev := r.appendEvent(api.Event{Type: api.EventWorkerResult, Time: workflow.Now(ctx), Result: ref})
+			r.st.PendingBytes += eventBytes(ev)
 			r.st.WorkerResultEvents++
 		}
 	}
@@ -452,10 +571,15 @@ func (r *runWorkflow) validateCommit(ctx workflow.Context, in api.CommitInput) e
 	}
 	seen := map[int64]bool{}
 	for i, seq := range in.EventSeqs {
-		if seq < 1 || seq > int64(len(r.st.Events)) {
+		if seq < 1 || seq > r.st.LastSeq {
 			return temporal.NewApplicationError(fmt.Sprintf("event_seqs[%d]: no event %d", i, seq), api.ErrTypeInvalidArgument)
 		}
-		ev := r.st.Events[seq-1]
+		at := r.eventAt(seq)
+		if at < 0 {
+			// Only committed events and commit records leave the list.
+			return temporal.NewApplicationError(fmt.Sprintf("event_seqs[%d]: event %d is already committed (or a commit record)", i, seq), api.ErrTypeConflict)
+		}
+		ev := r.st.Events[at]
 		switch {
 		case ev.Type != api.EventWorkerResult:
 			return temporal.NewApplicationError(fmt.Sprintf("event_seqs[%d]: event %d is a %s, not a worker_result", i, seq, ev.Type), api.ErrTypeInvalidArgument)
@@ -476,9 +600,12 @@ func (r *runWorkflow) commit(ctx workflow.Context, in api.CommitInput) (api.Comm
 	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
 	committed := make([]api.ResultRef, 0, len(seqs))
 	for _, seq := range seqs {
-		r.st.Events[seq-1].Committed = true
-		committed = append(committed, *r.st.Events[seq-1].Result)
+		ev := &r.st.Events[r.eventAt(seq)]
+		ev.Committed = true
+		r.st.PendingBytes -= eventBytes(*ev)
+		committed = append(committed, *ev.Result)
 	}
+	r.carryTooLarge = false
 	parentTime := r.st.ParentTime + 1
 	tcd, err := NextTCD(r.st.TCDDigest, parentTime, committed)
 	if err != nil {
@@ -488,48 +615,61 @@ func (r *runWorkflow) commit(ctx workflow.Context, in api.CommitInput) (api.Comm
 	r.st.Evidence += int64(len(committed))
 	r.st.TCDDigest = tcd
 	rec := api.CommitRecord{EventSeqs: seqs, ParentTime: parentTime, Evidence: r.st.Evidence, TCDDigest: tcd, Note: in.Note}
-	r.st.Events = append(r.st.Events, api.Event{Seq: int64(len(r.st.Events)) + 1, Type: api.EventCommit, Time: workflow.Now(ctx), Commit: &rec})
+	r.appendEvent(api.Event{Type: api.EventCommit, Time: workflow.Now(ctx), Commit: &rec})
 	return rec, nil
 }
 
+// appendEvent gives e the next Seq and appends it.
+func (r *runWorkflow) appendEvent(e api.Event) api.Event {
+	r.st.LastSeq++
+	e.Seq = r.st.LastSeq
+	r.st.Events = append(r.st.Events, e)
+	return e
+}
+
+// eventAt is the position in st.Events of the event numbered seq, or -1
+// when it is not listed (Events are sorted by Seq).
+func (r *runWorkflow) eventAt(seq int64) int {
+	i := sort.Search(len(r.st.Events), func(i int) bool { return r.st.Events[i].Seq >= seq })
+	if i < len(r.st.Events) && r.st.Events[i].Seq == seq {
+		return i
+	}
+	return -1
+}
+
 func (r *runWorkflow) task(id string) *api.RunTask {
-	for i := range r.st.Tasks {
-		if r.st.Tasks[i].TaskID == id {
-			return &r.st.Tasks[i]
-		}
+	if i, ok := r.index[id]; ok {
+		return &r.st.Tasks[i]
 	}
 	return nil
 }
 
+// removeTask takes out a task that could not start (it is open).
 func (r *runWorkflow) removeTask(id string) {
-	for i := range r.st.Tasks {
-		if r.st.Tasks[i].TaskID == id {
-			r.st.Tasks = append(r.st.Tasks[:i], r.st.Tasks[i+1:]...)
-			return
-		}
+	i, ok := r.index[id]
+	if !ok {
+		return
 	}
+	r.st.Tasks = append(r.st.Tasks[:i], r.st.Tasks[i+1:]...)
+	r.st.TaskCounts.Total--
+	r.st.TaskCounts.Open--
+	r.st.PendingBytes -= api.PendingTaskBytes(id)
+	r.rebuildIndex()
 }
 
 func (r *runWorkflow) allEnded() bool {
-	for _, t := range r.st.Tasks {
-		if !t.State.Terminal() {
-			return false
-		}
-	}
-	return true
+	return r.st.TaskCounts.Open == 0
 }
 
 func (r *runWorkflow) refreshStatus() {
+	c := r.st.TaskCounts
 	switch {
-	case len(r.st.Tasks) == 0 || !r.allEnded():
+	case c.Total == 0 || c.Open > 0:
 		r.st.Status = api.RunRunning
-	default:
+	case c.Completed == c.Total:
 		r.st.Status = api.RunCompleted
-		for _, t := range r.st.Tasks {
-			if t.State != api.TaskCompleted {
-				r.st.Status = api.RunIncomplete
-			}
-		}
+	default:
+		r.st.Status = api.RunIncomplete
 	}
 }
 
@@ -565,7 +705,62 @@ func (r *runWorkflow) continueAsNew(ctx workflow.Context) error {
 		}
 		break
 	}
-	r.st.ContinuedAsNew++
-	st := r.st
-	return workflow.NewContinueAsNewError(ctx, WdcRun, api.RunInput{RunID: st.RunID, WorldID: st.WorldID, CloseWhenDone: st.CloseWhenDone, Carry: &st})
+	st := compacted(r.st)
+	st.ContinuedAsNew++
+	in := api.RunInput{RunID: st.RunID, WorldID: st.WorldID, CloseWhenDone: st.CloseWhenDone, Carry: &st}
+	if b, err := json.Marshal(in); err != nil || len(b) > maxCarryBytes {
+		// Only runs of pathological sizes get here (MaxRunPendingBytes
+		// bounds the pending state): go on with a longer history.
+		workflow.GetLogger(ctx).Warn("run state too large to continue as new; trying again after a commit", "run", st.RunID, "bytes", len(b), "error", err)
+		r.carryTooLarge = true
+		return nil
+	}
+	return workflow.NewContinueAsNewError(ctx, WdcRun, in)
+}
+
+// compacted is st as a run carries it into a continue-as-new: every open
+// task and uncommitted worker_result, the last api.RunListedEndedTasks
+// ended tasks, api.RunListedCommittedEvents committed worker_results and
+// api.RunListedCommits commit records; the rest is counted as not listed.
+func compacted(st api.RunState) api.RunState {
+	ended := 0
+	for _, t := range st.Tasks {
+		if t.State.Terminal() {
+			ended++
+		}
+	}
+	tasks := make([]api.RunTask, 0, len(st.Tasks))
+	for _, t := range st.Tasks {
+		if t.State.Terminal() && ended > api.RunListedEndedTasks {
+			ended--
+			st.EndedNotListed++
+			continue
+		}
+		tasks = append(tasks, t)
+	}
+	results, commits := 0, 0
+	for _, e := range st.Events {
+		switch {
+		case e.Type == api.EventCommit:
+			commits++
+		case e.Committed:
+			results++
+		}
+	}
+	events := make([]api.Event, 0, len(st.Events))
+	for _, e := range st.Events {
+		switch {
+		case e.Type == api.EventCommit && commits > api.RunListedCommits:
+			commits--
+			st.EventsNotListed++
+			continue
+		case e.Type == api.EventWorkerResult && e.Committed && results > api.RunListedCommittedEvents:
+			results--
+			st.EventsNotListed++
+			continue
+		}
+		events = append(events, e)
+	}
+	st.Tasks, st.Events = tasks, events
+	return st
 }

@@ -3,7 +3,6 @@ package workflows
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -75,26 +74,12 @@ func TestFault8RunReconcilesTasksFromBeforeContinueAsNew(t *testing.T) {
 	require.Equal(t, int64(1), final.WorkerResultEvents)
 }
 
-// Bounded state: a run at its task cap, every task with an accepted
-// result, keeps its state (query answer and continue-as-new input) under
-// Temporal's 2 MB payload limit; so does a task at the attempt cap.
+// Bounded state: a task at the attempt cap keeps its state (continue-as-new
+// input) under Temporal's 2 MB payload limit (a run's bounds are tested by
+// TestRunCarryAtItsBoundsStaysUnderThePayloadLimit).
 func TestStateStaysUnderPayloadLimit(t *testing.T) {
 	const limit = 2 << 20
 	long := strings.Repeat("x", 63)
-	st := api.RunState{RunID: long, WorldID: long, Status: api.RunRunning, TCDDigest: "sha256:" + strings.Repeat("a", 64)}
-	for i := 0; i < api.MaxTasksPerRun; i++ {
-		id := fmt.Sprintf("%s-%d", long[:50], i)
-		st.Tasks = append(st.Tasks, api.RunTask{TaskID: id, EnvelopeDigest: "sha256:" + strings.Repeat("b", 64), State: api.TaskCompleted, Attempts: api.MaxAttemptsLimit})
-		ref, err := api.ResultRefOf(api.TaskResult{TaskID: id, WorkerID: long, Attempt: 100, Fence: 100, EnvelopeDigest: "sha256:" + strings.Repeat("b", 64),
-			OutputError: strings.Repeat("e", 4096), Artifacts: make([]api.Artifact, 10)})
-		require.NoError(t, err)
-		st.Events = append(st.Events, api.Event{Seq: int64(i + 1), Type: api.EventWorkerResult, Time: time.Now(), Result: &ref})
-	}
-	b, err := json.Marshal(api.RunInput{RunID: long, WorldID: long, Carry: &st})
-	require.NoError(t, err)
-	require.Less(t, len(b), limit, "run state of %d tasks is %d bytes", api.MaxTasksPerRun, len(b))
-	t.Logf("run of %d tasks: %d bytes", api.MaxTasksPerRun, len(b))
-
 	ledger := lease.NewLedger(long, "sha256:"+strings.Repeat("c", 64))
 	carry := api.TaskCarry{Ledger: ledger}
 	now := time.Now()
@@ -105,7 +90,7 @@ func TestStateStaysUnderPayloadLimit(t *testing.T) {
 		require.NoError(t, err)
 		carry.Directives = append(carry.Directives, d)
 	}
-	b, err = json.Marshal(api.TaskInput{Carry: &carry})
+	b, err := json.Marshal(api.TaskInput{Carry: &carry})
 	require.NoError(t, err)
 	require.Less(t, len(b), limit, "task carry of %d attempts is %d bytes", api.MaxAttemptsLimit, len(b))
 	t.Logf("task of %d attempts: %d bytes", api.MaxAttemptsLimit, len(b))
