@@ -8,6 +8,7 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
@@ -188,6 +189,23 @@ func (c *Client) TaskEnvelope(ctx context.Context, taskID string) (envelope.Enve
 		return envelope.Envelope{}, fmt.Errorf("task %s: its input holds no envelope of this task", taskID)
 	}
 	return in.Envelope, nil
+}
+
+// ReportedHeartbeats returns how many lease heartbeats an attempt reported
+// sending (api.SubmitResultInput.HeartbeatSeq: signals and heartbeats by
+// ID, which leave no event of their own) when ev is the acceptance of its
+// submit-result update in a task's history; false for any other event or
+// an input that does not decode.
+func ReportedHeartbeats(ev *historypb.HistoryEvent) (int64, bool) {
+	req := ev.GetWorkflowExecutionUpdateAcceptedEventAttributes().GetAcceptedRequest()
+	if req.GetInput().GetName() != api.UpdateSubmitResult {
+		return 0, false
+	}
+	var in api.SubmitResultInput
+	if err := converter.GetDefaultDataConverter().FromPayloads(req.GetInput().GetArgs(), &in); err != nil {
+		return 0, false
+	}
+	return in.HeartbeatSeq, true
 }
 
 // TaskSummary is a task as visibility lists it.
