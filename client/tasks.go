@@ -163,6 +163,28 @@ func (c *Client) Task(ctx context.Context, taskID string) (api.TaskView, error) 
 	return v, wrap("task "+taskID, err)
 }
 
+// LeaseHeartbeatAt is when Temporal last recorded a heartbeat by ID on
+// the task's pending lease activity for fence (api.LeaseActivityID), read
+// from the task's description (DescribeWorkflowExecution: no control
+// plane takes part); zero when the task holds none or none was recorded
+// yet. While a lease activity holds the lease, these heartbeats renew it
+// without reaching the task, so the lease's RenewedAt in the task's view
+// is the last heartbeat signal's. Errors: ErrNotFound (wrapped) when no
+// such task exists; Temporal's error otherwise.
+func (c *Client) LeaseHeartbeatAt(ctx context.Context, taskID string, fence int64) (time.Time, error) {
+	resp, err := c.C.DescribeWorkflowExecution(ctx, api.TaskWorkflowID(taskID), "")
+	if err != nil {
+		return time.Time{}, wrap("task "+taskID, err)
+	}
+	id := api.LeaseActivityID(fence)
+	for _, a := range resp.GetPendingActivities() {
+		if a.GetActivityId() == id && a.GetLastHeartbeatTime() != nil {
+			return a.GetLastHeartbeatTime().AsTime(), nil
+		}
+	}
+	return time.Time{}, nil
+}
+
 // TaskEnvelope returns the sealed envelope a task runs: the input of its
 // workflow's current run (WdcTask carries it across continue-as-new), read
 // from the run's first history event, so no workflow needs to answer.
