@@ -2,6 +2,7 @@ package testsuite
 
 import (
 	"context"
+	"encoding/json"
 	"syscall"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/wdc-runtime/wdc/api"
 	wdcclient "github.com/wdc-runtime/wdc/client"
+	"github.com/wdc-runtime/wdc/internal/executor"
 	"github.com/wdc-runtime/wdc/lease"
 )
 
@@ -49,6 +51,16 @@ func readTaskHistory(t *testing.T, taskID string) taskHistory {
 		}
 	}
 	return h
+}
+
+// waitHeartbeatByID waits until Temporal recorded a heartbeat by ID on
+// the task's lease activity of fence.
+func waitHeartbeatByID(t *testing.T, taskID string, fence int64) {
+	t.Helper()
+	waitFor(t, 20*time.Second, "a heartbeat by ID on "+api.LeaseActivityID(fence), func() bool {
+		at, err := suite.wdc.LeaseHeartbeatAt(context.Background(), taskID, fence)
+		return err == nil && !at.IsZero()
+	})
 }
 
 // A task that heartbeats for 30 s (TTL 6 s, a beat every 2 s) holds its
@@ -105,18 +117,7 @@ echo "done on attempt $WDC_ATTEMPT" > outputs/done.txt`)
 	first := spooled(t, env.TaskID, 1)
 	p1 := startExec(t, first.Argv, "--work-dir", t.TempDir())
 	wfID := api.TaskWorkflowID(env.TaskID)
-	waitFor(t, 20*time.Second, "a heartbeat by ID on lease-1", func() bool {
-		d, err := suite.client.DescribeWorkflowExecution(context.Background(), wfID, "")
-		if err != nil {
-			return false
-		}
-		for _, a := range d.GetPendingActivities() {
-			if a.GetActivityId() == api.LeaseActivityID(1) && a.GetLastHeartbeatTime() != nil {
-				return true
-			}
-		}
-		return false
-	})
+	waitHeartbeatByID(t, env.TaskID, 1)
 	require.NoError(t, p1.cmd.Process.Signal(syscall.SIGSTOP))
 	frozen := time.Now()
 
@@ -142,5 +143,48 @@ echo "done on attempt $WDC_ATTEMPT" > outputs/done.txt`)
 	assert.Equal(t, "done on attempt 2\n", readArtifact(t, view.Result, "done.txt"))
 	if *updateHistories {
 		writeHistory(t, wfID)
+	}
+}
+
+// A lease revoked while its executor heartbeats by ID (its worker is
+// deregistered by force: worker_lost) has its lease activity cancelled,
+// and the executor's next heartbeat by ID fences it: `wdc exec`, which
+// nothing cancels, stops its command within a heartbeat interval. The
+// cancelled activity then times out in the task's history without
+// disturbing the task.
+func TestRevokedLeaseFencesItsExecutorThroughItsLeaseActivity(t *testing.T) {
+	handOffAgent(t, "leaseact-rev")
+	env := taskEnvelope(t, "leaseact-revoke", "exec sleep 60")
+	submit(t, env, api.TaskOptions{LeaseTTL: 6 * time.Second, HeartbeatInterval: 2 * time.Second})
+	first := spooled(t, env.TaskID, 1)
+	p := startExec(t, first.Argv, "--work-dir", t.TempDir(), "-o", "json")
+	waitHeartbeatByID(t, env.TaskID, 1)
+
+	_, err := suite.wdc.DeregisterWorker(context.Background(), "leaseact-rev", true, "test: revoke the lease")
+	require.NoError(t, err)
+	revoked := time.Now()
+	p.wait(t, 15*time.Second)
+	t.Logf("wdc exec stopped %.2fs after the revocation", time.Since(revoked).Seconds())
+	var rep executor.Report
+	require.NoError(t, json.Unmarshal([]byte(p.stdout.String()), &rep), "stdout: %s", p.stdout)
+	assert.Equal(t, executor.OutcomeSelfFenced, rep.Outcome)
+	assert.Contains(t, rep.Message, "lease activity was cancelled")
+	assert.Less(t, time.Since(revoked), 5*time.Second, "fenced by a heartbeat, not by a TTL")
+	v, err := suite.wdc.Task(context.Background(), env.TaskID)
+	require.NoError(t, err)
+	require.NotEmpty(t, v.Leases)
+	assert.Equal(t, lease.Revoked, v.Leases[0].State)
+	assert.Equal(t, string(lease.ReasonWorkerLost), v.Leases[0].EndReason)
+
+	waitFor(t, 15*time.Second, "the cancelled lease activity timed out", func() bool {
+		return countEvents(t, api.TaskWorkflowID(env.TaskID), enumspb.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT) > 0
+	})
+	_, err = suite.wdc.CancelTask(context.Background(), env.TaskID, "test done")
+	require.NoError(t, err)
+	out, _ := waitOutcome(t, env.TaskID)
+	assert.Equal(t, api.TaskCancelled, out.State)
+	assert.Zero(t, countEvents(t, api.TaskWorkflowID(env.TaskID), enumspb.EVENT_TYPE_WORKFLOW_TASK_FAILED), "no workflow task failed")
+	if *updateHistories {
+		writeHistory(t, api.TaskWorkflowID(env.TaskID))
 	}
 }
