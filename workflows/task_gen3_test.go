@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/stretchr/testify/mock"
@@ -230,4 +231,35 @@ func (s *taskSuite) TestGeneration3SignalOnlyHolderKeepsItsLease() {
 	s.Equal(int64(1), res.Attempts)
 	s.NoError(sub.err)
 	s.Len(*held, 1, "not scheduled again for a holder that heartbeats by signal")
+}
+
+// A lease activity that lived its whole lifetime (the executor heartbeated
+// throughout) is replaced at once, the lease counted as heard then; one
+// that fails unexpectedly leaves the lease to heartbeat signals and the
+// timer (heard at the failure) until the next accepted signal.
+func (s *taskSuite) TestGeneration3LeaseActivityLifetimeAndFailure() {
+	held, _ := s.holdLeases()
+	c := s.claim("worker-a", 1)
+	s.heartbeat(10*time.Second, c, 1)
+	s.endLeaseActivity(time.Minute, held, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_START_TO_CLOSE, nil))
+	var replaced api.TaskView
+	s.viewAt(time.Minute+time.Millisecond, &replaced)
+	s.endLeaseActivity(2*time.Minute, held, errors.New("boom"))
+	var failed api.TaskView
+	s.viewAt(2*time.Minute+time.Millisecond, &failed)
+	s.heartbeat(2*time.Minute+20*time.Second, c, 2) // a signal: held again
+	var again api.TaskView
+	s.viewAt(2*time.Minute+21*time.Second, &again)
+	sub := s.submit(5*time.Minute, "t1/1/1", c)
+	res := s.executeGen(3, api.TaskOptions{LeaseTTL: 30 * time.Second})
+	s.Equal(api.TaskCompleted, res.State)
+	s.Equal(int64(1), res.Attempts, "the lease never expired")
+	s.NoError(sub.err)
+	s.Equal("lease-1", replaced.LeaseActivity, "replaced at once")
+	s.InDelta(float64(time.Minute), float64(replaced.Lease.RenewedAt.Sub(replaced.Lease.GrantedAt)), float64(time.Second), "heard at the lifetime's end")
+	s.Empty(failed.LeaseActivity)
+	s.Equal(lease.Active, failed.Lease.State)
+	s.InDelta(float64(2*time.Minute), float64(failed.Lease.RenewedAt.Sub(failed.Lease.GrantedAt)), float64(time.Second), "heard at the failure")
+	s.Equal("lease-1", again.LeaseActivity)
+	s.Len(*held, 3)
 }

@@ -671,8 +671,9 @@ const HeartbeatRetryDivisor = 4
 // heartbeatLoop renews the lease every interval (counted from the last
 // accepted heartbeat, or the grant) until ctx ends, and calls
 // onLost (once, then returns) when the lease is no longer this attempt's
-// (fenced: the task has ended, so its heartbeat signal finds no workflow,
-// or — with Options.LeaseCheckInterval — the lease query fails the fence
+// (fenced: the task has ended, so its heartbeat signal finds no workflow;
+// the task cancelled the lease activity its heartbeat by ID went to; or —
+// with Options.LeaseCheckInterval — the lease query fails the fence
 // check) or when no heartbeat was accepted for a whole lease TTL, counted
 // from the later of the last accepted heartbeat's send time and notBefore.
 //
