@@ -777,8 +777,9 @@ func pending(fs []workflow.Future) []workflow.Future {
 // changed reports whether this execution has behaviour change id. A task
 // of generation 1 or later (api.TaskGeneration) has every change below
 // from its start and records no version marker; an older one asks
-// workflow.GetVersion, as its history recorded. Generation 2's changes
-// are gated on the generation alone (t.gen >= 2, see api.TaskGeneration).
+// workflow.GetVersion, as its history recorded. The changes of
+// generations 2 and 3 are gated on the generation alone (t.gen >= 2,
+// t.gen >= 3: see api.TaskGeneration).
 func (t *taskWorkflow) changed(ctx workflow.Context, id string) bool {
 	if t.gen >= 1 {
 		return true
