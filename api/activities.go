@@ -143,6 +143,15 @@ type LivenessInput struct {
 	Incarnation int64  `json:"incarnation"`
 }
 
+// LeaseHoldInput names the lease a lease activity stands for (see
+// activities.Control.HoldLease).
+type LeaseHoldInput struct {
+	TaskID   string `json:"task_id"`
+	WorkerID string `json:"worker_id"`
+	Attempt  int64  `json:"attempt"`
+	Fence    int64  `json:"fence"`
+}
+
 // CheckReservationsInput asks the control plane which of a worker's
 // reservations no longer match their task's current lease.
 type CheckReservationsInput struct {

@@ -235,7 +235,15 @@ type TaskInput struct {
 // workflows.LocalIngestMaxBytes in the workflow task that accepted it, and
 // leaves the reservation's release and its report to the run to the
 // ingest activity: a single-attempt task then takes three workflow tasks.
-const TaskGeneration = 2
+//
+// A task of generation 3 also holds a heartbeated lease on a lease
+// activity (LeaseActivityID, activities.Control.HoldLease), scheduled
+// when it accepts the lease's first heartbeat signal: the executor then
+// heartbeats that activity by ID, which writes no history, and Temporal
+// times it out (the lease TTL is its heartbeat timeout) when the
+// heartbeats stop. A task that ends before its first heartbeat runs no
+// such activity.
+const TaskGeneration = 3
 
 // TaskCarry is the task state continue-as-new carries forward, so attempt
 // and fence keep growing and the lease history is kept.
@@ -295,6 +303,12 @@ type SubmitResultInput struct {
 	// StartedAt and FinishedAt bound the command's run (executor clock).
 	StartedAt  time.Time `json:"started_at"`
 	FinishedAt time.Time `json:"finished_at"`
+	// HeartbeatSeq is the sequence number of the last lease heartbeat the
+	// attempt sent before it submitted (heartbeat signals and heartbeats
+	// by ID alike, counted from 1): how many it sent. Informational, for
+	// pricing heartbeats (`wdc bench`); the task does not judge it. 0 from
+	// executors older than it.
+	HeartbeatSeq int64 `json:"heartbeat_seq,omitempty"`
 }
 
 // SubmitResultResult answers an accepted submission once ingested.
@@ -378,6 +392,12 @@ type TaskView struct {
 	// Phase is where the lease loop is: Selecting, Launching, Running,
 	// Ingesting, Backoff, ContinuingAsNew or Ended.
 	Phase string `json:"phase,omitempty"`
+	// LeaseActivity is the ID of the lease activity (LeaseActivityID)
+	// holding the current lease, "" when none is pending. While one is,
+	// Temporal keeps the lease's time: heartbeats by ID renew it without
+	// reaching the task, so Lease.RenewedAt and Lease.ExpiresAt stay as
+	// the last heartbeat signal left them.
+	LeaseActivity string `json:"lease_activity,omitempty"`
 }
 
 // TaskOutcome is what WdcTask returns and reports to its run.

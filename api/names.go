@@ -53,6 +53,15 @@ func LivenessActivityID(incarnation int64) string {
 	return "liveness-" + strconv.FormatInt(incarnation, 10)
 }
 
+// LeaseActivityID is the ID of the lease activity a task of generation 3
+// keeps pending while the lease of fence is ACTIVE and heartbeated:
+// "lease-<fence>". The executor heartbeats it by this ID
+// (RecordActivityHeartbeatByID on the task's workflow), so a heartbeat of
+// an older fence finds no such activity.
+func LeaseActivityID(fence int64) string {
+	return "lease-" + strconv.FormatInt(fence, 10)
+}
+
 // TaskWorkflowID is the logical task's workflow ID: "wdc-task/<id>".
 // Workflow-ID uniqueness gives at most one running WdcTask, hence at most
 // one ACTIVE lease, per task (invariant 5).
@@ -108,8 +117,11 @@ const (
 
 // WdcTask messages.
 const (
-	// SignalLeaseHeartbeat (LeaseHeartbeatSignal) renews a lease; a
-	// heartbeat failing the fence check is counted and ignored.
+	// SignalLeaseHeartbeat (LeaseHeartbeatSignal) renews a lease when the
+	// task holds no started lease activity for its fence (see
+	// LeaseActivityID); a heartbeat failing the fence check is counted and
+	// ignored. A task of generation 3 starts the lease activity when it
+	// accepts the first one.
 	SignalLeaseHeartbeat = "lease-heartbeat"
 	// UpdateSubmitResult (SubmitResultInput → SubmitResultResult) hands an
 	// attempt's result to the task; the validator is the fence check.

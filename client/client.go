@@ -173,12 +173,37 @@ var ErrLivenessCancelled = errors.New("the registry entry cancelled this incarna
 // over, or predates liveness activities): send WorkerHeartbeat instead;
 // ErrLivenessCancelled; otherwise a transport error.
 func (c *Client) LivenessHeartbeat(ctx context.Context, workerID string, incarnation, seq int64) error {
-	err := c.C.RecordActivityHeartbeatByID(ctx, "", api.WorkerWorkflowID(workerID), "", api.LivenessActivityID(incarnation), seq)
+	return c.heartbeatByID(ctx, api.WorkerWorkflowID(workerID), api.LivenessActivityID(incarnation), seq, ErrLivenessCancelled, "worker "+workerID)
+}
+
+// ErrLeaseCancelled is returned by LeaseHeartbeat when the task cancelled
+// the lease activity of the heartbeat's fence: the task ended that lease
+// (revoked, cancelled, or the task is ending), so the attempt no longer
+// holds it and must fence itself.
+var ErrLeaseCancelled = errors.New("the task cancelled this lease's activity: the lease ended")
+
+// LeaseHeartbeat records one lease heartbeat on the task's lease activity
+// for hb's fence (api.LeaseActivityID), by ID: one RPC that the Temporal
+// server answers alone, with no workflow task and no history event. hb.Seq
+// goes into the activity's heartbeat details. Errors: ErrNotFound when the
+// task holds no started lease activity for this fence (none scheduled
+// yet, not started by the control plane, timed out, the task predates
+// lease activities, or its workflow has ended): send the lease-heartbeat
+// signal instead; ErrLeaseCancelled; otherwise a transport error.
+func (c *Client) LeaseHeartbeat(ctx context.Context, hb api.LeaseHeartbeatSignal) error {
+	return c.heartbeatByID(ctx, api.TaskWorkflowID(hb.TaskID), api.LeaseActivityID(hb.Fence), hb.Seq, ErrLeaseCancelled, "task "+hb.TaskID)
+}
+
+// heartbeatByID heartbeats held activity actID of workflow wfID's current
+// run with details seq. A heartbeat the server answers with "cancel
+// requested" is cancelled; other errors are wrapped as what.
+func (c *Client) heartbeatByID(ctx context.Context, wfID, actID string, seq int64, cancelled error, what string) error {
+	err := c.C.RecordActivityHeartbeatByID(ctx, "", wfID, "", actID, seq)
 	var canceled *temporal.CanceledError
 	if errors.As(err, &canceled) {
-		return ErrLivenessCancelled
+		return cancelled
 	}
-	return wrap("worker "+workerID, err)
+	return wrap(what, err)
 }
 
 // DrainWorker stops new reservations on a worker.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
@@ -162,6 +163,28 @@ func (c *Client) Task(ctx context.Context, taskID string) (api.TaskView, error) 
 	return v, wrap("task "+taskID, err)
 }
 
+// LeaseHeartbeatAt is when Temporal last recorded a heartbeat by ID on
+// the task's pending lease activity for fence (api.LeaseActivityID), read
+// from the task's description (DescribeWorkflowExecution: no control
+// plane takes part); zero when the task holds none or none was recorded
+// yet. While a lease activity holds the lease, these heartbeats renew it
+// without reaching the task, so the lease's RenewedAt in the task's view
+// is the last heartbeat signal's. Errors: ErrNotFound (wrapped) when no
+// such task exists; Temporal's error otherwise.
+func (c *Client) LeaseHeartbeatAt(ctx context.Context, taskID string, fence int64) (time.Time, error) {
+	resp, err := c.C.DescribeWorkflowExecution(ctx, api.TaskWorkflowID(taskID), "")
+	if err != nil {
+		return time.Time{}, wrap("task "+taskID, err)
+	}
+	id := api.LeaseActivityID(fence)
+	for _, a := range resp.GetPendingActivities() {
+		if a.GetActivityId() == id && a.GetLastHeartbeatTime() != nil {
+			return a.GetLastHeartbeatTime().AsTime(), nil
+		}
+	}
+	return time.Time{}, nil
+}
+
 // TaskEnvelope returns the sealed envelope a task runs: the input of its
 // workflow's current run (WdcTask carries it across continue-as-new), read
 // from the run's first history event, so no workflow needs to answer.
@@ -188,6 +211,23 @@ func (c *Client) TaskEnvelope(ctx context.Context, taskID string) (envelope.Enve
 		return envelope.Envelope{}, fmt.Errorf("task %s: its input holds no envelope of this task", taskID)
 	}
 	return in.Envelope, nil
+}
+
+// ReportedHeartbeats returns how many lease heartbeats an attempt reported
+// sending (api.SubmitResultInput.HeartbeatSeq: signals and heartbeats by
+// ID, which leave no event of their own) when ev is the acceptance of its
+// submit-result update in a task's history; false for any other event or
+// an input that does not decode.
+func ReportedHeartbeats(ev *historypb.HistoryEvent) (int64, bool) {
+	req := ev.GetWorkflowExecutionUpdateAcceptedEventAttributes().GetAcceptedRequest()
+	if req.GetInput().GetName() != api.UpdateSubmitResult {
+		return 0, false
+	}
+	var in api.SubmitResultInput
+	if err := converter.GetDefaultDataConverter().FromPayloads(req.GetInput().GetArgs(), &in); err != nil {
+		return 0, false
+	}
+	return in.HeartbeatSeq, true
 }
 
 // TaskSummary is a task as visibility lists it.

@@ -115,9 +115,12 @@ process's environment: no WDC_*, TEMPORAL_* or AWS_* variable reaches the
 task), heartbeats, self-fencing, outputs staged in the blob store and the
 result submitted. Right before the command starts the lease is checked once
 more; an attempt that is not current starts nothing. While it runs, a
-heartbeat is one signal every TTL/3, and the lease is checked once per TTL:
-a lost fence kills the command within that (a launcher that can, such as
-the Kubernetes or Ray one, also kills it at once when the lease ends).
+heartbeat is sent every TTL/3 — the first as a signal, the rest by ID on
+the task's lease activity, which writes no history — and the lease is
+checked once per TTL: a lost fence kills the command within that, and a
+lease the task ended while its activity was pending within one heartbeat
+(a launcher that can, such as the Kubernetes or Ray one, also kills it at
+once when the lease ends).
 
 Every claim flag can be given as an environment variable instead
 (WDC_EXEC_TASK_ID, WDC_EXEC_ATTEMPT, WDC_EXEC_FENCE, WDC_EXEC_WORKER_ID,

@@ -575,6 +575,9 @@ func printLeases(w io.Writer, v api.TaskView) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if v.LeaseActivity != "" && v.Lease != nil {
+		fmt.Fprintf(w, "lease of fence %d held by its lease activity %s: Temporal renews it with each heartbeat by ID (EXPIRES is as of the last heartbeat signal)\n", v.Lease.Fence, v.LeaseActivity)
+	}
 	for _, d := range v.Directives {
 		fmt.Fprintln(w, describeDirective(d, v.Options.MaxAttempts))
 	}

@@ -194,6 +194,24 @@ func (l *Ledger) Renew(hb Claim, seq int64, now time.Time) *Rejection {
 	return nil
 }
 
+// Heard records that Temporal saw a heartbeat of the ACTIVE lease of fence
+// at time at: heartbeats by ID reach the lease's lease activity, not the
+// ledger, so the ledger learns of them from how that activity ends (a
+// heartbeat timeout at now means the last one was at now − TTL). RenewedAt
+// moves to at and ExpiresAt to at+TTL when that is later than what
+// heartbeat signals left; Heard never shortens a lease. It reports whether
+// the lease was extended; nothing changes for another fence or a lease
+// that is not ACTIVE.
+func (l *Ledger) Heard(fence int64, at time.Time) bool {
+	cur := l.Current()
+	if cur == nil || cur.State != Active || cur.Fence != fence || !at.After(cur.RenewedAt) {
+		return false
+	}
+	cur.RenewedAt = at
+	cur.ExpiresAt = at.Add(cur.TTL)
+	return true
+}
+
 // Expire ends the ACTIVE lease as EXPIRED when now ≥ ExpiresAt and returns
 // the retry directive (reason lease_expired).
 //

@@ -252,3 +252,43 @@ func TestMarkResultPendingChecksOnlyTheTransition(t *testing.T) {
 	require.ErrorIs(t, l.MarkResultPending(1), ErrNoActiveLease, "already pending")
 	assert.True(t, l.Current().ResultPending)
 }
+
+// What Temporal reports of heartbeats by ID extends the current fence's
+// ACTIVE lease, never shortens it, and leaves Expire the judge: a lease
+// whose lease activity timed out at now was last heard at now − TTL and
+// expires then, unless a heartbeat signal renewed it later.
+func TestHeardExtendsOnlyAndExpireStillDecides(t *testing.T) {
+	l := NewLedger("t1", digest)
+	_, err := l.Grant("w-a", 6*time.Second, t0)
+	require.NoError(t, err)
+	require.Nil(t, l.Renew(Claim{TaskID: "t1", WorkerID: "w-a", Attempt: 1, Fence: 1, EnvelopeDigest: digest}, 1, t0.Add(2*time.Second)))
+
+	assert.False(t, l.Heard(2, t0.Add(20*time.Second)), "another fence")
+	assert.False(t, l.Heard(1, t0.Add(time.Second)), "earlier than the last renewal")
+	assert.Equal(t, t0.Add(8*time.Second), l.Current().ExpiresAt)
+
+	// Heartbeats by ID until 24 s; the activity times out at 30 s.
+	now := t0.Add(30 * time.Second)
+	assert.True(t, l.Heard(1, now.Add(-6*time.Second)))
+	assert.Equal(t, now, l.Current().ExpiresAt)
+	d, err := l.Expire(now)
+	require.NoError(t, err)
+	assert.Equal(t, ReasonLeaseExpired, d.Reason)
+	assert.False(t, l.Heard(1, now), "not ACTIVE any more")
+
+	// A signal renewed the lease after the last heartbeat Temporal saw:
+	// not expired.
+	l = NewLedger("t1", digest)
+	_, err = l.Grant("w-a", 6*time.Second, t0)
+	require.NoError(t, err)
+	require.Nil(t, l.Renew(Claim{TaskID: "t1", WorkerID: "w-a", Attempt: 1, Fence: 1, EnvelopeDigest: digest}, 1, t0.Add(5*time.Second)))
+	assert.False(t, l.Heard(1, t0.Add(4*time.Second)))
+	_, err = l.Expire(t0.Add(10 * time.Second))
+	require.ErrorIs(t, err, ErrNotExpired)
+
+	// A pending result is never expired, whatever Temporal says.
+	require.NoError(t, l.MarkResultPending(1))
+	l.Heard(1, t0.Add(20*time.Second))
+	_, err = l.Expire(t0.Add(60 * time.Second))
+	require.ErrorIs(t, err, ErrResultPending)
+}

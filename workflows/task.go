@@ -24,7 +24,10 @@ var (
 // WdcTask is one logical task (workflow ID api.TaskWorkflowID): the lease
 // loop (docs/architecture.md, "The lease loop"). Each attempt reserves a
 // worker, is granted a lease (attempt+1, fence+1, same envelope digest), is
-// launched, and is watched with one timer per TTL window. A result accepted
+// launched, and is watched with one timer per TTL window — or, from its
+// first heartbeat signal on (generation 3), by Temporal, on a lease
+// activity that the executor heartbeats by ID (see armLeaseActivity). A
+// result accepted
 // through the submit-result update (validator: lease.Check) is ingested and
 // the lease completes; expiry, worker loss, launch failure or an
 // infrastructure kill end the lease with a retry directive and, after
@@ -110,6 +113,18 @@ type taskWorkflow struct {
 	timer        workflow.Future
 	timerCancel  workflow.CancelFunc
 	directive    *lease.RetryDirective
+
+	// Lease activity (generation 3, see armLeaseActivity): the activity
+	// holding the current lease (nil when none is pending), its fence and
+	// its cancel. leaseSignalled is set when a heartbeat signal of the
+	// current lease was accepted since the last one was scheduled;
+	// leaseHalted is a fence for which none is scheduled again (its holder
+	// heartbeats by signal only).
+	leaseAct       workflow.Future
+	leaseActFence  int64
+	leaseActCancel workflow.CancelFunc
+	leaseSignalled bool
+	leaseHalted    int64
 
 	// sub is the submission whose result is pending (at most one: the
 	// lease refuses a second while one is pending).
@@ -266,10 +281,12 @@ func (t *taskWorkflow) decide(ctx workflow.Context) taskPhase {
 
 // quiet reports whether continue-as-new is suggested and nothing is in
 // flight: no update handler running, no launch, submission, lease end or
-// cancel pending, no unawaited command.
+// cancel pending, no lease activity holding the lease (heartbeats by ID
+// reach it and not the ledger, so a new run could not tell when they
+// stopped; they add nothing to the history either), no unawaited command.
 func (t *taskWorkflow) quiet(ctx workflow.Context) bool {
 	return workflow.GetInfo(ctx).GetContinueAsNewSuggested() && workflow.AllHandlersFinished(ctx) &&
-		t.sub == nil && t.launch == nil && t.directive == nil && !t.carry.Cancelled && t.inflightDone()
+		t.sub == nil && t.launch == nil && t.directive == nil && !t.carry.Cancelled && t.leaseAct == nil && t.inflightDone()
 }
 
 // outcomeState is the ended task's state.
@@ -370,6 +387,7 @@ func (t *taskWorkflow) grant(ctx workflow.Context, sel api.SelectWorkerResult) e
 	workflow.GetLogger(ctx).Info("lease granted", "task", l.TaskID, "worker", l.WorkerID, "attempt", l.Attempt, "fence", l.Fence)
 	count(ctx, api.MetricLeasesGranted, "")
 	t.attemptDir = ""
+	t.leaseSignalled = false
 	t.setState(ctx, api.TaskLeased)
 	lctx, cancel := workflow.WithCancel(ctx)
 	actx := workflow.WithActivityOptions(lctx, t.launchOptions(l.WorkerID))
@@ -393,7 +411,8 @@ func (t *taskWorkflow) launchOptions(worker string) workflow.ActivityOptions {
 
 // watch is the Launching and Running phases: it ends the lease when a
 // cancel or a retry directive was recorded, and otherwise waits for one
-// event (a signal, the launch, the lease timer, an update's wake-up).
+// event (a signal, the launch, the lease timer or lease activity, an
+// update's wake-up).
 func (t *taskWorkflow) watch(ctx workflow.Context) {
 	// A lease that already ended with a directive is released first, even
 	// when a cancel arrived with it: decide then ends the cancelled task.
@@ -405,9 +424,13 @@ func (t *taskWorkflow) watch(ctx workflow.Context) {
 		t.endLease(ctx, nil)
 		return
 	}
+	t.armLeaseActivity(ctx)
 	t.armTimer(ctx)
 	sel := workflow.NewSelector(ctx)
 	t.addSignals(ctx, sel)
+	if t.leaseAct != nil {
+		sel.AddFuture(t.leaseAct, func(f workflow.Future) { t.leaseActEnded(ctx, f.Get(ctx, nil)) })
+	}
 	if t.launch != nil {
 		sel.AddFuture(t.launch, func(f workflow.Future) {
 			t.launch, t.launchCancel = nil, nil
@@ -431,10 +454,11 @@ func (t *taskWorkflow) watch(ctx workflow.Context) {
 
 // armTimer keeps one timer for the current TTL window: it is armed for the
 // lease's expiry and, when it fires while heartbeats moved the expiry,
-// re-armed for the remainder — never once per heartbeat.
+// re-armed for the remainder — never once per heartbeat. None is armed
+// while a lease activity holds the lease: Temporal keeps the time then.
 func (t *taskWorkflow) armTimer(ctx workflow.Context) {
 	cur := t.ledger.Current()
-	if t.timer != nil || cur == nil || cur.State != lease.Active || cur.ResultPending {
+	if t.timer != nil || t.leaseAct != nil || cur == nil || cur.State != lease.Active || cur.ResultPending {
 		return
 	}
 	d := cur.ExpiresAt.Sub(workflow.Now(ctx))
@@ -451,6 +475,98 @@ func (t *taskWorkflow) stopTimer() {
 	if t.timer != nil {
 		t.timerCancel()
 		t.timer = nil
+	}
+}
+
+// LeaseActivityLifetime is the start-to-close timeout of a lease
+// activity. One that lives this long (its executor heartbeated throughout)
+// is replaced by a new one; the timeout exists because Temporal requires
+// one.
+const LeaseActivityLifetime = 24 * time.Hour
+
+// armLeaseActivity hands the current lease's time to Temporal (generation
+// 3): once a heartbeat signal of the ACTIVE lease was accepted, it
+// schedules the lease activity (api.LeaseActivityID, activities.Control.
+// HoldLease) with the lease TTL as its heartbeat timeout and stops the
+// lease timer. The executor then heartbeats the activity by ID — one RPC
+// the server answers alone, no workflow task, no history event — and the
+// server times the activity out when the heartbeats stop (see
+// leaseActEnded). It is not scheduled at the grant: most attempts end
+// before their first heartbeat and never pay for one. None is scheduled
+// while a result is pending, for a fence whose holder heartbeats by signal
+// only (leaseHalted), or until a new signal after one that ended without
+// expiring the lease.
+func (t *taskWorkflow) armLeaseActivity(ctx workflow.Context) {
+	cur := t.ledger.Current()
+	if t.gen < 3 || t.leaseAct != nil || !t.leaseSignalled || cur == nil || cur.State != lease.Active || cur.ResultPending || cur.Fence == t.leaseHalted {
+		return
+	}
+	t.leaseSignalled = false
+	t.stopTimer()
+	actx, cancel := heldActivity(ctx, api.LeaseActivityID(cur.Fence), cur.TTL, LeaseActivityLifetime)
+	t.leaseAct = workflow.ExecuteActivity(actx, controlActs.HoldLease, api.LeaseHoldInput{
+		TaskID: cur.TaskID, WorkerID: cur.WorkerID, Attempt: cur.Attempt, Fence: cur.Fence,
+	})
+	t.leaseActFence, t.leaseActCancel = cur.Fence, cancel
+}
+
+// stopLeaseActivity cancels the pending lease activity, if any: the
+// executor's next heartbeat by ID then learns that its lease ended.
+func (t *taskWorkflow) stopLeaseActivity() {
+	if t.leaseAct != nil {
+		t.leaseActCancel()
+		t.leaseAct, t.leaseActCancel = nil, nil
+	}
+	t.leaseSignalled = false
+}
+
+// leaseActEnded applies the end of the lease activity; the ledger decides
+// the lease. A heartbeat timeout means Temporal saw no heartbeat for a
+// TTL, so the last one was a TTL ago (lease.Ledger.Heard): after the
+// heartbeat signals already delivered are applied, the lease expires —
+// unless a signal renewed it since (its holder heartbeats by signal: the
+// lease is judged by signals and the timer from then on, leaseHalted) or
+// a result is pending (the ingest decides). One not started within a TTL
+// leaves the lease to heartbeat signals (the executor sends them while its
+// heartbeats by ID find no started activity) until the next accepted one
+// schedules another. Its lifetime running out means the executor
+// heartbeated throughout (the heartbeat timeout is shorter): a new one
+// replaces it. A cancellation is the task's own. Anything else is
+// unexpected: the lease counts as heard now and is judged by signals
+// until the next accepted one.
+func (t *taskWorkflow) leaseActEnded(ctx workflow.Context, err error) {
+	fence := t.leaseActFence
+	t.leaseAct, t.leaseActCancel = nil, nil
+	cur := t.ledger.Current()
+	if cur == nil || cur.Fence != fence {
+		return
+	}
+	now := workflow.Now(ctx)
+	var timeout *temporal.TimeoutError
+	switch {
+	case errors.As(err, &timeout) && timeout.TimeoutType() == enumspb.TIMEOUT_TYPE_HEARTBEAT:
+		t.drainHeartbeats(ctx)
+		t.ledger.Heard(fence, now.Add(-cur.TTL))
+		d, err := t.ledger.Expire(now)
+		switch {
+		case err == nil:
+			workflow.GetLogger(ctx).Info("lease expired", append(t.attemptAttrs(), "by", "lease activity heartbeat timeout")...)
+			count(ctx, api.MetricLeasesExpired, "")
+			t.directive = &d
+		case errors.Is(err, lease.ErrNotExpired):
+			t.leaseHalted = fence
+		}
+		t.leaseSignalled = false
+	case errors.As(err, &timeout) && timeout.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START:
+		t.leaseSignalled = false
+	case errors.As(err, &timeout):
+		t.ledger.Heard(fence, now)
+		t.leaseSignalled = true
+	case temporal.IsCanceledError(err):
+	default:
+		workflow.GetLogger(ctx).Warn("lease activity ended unexpectedly; judging heartbeat signals until the next one", append(t.attemptAttrs(), "error", err)...)
+		t.ledger.Heard(fence, now)
+		t.leaseSignalled = false
 	}
 }
 
@@ -548,6 +664,7 @@ func (t *taskWorkflow) onHeartbeat(ctx workflow.Context, hb api.LeaseHeartbeatSi
 		return
 	}
 	t.carry.Stats.HeartbeatsAccepted++
+	t.leaseSignalled = true
 }
 
 // onWorkerLost revokes the lease when the lost reservation is the current
@@ -583,12 +700,14 @@ func (t *taskWorkflow) onAttemptFailed(ctx workflow.Context, f api.AttemptFailed
 	t.revoke(ctx, reason, f.Detail)
 }
 
-// endLease releases what the ended lease held: its timer, its launch (if
+// endLease releases what the ended lease held: its timer or lease
+// activity, its launch (if
 // still running), the worker's reservation and (best effort) the running
 // attempt. A directive is queued for the backoff that precedes the next
 // attempt; nil means the task was cancelled.
 func (t *taskWorkflow) endLease(ctx workflow.Context, d *lease.RetryDirective) {
 	t.stopTimer()
+	t.stopLeaseActivity()
 	cur := t.ledger.Current()
 	if d == nil {
 		t.ledger.Cancel(workflow.Now(ctx))
@@ -658,8 +777,9 @@ func pending(fs []workflow.Future) []workflow.Future {
 // changed reports whether this execution has behaviour change id. A task
 // of generation 1 or later (api.TaskGeneration) has every change below
 // from its start and records no version marker; an older one asks
-// workflow.GetVersion, as its history recorded. Generation 2's changes
-// are gated on the generation alone (t.gen >= 2, see api.TaskGeneration).
+// workflow.GetVersion, as its history recorded. The changes of
+// generations 2 and 3 are gated on the generation alone (t.gen >= 2,
+// t.gen >= 3: see api.TaskGeneration).
 func (t *taskWorkflow) changed(ctx workflow.Context, id string) bool {
 	if t.gen >= 1 {
 		return true
@@ -1014,6 +1134,9 @@ func (t *taskWorkflow) view() api.TaskView {
 	if cur := t.ledger.Current(); cur != nil {
 		c := *cur
 		v.Lease = &c
+	}
+	if t.leaseAct != nil {
+		v.LeaseActivity = api.LeaseActivityID(t.leaseActFence)
 	}
 	return v
 }

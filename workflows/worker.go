@@ -346,17 +346,7 @@ func (w *workerWorkflow) armLiveness(ctx workflow.Context) {
 	if !live || w.livenessHalted {
 		return
 	}
-	actx, cancel := workflow.WithCancel(ctx)
-	actx = workflow.WithActivityOptions(actx, workflow.ActivityOptions{
-		TaskQueue:  api.ControlTaskQueue,
-		ActivityID: id,
-		// Not started within a window (the control plane is down or its
-		// activity slots are full): judge heartbeat signals meanwhile.
-		ScheduleToStartTimeout: w.rec.StaleAfter,
-		StartToCloseTimeout:    LivenessActivityLifetime,
-		HeartbeatTimeout:       w.rec.StaleAfter,
-		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
-	})
+	actx, cancel := heldActivity(ctx, id, w.rec.StaleAfter, LivenessActivityLifetime)
 	w.liveness = workflow.ExecuteActivity(actx, controlActs.HoldLiveness, api.LivenessInput{WorkerID: w.id, Incarnation: w.rec.Incarnation})
 	w.livenessCancel = cancel
 	w.rec.LivenessActivity = id

@@ -250,8 +250,11 @@ type Result struct {
 	// EventsPerHeartbeat is what one lease heartbeat costs in history:
 	// (HeartbeatTaskEvents − EventsPerTask) / Heartbeats, where
 	// HeartbeatTaskEvents is the history length of a task that ran (and
-	// heartbeated) for the heartbeat window and Heartbeats the
-	// lease-heartbeat signals in it.
+	// heartbeated) for the heartbeat window and Heartbeats the lease
+	// heartbeats its executor sent — lease-heartbeat signals and
+	// heartbeats by ID on its lease activity alike, as the executor
+	// reported them with its result (api.SubmitResultInput.HeartbeatSeq);
+	// the lease-heartbeat signals in the history when it reported none.
 	EventsPerHeartbeat  *float64 `json:"events_per_heartbeat"`
 	HeartbeatTaskEvents *int64   `json:"heartbeat_task_events"`
 	Heartbeats          *int64   `json:"heartbeats"`

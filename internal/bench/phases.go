@@ -101,15 +101,15 @@ func (b *bench) throughput(ctx context.Context, res *Result) error {
 	if single == "" {
 		return errors.New("no task completed in a single attempt: events per task not measured")
 	}
-	total, byType, _, err := b.history(ctx, api.TaskWorkflowID(single))
+	h, err := b.history(ctx, api.TaskWorkflowID(single))
 	if err != nil {
 		return err
 	}
-	res.EventsPerTask, res.EventsByType = ptr(total), byType
-	if total, byType, _, err = b.history(ctx, bareIDs[0]); err != nil {
+	res.EventsPerTask, res.EventsByType = ptr(h.events), h.byType
+	if h, err = b.history(ctx, bareIDs[0]); err != nil {
 		return err
 	}
-	res.BareEvents, res.BareEventsByType = ptr(total), byType
+	res.BareEvents, res.BareEventsByType = ptr(h.events), h.byType
 	b.say("events: %d per wdc task (%s), %d per bare workflow", *res.EventsPerTask, single, *res.BareEvents)
 	return nil
 }
@@ -131,11 +131,11 @@ func (b *bench) heartbeat(ctx context.Context, res *Result) error {
 		if out.State != api.TaskCompleted || out.Attempts != 1 {
 			return fmt.Errorf("baseline task %s ended %s after %d attempt(s), want COMPLETED after 1", id, out.State, out.Attempts)
 		}
-		total, byType, _, err := b.history(ctx, api.TaskWorkflowID(id))
+		h, err := b.history(ctx, api.TaskWorkflowID(id))
 		if err != nil {
 			return err
 		}
-		res.EventsPerTask, res.EventsByType = ptr(total), byType
+		res.EventsPerTask, res.EventsByType = ptr(h.events), h.byType
 	}
 	id := "bench-hb" + b.opts.Suffix
 	env := b.trueTask(id, runID, true)
@@ -152,13 +152,21 @@ func (b *bench) heartbeat(ctx context.Context, res *Result) error {
 	if out.State != api.TaskCompleted || out.Attempts != 1 {
 		return fmt.Errorf("task %s ended %s after %d attempt(s), want COMPLETED after 1 (a lease expired under load?)", id, out.State, out.Attempts)
 	}
-	total, _, signals, err := b.history(ctx, api.TaskWorkflowID(id))
+	h, err := b.history(ctx, api.TaskWorkflowID(id))
 	if err != nil {
 		return err
 	}
-	beats := signals[api.SignalLeaseHeartbeat]
+	total := h.events
+	// The beats the executor sent, as it reported them with its result:
+	// heartbeats by ID on the lease activity leave no event to count. An
+	// executor that reports none (older than the report) sent signals
+	// only, which the history counts.
+	beats := h.reportedBeats
 	if beats == 0 {
-		return fmt.Errorf("task %s: no lease-heartbeat signal in %d events", id, total)
+		beats = h.signals[api.SignalLeaseHeartbeat]
+	}
+	if beats == 0 {
+		return fmt.Errorf("task %s: no lease heartbeat reported or signalled in %d events", id, total)
 	}
 	res.HeartbeatTaskEvents, res.Heartbeats = ptr(total), ptr(beats)
 	res.EventsPerHeartbeat = ptr(round3(float64(total-*res.EventsPerTask) / float64(beats)))
@@ -288,24 +296,37 @@ func (b *bench) windows(ctx context.Context, wfIDs []string) (starts, closes []t
 	return starts, closes, err
 }
 
-// history returns a workflow's history length, its events by type (the
-// Temporal enum's name: "WorkflowExecutionSignaled") and its signals by
-// name.
-func (b *bench) history(ctx context.Context, wfID string) (n int64, byType, signals map[string]int64, err error) {
+// history counts a workflow's history (see historyCount).
+func (b *bench) history(ctx context.Context, wfID string) (historyCount, error) {
 	it := b.opts.Client.GetWorkflowHistory(ctx, wfID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	byType, signals = map[string]int64{}, map[string]int64{}
+	h := historyCount{byType: map[string]int64{}, signals: map[string]int64{}}
 	for it.HasNext() {
 		ev, err := it.Next()
 		if err != nil {
-			return 0, nil, nil, fmt.Errorf("history of %s: %w", wfID, err)
+			return historyCount{}, fmt.Errorf("history of %s: %w", wfID, err)
 		}
-		n++
-		byType[strings.TrimPrefix(ev.GetEventType().String(), "EVENT_TYPE_")]++
+		h.events++
+		h.byType[strings.TrimPrefix(ev.GetEventType().String(), "EVENT_TYPE_")]++
 		if s := ev.GetWorkflowExecutionSignaledEventAttributes(); s != nil {
-			signals[s.GetSignalName()]++
+			h.signals[s.GetSignalName()]++
+		}
+		if n, ok := wdcclient.ReportedHeartbeats(ev); ok && n > h.reportedBeats {
+			h.reportedBeats = n
 		}
 	}
-	return n, byType, signals, nil
+	return h, nil
+}
+
+// historyCount is what bench.history counts in a workflow's history.
+type historyCount struct {
+	// events is the history length; byType counts the events by type
+	// (the Temporal enum's name: "WorkflowExecutionSignaled"), signals
+	// the signals by name.
+	events          int64
+	byType, signals map[string]int64
+	// reportedBeats is the most lease heartbeats an attempt reported
+	// sending with its result (0 for other workflows).
+	reportedBeats int64
 }
 
 // closeRun closes a bench run (best effort: it ends once its tasks have).

@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/wdc-runtime/wdc/api"
+	wdcclient "github.com/wdc-runtime/wdc/client"
 	"github.com/wdc-runtime/wdc/lease"
 )
 
@@ -17,6 +18,12 @@ import (
 type Control interface {
 	// Heartbeat renews the lease (signal lease-heartbeat).
 	Heartbeat(ctx context.Context, hb api.LeaseHeartbeatSignal) error
+	// HeartbeatByID heartbeats the task's lease activity for hb's fence
+	// (api.LeaseActivityID) by ID, which the server answers alone.
+	// Errors: ErrNoLeaseActivity when the task holds no started one (send
+	// Heartbeat instead); ErrLeaseEnded when the task cancelled it (the
+	// lease ended); otherwise Temporal was not reached.
+	HeartbeatByID(ctx context.Context, hb api.LeaseHeartbeatSignal) error
 	// Lease returns the task's lease view (query lease).
 	Lease(ctx context.Context, taskID string) (api.TaskView, error)
 	// SubmitResult hands the result to the task (update submit-result) and
@@ -40,6 +47,16 @@ func (r *Rejected) Error() string { return r.Reason + ": " + r.Message }
 // ErrTaskGone: the task workflow no longer exists or has ended; the
 // attempt's lease is certainly not current.
 var ErrTaskGone = errors.New("task workflow has ended or does not exist")
+
+// ErrNoLeaseActivity: a heartbeat by ID found no started lease activity
+// for its fence (the task has not scheduled one yet, the control plane has
+// not started it, it timed out, or the task predates lease activities or
+// has ended); the lease-heartbeat signal is the way then.
+var ErrNoLeaseActivity = errors.New("the task holds no started lease activity for this fence")
+
+// ErrLeaseEnded: the task cancelled the lease activity a heartbeat by ID
+// went to, because it ended that lease; the attempt no longer holds it.
+var ErrLeaseEnded = errors.New("the task ended the lease (its lease activity was cancelled)")
 
 // ErrLeaseUnverified: the lease query that should confirm an attempt's
 // lease failed (Temporal or the control plane did not answer), so whether
@@ -111,6 +128,21 @@ var _ Control = (*TemporalControl)(nil)
 func (c *TemporalControl) Heartbeat(ctx context.Context, hb api.LeaseHeartbeatSignal) error {
 	err := c.Client.SignalWorkflow(ctx, api.TaskWorkflowID(hb.TaskID), "", api.SignalLeaseHeartbeat, hb)
 	return classify(err)
+}
+
+// HeartbeatByID records the heartbeat on the task's lease activity
+// (wdcclient.Client.LeaseHeartbeat). Errors: ErrNoLeaseActivity (wrapped)
+// when the task holds no started one for the fence; ErrLeaseEnded when the
+// task cancelled it; other errors mean Temporal was not reached.
+func (c *TemporalControl) HeartbeatByID(ctx context.Context, hb api.LeaseHeartbeatSignal) error {
+	err := (&wdcclient.Client{C: c.Client}).LeaseHeartbeat(ctx, hb)
+	switch {
+	case errors.Is(err, wdcclient.ErrLeaseCancelled):
+		return ErrLeaseEnded
+	case errors.Is(err, wdcclient.ErrNotFound):
+		return fmt.Errorf("%w: %v", ErrNoLeaseActivity, err)
+	}
+	return err
 }
 
 // Lease queries the task's lease.

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -151,8 +152,13 @@ type Execution struct {
 	started time.Time
 	log     *slog.Logger
 
-	// seq numbers heartbeats across both phases (running, submitting).
-	seq int64
+	// seq numbers heartbeats across both phases (running, submitting);
+	// the submission reports it (api.SubmitResultInput.HeartbeatSeq).
+	seq atomic.Int64
+	// signalled: a heartbeat signal of this attempt was accepted, so the
+	// task may hold a lease activity for it: heartbeats go by ID first
+	// (see send). Only the heartbeat loop of the current phase touches it.
+	signalled bool
 	// lastAccepted is the send time of the last heartbeat Temporal took
 	// (before the first one: the lease's grant, see leaseReference); the
 	// executor fences itself a TTL after it. Only the heartbeat loop of
@@ -572,7 +578,7 @@ func (e *Execution) finish(rep *Report) {
 	}
 	in := api.SubmitResultInput{
 		Claim: e.claim, ExitCode: rep.ExitCode, TimedOut: rep.TimedOut, Artifacts: arts, Logs: logs, OutputError: rep.OutputError,
-		StartedAt: rep.StartedAt, FinishedAt: rep.FinishedAt,
+		StartedAt: rep.StartedAt, FinishedAt: rep.FinishedAt, HeartbeatSeq: e.seq.Load(),
 	}
 	// Once accepted for ingest the lease cannot expire: heartbeats stop.
 	res, err := e.submitWithRetry(ctx, in, func() { go stopHeartbeats() })
@@ -665,12 +671,15 @@ const HeartbeatRetryDivisor = 4
 // heartbeatLoop renews the lease every interval (counted from the last
 // accepted heartbeat, or the grant) until ctx ends, and calls
 // onLost (once, then returns) when the lease is no longer this attempt's
-// (fenced: the task has ended, so its heartbeat signal finds no workflow,
-// or — with Options.LeaseCheckInterval — the lease query fails the fence
+// (fenced: the task has ended, so its heartbeat signal finds no workflow;
+// the task cancelled the lease activity its heartbeat by ID went to; or —
+// with Options.LeaseCheckInterval — the lease query fails the fence
 // check) or when no heartbeat was accepted for a whole lease TTL, counted
 // from the later of the last accepted heartbeat's send time and notBefore.
 //
-// A heartbeat is accepted when Temporal took its signal. The self-fencing
+// A heartbeat is accepted when Temporal took it: its signal, or — once a
+// signal was accepted — its record on the task's lease activity, by ID
+// (see send). The self-fencing
 // deadline is the SEND time of the last accepted heartbeat plus the TTL:
 // the task workflow renews the lease when it processes the signal, which is
 // never before it was sent, so the command is killed no later than the
@@ -680,10 +689,11 @@ const HeartbeatRetryDivisor = 4
 // interval is ridden out (given a client that redials within a fraction of
 // the interval, see worker.DialOptions).
 //
-// A heartbeat is one signal and nothing else: a lease that moved on while
+// A heartbeat is one RPC and nothing else: a lease that moved on while
 // this executor is connected reaches it as a cancel (Execution.Cancel,
-// from the agent's CancelAttempt or the cluster launcher's kill), not
-// through a query per beat. A lease query (LeaseCheckInterval) that fails
+// from the agent's CancelAttempt or the cluster launcher's kill), or as
+// the cancelled lease activity its next heartbeat by ID finds (fenced),
+// not through a query per beat. A lease query (LeaseCheckInterval) that fails
 // while the heartbeat itself got through is tolerated: the control plane
 // may be down, and then the lease cannot expire either.
 func (e *Execution) heartbeatLoop(ctx context.Context, notBefore time.Time, onLost func(why string, fenced bool)) {
@@ -694,7 +704,7 @@ func (e *Execution) heartbeatLoop(ctx context.Context, notBefore time.Time, onLo
 	// the lease's grant), not at once: an attempt that ends within its
 	// first interval sends no heartbeat at all.
 	next := e.lastAccepted.Add(interval)
-	if !e.fromGrant && e.seq == 0 {
+	if !e.fromGrant && e.seq.Load() == 0 {
 		next = time.Now()
 	}
 	var failingSince time.Time // zero while heartbeats get through
@@ -728,13 +738,13 @@ func (e *Execution) heartbeatLoop(ctx context.Context, notBefore time.Time, onLo
 			onLost(why, false)
 			return
 		}
-		e.seq++
+		seq := e.seq.Add(1)
 		tryEnd := sent.Add(retry)
 		if deadline.Before(tryEnd) {
 			tryEnd = deadline
 		}
 		check := e.opts.LeaseCheckInterval > 0 && sent.Sub(lastCheck) >= e.opts.LeaseCheckInterval
-		accepted, err := e.beat(ctx, e.seq, tryEnd, check)
+		accepted, err := e.beat(ctx, seq, tryEnd, check)
 		if check && accepted {
 			lastCheck = sent
 		}
@@ -771,14 +781,14 @@ func (e *Execution) heartbeatLoop(ctx context.Context, notBefore time.Time, onLo
 
 var errFenced = errors.New("fenced")
 
-// beat sends one heartbeat and, when check is set, checks the fence with
-// one lease query, both before tryEnd. accepted reports whether Temporal
-// took the heartbeat signal.
+// beat sends one heartbeat (send) and, when check is set, checks the
+// fence with one lease query, both before tryEnd. accepted reports
+// whether Temporal took the heartbeat.
 func (e *Execution) beat(ctx context.Context, seq int64, tryEnd time.Time, check bool) (accepted bool, err error) {
 	cctx, cancel := context.WithDeadline(ctx, tryEnd)
 	defer cancel()
-	err = e.opts.Control.Heartbeat(cctx, api.LeaseHeartbeatSignal{Claim: e.claim, Seq: seq})
-	if errors.Is(err, ErrTaskGone) {
+	err = e.send(cctx, seq)
+	if errors.Is(err, ErrTaskGone) || errors.Is(err, ErrLeaseEnded) {
 		return true, fmt.Errorf("%w: %v", errFenced, err)
 	}
 	if err != nil {
@@ -797,6 +807,29 @@ func (e *Execution) beat(ctx context.Context, seq int64, tryEnd time.Time, check
 		return true, fmt.Errorf("lease query (is the control plane running?): %w", err)
 	}
 	return true, nil
+}
+
+// send delivers heartbeat seq. Once a heartbeat signal of this attempt
+// was accepted, the task (generation 3) holds the lease on a lease
+// activity scheduled when it accepted it, so the heartbeat goes to that
+// activity by ID first: one RPC the server answers alone, no workflow
+// task or history event. When the task holds no started lease activity
+// for the fence (not started yet, timed out, an older task, an ended
+// workflow) it goes as the lease-heartbeat signal, as the first one does.
+// Errors: ErrLeaseEnded (the task cancelled the activity: fenced),
+// ErrTaskGone (the signal found no running task), or Temporal's.
+func (e *Execution) send(ctx context.Context, seq int64) error {
+	hb := api.LeaseHeartbeatSignal{Claim: e.claim, Seq: seq}
+	if e.signalled {
+		if err := e.opts.Control.HeartbeatByID(ctx, hb); !errors.Is(err, ErrNoLeaseActivity) {
+			return err
+		}
+	}
+	err := e.opts.Control.Heartbeat(ctx, hb)
+	if err == nil {
+		e.signalled = true
+	}
+	return err
 }
 
 func exitStatus(ps *os.ProcessState, waitErr error) (code int, signal string) {

@@ -52,6 +52,44 @@ type fakeControl struct {
 	options   api.TaskOptions
 	submitted []api.SubmitResultInput
 	failures  []api.AttemptFailedSignal
+	// held: the task holds a started lease activity, which HeartbeatByID
+	// heartbeats (byID records them); heldCancelled: the task cancelled
+	// it. Without held, HeartbeatByID finds none.
+	held, heldCancelled bool
+	byID                []api.LeaseHeartbeatSignal
+}
+
+// sent counts the heartbeat signals and heartbeats by ID taken.
+func (f *fakeControl) sent() (signals, byID int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.heartbeats), len(f.byID)
+}
+
+func (f *fakeControl) HeartbeatByID(ctx context.Context, hb api.LeaseHeartbeatSignal) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.hang:
+		f.tries = append(f.tries, time.Now())
+		f.mu.Unlock()
+		<-ctx.Done()
+		f.mu.Lock()
+		return ctx.Err()
+	case f.hbErr != nil:
+		f.tries = append(f.tries, time.Now())
+		return f.hbErr
+	case !f.held:
+		return fmt.Errorf("%w: lease-%d", ErrNoLeaseActivity, hb.Fence)
+	case f.heldCancelled:
+		return ErrLeaseEnded
+	}
+	now := time.Now()
+	f.tries = append(f.tries, now)
+	f.byID = append(f.byID, hb)
+	f.acceptedAt = append(f.acceptedAt, now)
+	f.expiresAt = now.Add(f.lease.TTL)
+	return nil
 }
 
 func (f *fakeControl) Heartbeat(ctx context.Context, hb api.LeaseHeartbeatSignal) error {
@@ -658,4 +696,70 @@ func TestStoreFailureWhileStagingIsInfraKilled(t *testing.T) {
 	require.Len(t, f.ctl.failures, 1)
 	assert.Equal(t, lease.ReasonInfraKilled, f.ctl.failures[0].Reason)
 	assert.Empty(t, f.ctl.submitted, "no result without its outputs")
+}
+
+// Once its first heartbeat signal was accepted, the executor heartbeats
+// the task's lease activity by ID; when the task holds none (not started,
+// timed out) the same beat goes as a signal; when the task cancelled it
+// (the lease ended) the executor fences itself at once.
+func TestHeartbeatsGoByIDToTheLeaseActivity(t *testing.T) {
+	f := newFixture(t, `sleep 30 & echo $! > child.pid; wait`, nil)
+	ex := f.start(nil)
+	waitUntil(t, 5*time.Second, "the first heartbeat signal", func() bool { s, _ := f.ctl.sent(); return s >= 1 })
+	f.ctl.set(func(c *fakeControl) { c.held = true })
+	waitUntil(t, 5*time.Second, "five heartbeats by ID", func() bool { _, b := f.ctl.sent(); return b >= 5 })
+	signals, _ := f.ctl.sent()
+
+	// The activity timed out (or was never started): back to signals.
+	f.ctl.set(func(c *fakeControl) { c.held = false })
+	waitUntil(t, 5*time.Second, "signals again", func() bool { s, _ := f.ctl.sent(); return s >= signals+3 })
+	f.ctl.set(func(c *fakeControl) { c.held = true })
+	waitUntil(t, 5*time.Second, "by ID again", func() bool { _, b := f.ctl.sent(); return b >= 8 })
+
+	cancelled := time.Now()
+	f.ctl.set(func(c *fakeControl) { c.heldCancelled = true })
+	rep := f.wait(ex)
+	assert.Equal(t, OutcomeSelfFenced, rep.Outcome)
+	assert.Contains(t, rep.Message, ErrLeaseEnded.Error())
+	assert.Less(t, time.Since(cancelled), 2*time.Second, "fenced at the next beat, not at the TTL")
+	assert.Empty(t, f.ctl.submitted)
+	assertGroupDead(t, f, ex)
+
+	f.ctl.mu.Lock()
+	defer f.ctl.mu.Unlock()
+	seqs := map[int64]bool{}
+	for _, hb := range append(append([]api.LeaseHeartbeatSignal{}, f.ctl.heartbeats...), f.ctl.byID...) {
+		assert.False(t, seqs[hb.Seq], "seq %d sent once", hb.Seq)
+		seqs[hb.Seq] = true
+		assert.Equal(t, lease.ClaimOf(f.lease), hb.Claim)
+	}
+	assert.Zero(t, f.ctl.queries, "no lease query")
+}
+
+// The submission reports how many heartbeats the attempt sent, signals
+// and heartbeats by ID alike.
+func TestSubmissionReportsTheHeartbeatsSent(t *testing.T) {
+	f := newFixture(t, `sleep 1; echo ok > outputs/ok`, nil)
+	f.ctl.held = true
+	rep := f.wait(f.start(nil))
+	require.Equal(t, OutcomeAccepted, rep.Outcome, "%+v", rep)
+	f.ctl.mu.Lock()
+	defer f.ctl.mu.Unlock()
+	require.Len(t, f.ctl.submitted, 1)
+	require.Len(t, f.ctl.heartbeats, 1, "one signal, then by ID")
+	assert.NotEmpty(t, f.ctl.byID)
+	sent := int64(len(f.ctl.heartbeats) + len(f.ctl.byID))
+	assert.InDelta(t, sent, f.ctl.submitted[0].HeartbeatSeq, 1, "the last seq before the submission (a beat may follow while it is accepted)")
+}
+
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
 }

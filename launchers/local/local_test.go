@@ -31,6 +31,11 @@ type leaseControl struct {
 
 func (c *leaseControl) Heartbeat(context.Context, api.LeaseHeartbeatSignal) error { return nil }
 
+// HeartbeatByID finds no lease activity: heartbeats go as signals.
+func (c *leaseControl) HeartbeatByID(context.Context, api.LeaseHeartbeatSignal) error {
+	return executor.ErrNoLeaseActivity
+}
+
 func (c *leaseControl) Lease(_ context.Context, taskID string) (api.TaskView, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -33,6 +33,11 @@ type fakeControl struct {
 
 func (f *fakeControl) Heartbeat(context.Context, api.LeaseHeartbeatSignal) error { return nil }
 
+// HeartbeatByID finds no lease activity: heartbeats go as signals.
+func (f *fakeControl) HeartbeatByID(context.Context, api.LeaseHeartbeatSignal) error {
+	return executor.ErrNoLeaseActivity
+}
+
 func (f *fakeControl) Lease(_ context.Context, taskID string) (api.TaskView, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
