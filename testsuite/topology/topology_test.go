@@ -174,20 +174,26 @@ func testServerRestartHeartbeating(t *testing.T, c *cluster) {
 	env := topoTask(t, "restart-hb", `sleep 15; echo done > outputs/done.txt`)
 	c.submit(t, env, api.TaskOptions{LeaseTTL: 20 * time.Second, HeartbeatInterval: 2 * time.Second, MaxAttempts: 3})
 	v := c.waitRunning(t, env.TaskID)
-	held := v.Lease.HeartbeatSeq
 
 	down := time.Now()
 	c.killServer()
 	time.Sleep(outage)
 	c.startServer()
+	back := time.Now()
 	t.Logf("server down for %s", time.Since(down).Round(100*time.Millisecond))
+	// Heartbeats resume: Temporal records one on the lease activity after
+	// the restart (the task sleeps well past it).
+	var beat time.Time
+	waitFor(t, 10*time.Second, "a lease heartbeat after the restart", func() bool {
+		beat = c.leaseHeartbeatAt(t, env.TaskID, v.Lease.Fence)
+		return beat.After(back)
+	})
 
 	out, v := c.waitOutcome(t, env.TaskID, 90*time.Second)
 	assert.Equal(t, api.TaskCompleted, out.State)
 	assert.Equal(t, int64(1), out.Attempts, "the task completed on attempt 1")
 	require.Len(t, v.Leases, 1, "no second lease")
 	assert.Equal(t, lease.Completed, v.Leases[0].State)
-	assert.Greater(t, v.Leases[0].HeartbeatSeq, held, "heartbeats resumed after the restart")
 	assert.Empty(t, v.Directives, "no retry directive")
 	require.NotNil(t, v.Result)
 	assert.Equal(t, 0, v.Result.ExitCode)
@@ -203,9 +209,11 @@ func testServerRestartAgentStopped(t *testing.T, c *cluster, agents map[string]*
 	env := topoTask(t, "restart-stop", `if [ "$WDC_ATTEMPT" = 1 ]; then sleep 60; fi; echo done > outputs/done.txt`)
 	c.submit(t, env, api.TaskOptions{LeaseTTL: ttl, HeartbeatInterval: time.Second, MaxAttempts: 3})
 	v := c.waitRunning(t, env.TaskID)
+	// Heartbeating on its lease activity (task generation 3): Temporal
+	// records the heartbeats, the task's view keeps the first one's.
 	waitFor(t, 10*time.Second, "attempt 1 heartbeating", func() bool {
 		v = c.task(t, env.TaskID)
-		return v.Lease.HeartbeatSeq >= 2
+		return v.LeaseActivity != "" && !c.leaseHeartbeatAt(t, env.TaskID, v.Lease.Fence).IsZero()
 	})
 	holder := agents[v.Lease.WorkerID]
 	require.NotNil(t, holder, "lease held by %s", v.Lease.WorkerID)
@@ -222,14 +230,15 @@ func testServerRestartAgentStopped(t *testing.T, c *cluster, agents map[string]*
 	time.Sleep(1500 * time.Millisecond)
 	last := c.task(t, env.TaskID).Lease
 	require.Equal(t, lease.Active, last.State)
-	t.Logf("stopped %s; lease renewed last at %s (seq %d), expires at %s",
-		holder.name, last.RenewedAt.Format("15:04:05.000"), last.HeartbeatSeq, last.ExpiresAt.Format("15:04:05.000"))
+	lastBeat := c.leaseHeartbeatAt(t, env.TaskID, last.Fence)
+	require.False(t, lastBeat.IsZero(), "no heartbeat recorded on the lease activity")
+	t.Logf("stopped %s; last heartbeat recorded at %s", holder.name, lastBeat.Format("15:04:05.000"))
 
 	c.killServer()
 	time.Sleep(outage)
 	c.startServer()
 	back := time.Now()
-	require.True(t, back.Before(last.RenewedAt.Add(ttl)), "the server came back after the lease's deadline (%s): the scenario needs a longer TTL", last.ExpiresAt)
+	require.True(t, back.Before(lastBeat.Add(ttl)), "the server came back after the lease's deadline (%s): the scenario needs a longer TTL", lastBeat.Add(ttl))
 
 	var first lease.Lease
 	waitFor(t, 2*ttl, "attempt 1's lease ended", func() bool {
@@ -240,13 +249,15 @@ func testServerRestartAgentStopped(t *testing.T, c *cluster, agents map[string]*
 		first = v.Leases[0]
 		return true
 	})
-	after := first.EndedAt.Sub(last.RenewedAt)
+	after := first.EndedAt.Sub(lastBeat)
 	t.Logf("lease %s (%s) %s after its last heartbeat, %s after the server was back",
 		first.State, first.EndReason, after.Round(time.Millisecond), first.EndedAt.Sub(back).Round(time.Millisecond))
 	assert.Equal(t, lease.Expired, first.State)
 	assert.Equal(t, string(lease.ReasonLeaseExpired), first.EndReason)
 	assert.Equal(t, last.HeartbeatSeq, first.HeartbeatSeq, "no heartbeat after the agent stopped")
-	assert.GreaterOrEqual(t, after, ttl, "expired before TTL after its last heartbeat")
+	// Temporal's heartbeat timeout ends the lease; workflow time and the
+	// recorded heartbeat are both the server's clock (whole milliseconds).
+	assert.GreaterOrEqual(t, after, ttl-50*time.Millisecond, "expired before TTL after its last heartbeat")
 	assert.Less(t, after, ttl+3*time.Second, "expired late: TTL after the last heartbeat is the deadline")
 	assert.True(t, first.EndedAt.Before(back.Add(ttl)), "the restart did not push the deadline to TTL after it")
 
@@ -297,6 +308,19 @@ func (c *cluster) submit(t *testing.T, env envelope.Envelope, opts api.TaskOptio
 
 // task queries the task's lease view, retrying while the server is not
 // answering.
+// leaseHeartbeatAt is when Temporal last recorded a heartbeat on the
+// task's lease activity for fence (zero: none).
+func (c *cluster) leaseHeartbeatAt(t *testing.T, id string, fence int64) time.Time {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	at, err := c.wdc.LeaseHeartbeatAt(ctx, id, fence)
+	if err != nil {
+		t.Logf("lease heartbeat of %s: %v", id, err)
+	}
+	return at
+}
+
 func (c *cluster) task(t *testing.T, id string) api.TaskView {
 	t.Helper()
 	var v api.TaskView
