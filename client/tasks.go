@@ -32,9 +32,10 @@ func (c *Client) SubmitTask(ctx context.Context, env envelope.Envelope, opts api
 	if err := c.checkSubmittable(ctx, env, digest); err != nil {
 		return res, err
 	}
-	start := c.C.NewWithStartWorkflowOperation(c.runStartOptions(env.RunID), api.RunWorkflowType, api.RunInput{RunID: env.RunID, WorldID: env.WorldID})
 	op := "submit task " + env.TaskID
 	err = c.within(ctx, op, func(ctx context.Context) error {
+		// A start operation runs once: a retry needs its own.
+		start := c.C.NewWithStartWorkflowOperation(c.runStartOptions(env.RunID), api.RunWorkflowType, api.RunInput{RunID: env.RunID, WorldID: env.WorldID})
 		handle, err := c.C.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 			StartWorkflowOperation: start,
 			UpdateOptions: client.UpdateWorkflowOptions{
@@ -100,11 +101,11 @@ func (c *Client) SubmitTasks(ctx context.Context, envs []envelope.Envelope, opts
 	if err := c.checkRunOpen(ctx, run); err != nil {
 		return res, err
 	}
-	start := c.C.NewWithStartWorkflowOperation(c.runStartOptions(run), api.RunWorkflowType, api.RunInput{RunID: run, WorldID: envs[0].WorldID})
 	op := fmt.Sprintf("submit %d tasks to run %s", len(envs), run)
 	// A batch starts a workflow per task: it may take longer than one
 	// call; the bound grows by one CallTimeout per 50 tasks.
 	err := c.withinScaled(ctx, op, 1+len(envs)/50, func(ctx context.Context) error {
+		start := c.C.NewWithStartWorkflowOperation(c.runStartOptions(run), api.RunWorkflowType, api.RunInput{RunID: run, WorldID: envs[0].WorldID})
 		handle, err := c.C.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 			StartWorkflowOperation: start,
 			UpdateOptions: client.UpdateWorkflowOptions{
