@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,6 +22,7 @@ func (a *app) newBenchCommand() *cobra.Command {
 		dataDir string
 		blobURL string
 		keep    bool
+		cpuProf string
 	)
 	c := &cobra.Command{
 		Use:   "bench",
@@ -87,6 +89,13 @@ could not be carried out. Ctrl-C stops the bench and its agents.`,
 				return err
 			}
 			defer sc.Close()
+			if cpuProf != "" {
+				stop, err := startCPUProfile(cpuProf)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			external, dataDir := sc.External, sc.DataDir
 			o.Suffix = sc.Suffix
 			o.Client, o.DataDir, o.BlobURL, o.Executable = sc.Client, dataDir, sc.BlobURL, exe
@@ -120,7 +129,23 @@ could not be carried out. Ctrl-C stops the bench and its agents.`,
 	f.StringVar(&dataDir, "data-dir", "", "blob store, task directories and agent logs (default: a temporary directory, removed afterwards; with --address the standard data dir: env WDC_DATA_DIR)")
 	f.StringVar(&blobURL, "blob-url", "", blobURLHelp)
 	f.BoolVar(&keep, "keep", false, "keep the temporary data directory (agent logs in <data-dir>/logs)")
+	f.StringVar(&cpuProf, "cpu-profile", "", "write a CPU profile of this process (the in-process server, the control plane, the simulated workers; not the agents) over the phases to FILE, for 'go tool pprof'")
 	return c
+}
+
+// startCPUProfile starts Go's CPU profiler writing to path; stop ends the
+// profile and closes the file. The file is created first, so a path that
+// cannot be written fails before any phase runs.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // agentArgs are the command-line flags and environment that connect a
