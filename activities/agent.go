@@ -2,14 +2,18 @@ package activities
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/executor"
 	"github.com/wdc-runtime/wdc/launchers"
+	"github.com/wdc-runtime/wdc/lease"
 )
 
 // Agent are the activities of one fleet worker's agent, on its task queue
@@ -46,7 +50,11 @@ func (a *Agent) LaunchAttempt(ctx context.Context, in api.LaunchInput) (api.Laun
 		return api.LaunchResult{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("attempt %d (fence %d) not started: %v", in.Lease.Attempt, in.Lease.Fence, err), api.ErrTypeLaunchFailed, err)
 	}
-	sub, err := a.Launcher.Submit(ctx, launchers.Attempt{Envelope: in.Envelope, Lease: in.Lease, HeartbeatInterval: in.HeartbeatInterval})
+	attempt := launchers.Attempt{Envelope: in.Envelope, Lease: in.Lease, HeartbeatInterval: in.HeartbeatInterval}
+	if in.CancelledWhenLeaseEnds && activity.IsActivity(ctx) {
+		attempt.StillCurrent = launchStillWanted(ctx)
+	}
+	sub, err := a.Launcher.Submit(ctx, attempt)
 	if err != nil {
 		// wdc's own line about the attempt, whatever the launcher: the
 		// SDK's "Activity error." line names only Temporal's activity
@@ -57,6 +65,34 @@ func (a *Agent) LaunchAttempt(ctx context.Context, in api.LaunchInput) (api.Laun
 		return api.LaunchResult{}, temporal.NewNonRetryableApplicationError(err.Error(), api.ErrTypeLaunchFailed, err)
 	}
 	return api.LaunchResult{TaskDir: sub.TaskDir, PID: sub.PID}, nil
+}
+
+// launchStillWanted is the lease check of a launch whose task cancels it
+// when the lease ends (api.LaunchInput.CancelledWhenLeaseEnds): one
+// synchronous heartbeat of the launch activity, answered by the Temporal
+// server alone. The lease is current while the launch is neither
+// cancelled nor gone (timed out, or its task ended); the workflow task
+// that ends a lease also requests the launch's cancellation, so this sees
+// what a lease query would see, without a round trip through the
+// control plane. Errors: *executor.Rejected (lease_not_active) when the
+// launch was cancelled or is gone; executor.ErrLeaseUnverified (wrapped)
+// when the heartbeat fails otherwise.
+func launchStillWanted(actx context.Context) func(context.Context) error {
+	c, token := activity.GetClient(actx), activity.GetInfo(actx).TaskToken
+	return func(ctx context.Context) error {
+		err := c.RecordActivityHeartbeat(ctx, token)
+		var cancelled *temporal.CanceledError
+		var notFound *serviceerror.NotFound
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &cancelled):
+			return &executor.Rejected{Reason: string(lease.RejectLeaseNotActive), Message: "the task cancelled this launch: the lease ended before the command started"}
+		case errors.As(err, &notFound):
+			return &executor.Rejected{Reason: string(lease.RejectLeaseNotActive), Message: "the task no longer waits for this launch (it timed out, or the task ended)"}
+		}
+		return fmt.Errorf("%w: launch heartbeat: %w", executor.ErrLeaseUnverified, err)
+	}
 }
 
 // CancelAttempt stops an attempt whose lease ended (best effort).

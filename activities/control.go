@@ -31,6 +31,10 @@ type Control struct {
 
 	// fleet is the shared list of workers selections draw from.
 	fleet fleetView
+	// loads holds the workers' records as selections asked for them.
+	loads loadCache
+	// pacer spaces the looks of tasks that wait for room.
+	pacer waitPacer
 }
 
 // releaseTimeout bounds one release signal sent after an ambiguous reserve;
@@ -61,7 +65,10 @@ type selectProgress struct {
 // take the task even when idle and draws fleet.DefaultProbes of the rest
 // in an order that differs per selection, so concurrent tasks ask
 // different workers instead of herding onto one. The drawn workers are
-// asked for their record (query "worker"), and fleet.Place orders the
+// asked for their record (query "worker") unless this control plane
+// asked less than LoadCacheMaxAge ago and that record, kept current with
+// the reservations and releases it made since, says the worker can take
+// the task (loadCache); fleet.Place orders the
 // eligible answers: workers that lost a lease of the task (AvoidWorkers,
 // and the older AvoidWorker) last, workers whose heartbeat is late (judged
 // at the wall clock) after fresh ones, least loaded first, and equally
@@ -91,8 +98,11 @@ type selectProgress struct {
 // a grant).
 //
 // When no worker can take the task it returns a result with an empty
-// WorkerID and Waiting saying why (not an error: waiting is normal). Errors
-// are transport failures, which are retried.
+// WorkerID and Waiting saying why (not an error: waiting is normal), and
+// RetryAfter, the least wait before the task looks again: the more tasks
+// wait for room on this control plane, the longer each waits, so that
+// together they look a bounded number of times a second (waitPacer).
+// Errors are transport failures, which are retried.
 func (c *Control) SelectWorker(ctx context.Context, in api.SelectWorkerInput) (api.SelectWorkerResult, error) {
 	defer observeSince(ctx, api.MetricWorkerSelection, time.Now())
 	progress := selectProgress{TaskID: in.TaskID, Fence: in.Fence}
@@ -129,6 +139,17 @@ func (c *Control) SelectWorker(ctx context.Context, in api.SelectWorkerInput) (a
 	}
 	if err != nil {
 		return res, err // the retry releases what this attempt tried
+	}
+	if res.WorkerID == "" {
+		// Spread over half to one and a half times the pace: tasks that
+		// found no room together do not all look again together.
+		d := c.pacer.waited(in.TaskID, time.Now())
+		res.RetryAfter = d/2 + rand.N(d+1)
+		if res.RetryAfter >= time.Second {
+			res.Waiting += fmt.Sprintf("; %d tasks wait for room here: next look in %s", c.pacer.count(), res.RetryAfter.Round(time.Second))
+		}
+	} else {
+		c.pacer.granted(in.TaskID, time.Now())
 	}
 	for _, id := range earlier {
 		if id != res.WorkerID {
@@ -226,11 +247,16 @@ func (c *Control) tryWorkers(ctx context.Context, wc *wdcclient.Client, drawn []
 	errs := make([]error, len(drawn))
 	var wg sync.WaitGroup
 	for i, id := range drawn {
+		if w, ok := c.loads.fits(id, in.Requirements, time.Now()); ok {
+			views[i] = api.WorkerView{Worker: w, Registered: true}
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			qctx, cancel := context.WithTimeout(ctx, workerQueryTimeout)
 			defer cancel()
+			asked := time.Now()
 			views[i], errs[i] = wc.Worker(qctx, id)
 			if errs[i] == nil && views[i].LivenessActivity != "" {
 				// Its heartbeats are Temporal's to record: the last one
@@ -238,6 +264,9 @@ func (c *Control) tryWorkers(ctx context.Context, wc *wdcclient.Client, drawn []
 				if e, err := wc.DescribeWorker(qctx, id); err == nil && e.LastHeartbeatAt.After(views[i].LastHeartbeatAt) {
 					views[i].LastHeartbeatAt = e.LastHeartbeatAt
 				}
+			}
+			if errs[i] == nil && views[i].Registered {
+				c.loads.asked(views[i].Worker, asked)
 			}
 		}()
 	}
@@ -274,8 +303,10 @@ func (c *Control) tryWorkers(ctx context.Context, wc *wdcclient.Client, drawn []
 			err = handle.Get(ctx, &rr)
 		}
 		if err == nil {
+			c.loads.reserved(w.WorkerID, in.TaskID, in.Fence, in.Requirements, place.Now)
 			return api.SelectWorkerResult{WorkerID: rr.WorkerID, Incarnation: rr.Incarnation}, true, nil, nil
 		}
+		c.loads.forget(w.WorkerID)
 		var appErr *temporal.ApplicationError
 		if errors.As(err, &appErr) {
 			passed = append(passed, fleet.Ineligible{WorkerID: w.WorkerID, Reason: "reserve_rejected", Detail: appErr.Message()})
@@ -304,6 +335,7 @@ func (c *Control) release(ctx context.Context, workerID string, in api.SelectWor
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	err := c.Client.SignalWorkflow(rctx, api.WorkerWorkflowID(workerID), "", api.SignalRelease, api.ReleaseSignal{TaskID: in.TaskID, Fence: in.Fence})
+	c.loads.released(workerID, in.TaskID, in.Fence) // sent or not: the next reserve tells
 	if err != nil {
 		activity.GetLogger(ctx).Warn("release failed", "worker", workerID, "task", in.TaskID, "fence", in.Fence, "error", err)
 	}

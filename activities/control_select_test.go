@@ -379,7 +379,10 @@ func TestSelectWorkerCostDoesNotGrowWithTheFleet(t *testing.T) {
 			res = runSelect(t, env, api.SelectWorkerInput{TaskID: "t2", Fence: 1})
 			require.NotEmpty(t, res.WorkerID)
 			assert.Equal(t, 1, reg.lists, "the second selection shares the list")
-			assert.Equal(t, 2*fleet.DefaultProbes, reg.queries)
+			// It asks the workers it draws, less those the first asked
+			// a moment ago that its record says can take the task.
+			assert.LessOrEqual(t, reg.queries, 2*fleet.DefaultProbes)
+			assert.Greater(t, reg.queries, fleet.DefaultProbes-1)
 		})
 	}
 }
@@ -435,4 +438,79 @@ func TestSelectWorkerFallsBackToAnAvoidedWorkerWithRoom(t *testing.T) {
 	reg.profiles = true
 	res := runSelect(t, selectEnv(reg, t0), api.SelectWorkerInput{TaskID: "t1", Fence: 2, AvoidWorkers: []string{"lost"}})
 	assert.Equal(t, "lost", res.WorkerID, "waiting: %s", res.Waiting)
+}
+
+// A control plane that asked a worker for its record a moment ago
+// (within LoadCacheMaxAge) selects it again without asking, counting the
+// reservations it made and the releases it sent since; a record that says
+// the worker is full is not trusted (the worker is asked), and a record
+// the worker's reserve contradicts is dropped.
+func TestSelectWorkerReusesTheRecordItAskedForMomentsAgo(t *testing.T) {
+	reg := newFakeRegistry(idleWorker("w", 0)) // 4 slots
+	reg.profiles = true
+	ctl := &Control{Client: reg, Now: func() time.Time { return t0 }}
+	var ts testsuite.WorkflowTestSuite
+	env := ts.NewTestActivityEnvironment()
+	env.RegisterActivity(ctl)
+	for i := 1; i <= 4; i++ {
+		res := runSelect(t, env, api.SelectWorkerInput{TaskID: fmt.Sprint("t", i), Fence: 1})
+		require.Equal(t, "w", res.WorkerID)
+	}
+	assert.Equal(t, 1, reg.queries, "asked once; three selections used its record and their own reservations")
+	assert.Len(t, reg.reserves, 4)
+
+	// Full by the record: asked again, and it is full.
+	res := runSelect(t, env, api.SelectWorkerInput{TaskID: "t5", Fence: 1})
+	assert.Empty(t, res.WorkerID)
+	assert.Equal(t, 2, reg.queries, "a record that says no is not trusted")
+	assert.Len(t, reg.reserves, 4, "no reserve sent to a full worker")
+
+	// Freed elsewhere (another control plane, the task's own release):
+	// the record says full, so the worker is asked, and takes the task.
+	reg.mu.Lock()
+	reg.workers["w"].Release("t1", 1)
+	reg.mu.Unlock()
+	res = runSelect(t, env, api.SelectWorkerInput{TaskID: "t6", Fence: 1})
+	assert.Equal(t, "w", res.WorkerID)
+	assert.Equal(t, 3, reg.queries)
+
+	// A release this control plane sends frees the slot in its record:
+	// the next selection takes it without asking.
+	ctl.release(context.Background(), "w", api.SelectWorkerInput{TaskID: "t2", Fence: 1})
+	res = runSelect(t, env, api.SelectWorkerInput{TaskID: "t7", Fence: 1})
+	assert.Equal(t, "w", res.WorkerID)
+	assert.Equal(t, 3, reg.queries)
+
+	// The worker refuses what the record allows: the record is dropped,
+	// and the next selection asks.
+	ctl.release(context.Background(), "w", api.SelectWorkerInput{TaskID: "t3", Fence: 1})
+	reg.mode["w"] = reserveRejected
+	res = runSelect(t, env, api.SelectWorkerInput{TaskID: "t8", Fence: 1})
+	assert.Empty(t, res.WorkerID)
+	assert.Equal(t, 3, reg.queries, "the record said yes")
+	_, cached := ctl.loads.fits("w", fleet.Requirements{}, time.Now())
+	assert.False(t, cached, "dropped on the refusal")
+	delete(reg.mode, "w")
+	res = runSelect(t, env, api.SelectWorkerInput{TaskID: "t9", Fence: 1})
+	assert.Equal(t, "w", res.WorkerID)
+	assert.Equal(t, 4, reg.queries)
+}
+
+// A record stands in for asking only while it is younger than
+// LoadCacheMaxAge.
+func TestLoadCacheRecordsAgeOut(t *testing.T) {
+	var c loadCache
+	asked := time.Now()
+	c.asked(idleWorker("w", 1), asked)
+	_, ok := c.fits("w", fleet.Requirements{}, asked.Add(LoadCacheMaxAge-time.Millisecond))
+	assert.True(t, ok)
+	_, ok = c.fits("w", fleet.Requirements{}, asked.Add(LoadCacheMaxAge))
+	assert.False(t, ok)
+	c.reserved("w", "t", 1, fleet.Requirements{}, t0)
+	w, ok := c.fits("w", fleet.Requirements{}, asked)
+	require.True(t, ok)
+	assert.Len(t, w.Reservations, 2, "the reservation made since is counted")
+	c.released("w", "t", 1)
+	w, _ = c.fits("w", fleet.Requirements{}, asked)
+	assert.Len(t, w.Reservations, 1)
 }

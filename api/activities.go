@@ -35,6 +35,13 @@ type SelectWorkerResult struct {
 	// PassedOver lists every worker that was considered and why it could
 	// not take the task.
 	PassedOver []fleet.Ineligible `json:"passed_over,omitempty"`
+	// RetryAfter, with an empty WorkerID, is the least wait before the
+	// task looks again (nanoseconds in JSON): the control plane spaces
+	// the looks of its waiting tasks by how many wait (at most a minute,
+	// spread ±50 %).
+	// Zero from control planes before it; the task waits at least its
+	// select_interval either way.
+	RetryAfter time.Duration `json:"retry_after,omitempty"`
 }
 
 // LaunchInput starts one attempt.
@@ -44,6 +51,14 @@ type LaunchInput struct {
 	Lease lease.Lease `json:"lease"`
 	// HeartbeatInterval is how often the executor heartbeats the lease.
 	HeartbeatInterval time.Duration `json:"heartbeat_interval"`
+	// CancelledWhenLeaseEnds is true when the task cancels this launch
+	// activity in the workflow task that ends its lease (tasks of
+	// generation 1 and later; absent, so false, from older tasks and
+	// older control planes). The agent may then judge whether the lease
+	// is still current from the launch activity itself — one heartbeat
+	// RPC the Temporal server answers alone — instead of asking the
+	// task's workflow with a lease query.
+	CancelledWhenLeaseEnds bool `json:"cancelled_when_lease_ends,omitempty"`
 }
 
 // LaunchResult says where the attempt runs.

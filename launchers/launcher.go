@@ -19,6 +19,13 @@ type Attempt struct {
 	// HeartbeatInterval is the executor's lease heartbeat period (TTL/3 by
 	// default).
 	HeartbeatInterval time.Duration
+	// StillCurrent, when set, is how a launcher that starts the command
+	// itself (Local) judges right before the start whether the lease is
+	// still current, in place of a lease query: nil when it is, a
+	// *executor.Rejected when the lease ended, another error when it
+	// cannot tell (which refuses the start as well). The agent sets it
+	// from the launch activity (activities.Agent.LaunchAttempt).
+	StillCurrent func(context.Context) error
 }
 
 // Claim is the claim the attempt's executor makes on every message.

@@ -352,7 +352,9 @@ func (t *taskWorkflow) selectAndGrant(ctx workflow.Context) error {
 		t.waiting = "no eligible worker: " + res.Waiting
 	}
 	workflow.GetLogger(ctx).Info("no worker yet", "task", t.env.TaskID, "reason", t.waiting)
-	t.sleep(ctx, t.selectInterval)
+	// The control plane spaces the looks of many waiting tasks
+	// (RetryAfter, recorded with the selection's result).
+	t.sleep(ctx, max(t.selectInterval, res.RetryAfter))
 	maxInterval := 5 * time.Second
 	if maxInterval < t.opts.SelectInterval {
 		maxInterval = t.opts.SelectInterval
@@ -393,6 +395,9 @@ func (t *taskWorkflow) grant(ctx workflow.Context, sel api.SelectWorkerResult) e
 	actx := workflow.WithActivityOptions(lctx, t.launchOptions(l.WorkerID))
 	t.launch = workflow.ExecuteActivity(actx, agentActs.LaunchAttempt, api.LaunchInput{
 		Envelope: t.env, Lease: l, HeartbeatInterval: t.opts.HeartbeatInterval,
+		// endLease cancels the launch (versionCancelLaunch), so the agent
+		// may judge the lease by the launch activity.
+		CancelledWhenLeaseEnds: t.gen >= 1,
 	})
 	t.launchCancel = cancel
 	return nil

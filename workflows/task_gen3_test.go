@@ -263,3 +263,19 @@ func (s *taskSuite) TestGeneration3LeaseActivityLifetimeAndFailure() {
 	s.Equal("lease-1", again.LeaseActivity)
 	s.Len(*held, 3)
 }
+
+// A task that waits for room looks again after the wait its control plane
+// asks for (RetryAfter: many tasks wait) when that is longer than its
+// select_interval, and after its select_interval otherwise.
+func (s *taskSuite) TestWaitingTaskLooksAgainWhenTheControlPlaneSays() {
+	s.waits = []api.SelectWorkerResult{
+		{Waiting: "worker-a: no room", RetryAfter: 40 * time.Second},
+		{Waiting: "worker-a: no room", RetryAfter: 100 * time.Millisecond},
+	}
+	s.submit(time.Minute, "t1/1/1", s.claim("worker-a", 1))
+	out := s.executeGen(3, api.TaskOptions{LeaseTTL: 2 * time.Minute, SelectInterval: 3 * time.Second})
+	s.Equal(api.TaskCompleted, out.State)
+	s.Require().Len(s.grantTimes, 3)
+	s.Equal(40*time.Second, s.grantTimes[1].Sub(s.grantTimes[0]), "the control plane's wait")
+	s.Equal(4500*time.Millisecond, s.grantTimes[2].Sub(s.grantTimes[1]), "select_interval (grown by half) when longer")
+}

@@ -56,13 +56,16 @@ type taskSuite struct {
 	ingestAfter, selectAfter time.Duration
 	// ingestErr, when set, decides the Ingest mock's error per input.
 	ingestErr func(api.IngestInput) error
+	// waits are answered by the SelectWorker mock first, one per call
+	// (no worker: the task waits).
+	waits []api.SelectWorkerResult
 }
 
 func TestTaskWorkflow(t *testing.T) { suite.Run(t, new(taskSuite)) }
 
 func (s *taskSuite) SetupTest() {
 	s.env = s.NewTestWorkflowEnvironment()
-	s.ingestAfter, s.selectAfter, s.ingestErr = 0, 0, nil
+	s.ingestAfter, s.selectAfter, s.ingestErr, s.waits = 0, 0, nil, nil
 	s.SetupTestWith(nil)
 	s.env.SetTestTimeout(20 * time.Second)
 }
@@ -85,6 +88,11 @@ func (s *taskSuite) SetupTestWith(launch func(env *testsuite.TestWorkflowEnviron
 			defer s.mu.Unlock()
 			s.grants = append(s.grants, in)
 			s.grantTimes = append(s.grantTimes, s.env.Now())
+			if len(s.waits) > 0 {
+				w := s.waits[0]
+				s.waits = s.waits[1:]
+				return w, nil
+			}
 			for _, w := range s.workers {
 				if w != in.AvoidWorker {
 					return api.SelectWorkerResult{WorkerID: w, Incarnation: 1}, nil

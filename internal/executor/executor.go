@@ -105,6 +105,12 @@ type Faults struct {
 	// submission. The demo uses it to let a lease expire before ingest, then
 	// thaws the stale attempt so that its result is refused by the fence.
 	Freeze func(c lease.Claim)
+	// Stall, when set, is called once the task directory and inputs are
+	// in place and before BeforeExec (the check that the lease is still
+	// current). While it blocks the launch is stalled, as by a slow input
+	// download: the lease may end meanwhile, and the check must then
+	// start nothing.
+	Stall func(c lease.Claim)
 }
 
 // Options configures one attempt's execution.
@@ -214,6 +220,9 @@ func Start(opts Options) (*Execution, error) {
 			e.removeTaskDir()
 		}
 		return nil, err
+	}
+	if f := opts.Faults.Stall; f != nil {
+		f(claim)
 	}
 	if opts.BeforeExec != nil {
 		if err := opts.BeforeExec(); err != nil {

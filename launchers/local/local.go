@@ -78,7 +78,9 @@ func New(opts Options) (*Launcher, error) {
 // launch activity's schedule-to-close deadline; the control plane has
 // given up on the launch), and one lease query judged by lease.Check
 // (executor.CheckLease) must say the attempt's claim holds the current
-// ACTIVE lease. A query that fails refuses the launch too: an attempt
+// ACTIVE lease — or, when the agent set a.StillCurrent, that check
+// (a heartbeat of the launch activity, which the task cancels when the
+// lease ends). A check that fails refuses the launch too: an attempt
 // whose lease cannot be verified may have been revoked, and running a
 // revoked attempt is worse than retrying the task. Errors: those of
 // executor.Start, a *executor.Rejected (stale_fence, lease_not_active, ...),
@@ -98,7 +100,7 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 		Attempt: a, Root: l.opts.WorkDir, Blobs: l.opts.Blobs, Control: l.opts.Control,
 		Limits: l.opts.Limits, Faults: l.opts.Faults, Logger: l.opts.Logger, OnReport: l.opts.OnReport,
 		Metrics:    l.opts.Metrics,
-		BeforeExec: executor.LeaseCheck(ctx, l.opts.Control, claim, func() error { return launchers.CheckDeadline(ctx) }),
+		BeforeExec: l.beforeExec(ctx, a),
 	})
 	if err != nil {
 		return launchers.Submission{}, err
@@ -111,6 +113,25 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 		l.mu.Unlock()
 	}()
 	return launchers.Submission{TaskDir: ex.Dir(), PID: ex.PID()}, nil
+}
+
+// beforeExec is the check right before a's command starts: the launch
+// deadline, then a.StillCurrent when the agent gave one, else one lease
+// query (executor.LeaseCheck).
+func (l *Launcher) beforeExec(ctx context.Context, a launchers.Attempt) func() error {
+	deadline := func() error { return launchers.CheckDeadline(ctx) }
+	if a.StillCurrent == nil {
+		return executor.LeaseCheck(ctx, l.opts.Control, a.Claim(), deadline)
+	}
+	return func() error {
+		if err := deadline(); err != nil {
+			return err
+		}
+		if err := a.StillCurrent(ctx); err != nil {
+			return fmt.Errorf("attempt %s not started: %w", a.Claim(), err)
+		}
+		return nil
+	}
 }
 
 // Status reports RUNNING for an attempt this launcher runs, else
