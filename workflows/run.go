@@ -601,8 +601,8 @@ func (r *runWorkflow) commit(ctx workflow.Context, in api.CommitInput) (api.Comm
 	committed := make([]api.ResultRef, 0, len(seqs))
 	for _, seq := range seqs {
 		ev := &r.st.Events[r.eventAt(seq)]
+		r.st.PendingBytes -= eventBytes(*ev) // as it was counted: uncommitted
 		ev.Committed = true
-		r.st.PendingBytes -= eventBytes(*ev)
 		committed = append(committed, *ev.Result)
 	}
 	r.carryTooLarge = false

@@ -152,6 +152,8 @@ func TestRunIngestsOneWorkerResultPerAcceptedTaskAndOnlyCommitMovesEvidence(t *t
 
 	require.Equal(t, int64(1), afterCommit.Evidence)
 	require.Equal(t, int64(1), afterCommit.ParentTime)
+	require.Positive(t, afterTasks.PendingBytes, "the uncommitted result counts")
+	require.Zero(t, afterCommit.PendingBytes, "nothing open, nothing uncommitted: the commit took back what the result added")
 	ref, err := api.ResultRefOf(*result)
 	require.NoError(t, err)
 	want, _ := NextTCD(initial, 1, []api.ResultRef{ref})
