@@ -143,10 +143,10 @@ func (c *Control) SelectWorker(ctx context.Context, in api.SelectWorkerInput) (a
 	if res.WorkerID == "" {
 		// Spread over half to one and a half times the pace: tasks that
 		// found no room together do not all look again together.
-		d := c.pacer.waited(in.TaskID, time.Now())
+		d, waiting := c.pacer.waited(in.TaskID, time.Now())
 		res.RetryAfter = d/2 + rand.N(d+1)
 		if res.RetryAfter >= time.Second {
-			res.Waiting += fmt.Sprintf("; %d tasks wait for room here: next look in %s", c.pacer.count(), res.RetryAfter.Round(time.Second))
+			res.Waiting += fmt.Sprintf("; %d tasks wait for room here: next look in %s", waiting, res.RetryAfter.Round(time.Second))
 		}
 	} else {
 		c.pacer.granted(in.TaskID, time.Now())

@@ -38,10 +38,10 @@ type waitPacer struct {
 }
 
 // waited records that taskID found no room at now and returns how long
-// it should wait before it looks again: the number of waiting tasks over
-// the looks per second the control plane affords them, at most
-// MaxWaitingRetry.
-func (p *waitPacer) waited(taskID string, now time.Time) time.Duration {
+// it should wait before it looks again — the number of waiting tasks
+// over the looks per second the control plane affords them, at most
+// MaxWaitingRetry — and that number.
+func (p *waitPacer) waited(taskID string, now time.Time) (wait time.Duration, waiting int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.waiting == nil {
@@ -51,7 +51,7 @@ func (p *waitPacer) waited(taskID string, now time.Time) time.Duration {
 	p.prune(now)
 	rate := max(float64(MinWaitingLooksPerSecond), 2*float64(len(p.grants))/grantWindow.Seconds())
 	d := time.Duration(float64(len(p.waiting)) / rate * float64(time.Second))
-	return min(d, MaxWaitingRetry)
+	return min(d, MaxWaitingRetry), len(p.waiting)
 }
 
 // granted records that taskID was granted a worker at now.
@@ -80,11 +80,4 @@ func (p *waitPacer) prune(now time.Time) {
 			delete(p.waiting, id)
 		}
 	}
-}
-
-// count is the number of tasks waiting for room.
-func (p *waitPacer) count() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.waiting)
 }

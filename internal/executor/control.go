@@ -94,13 +94,21 @@ func currentLease(ctx context.Context, c Control, claim lease.Claim) (api.TaskVi
 // longer current (or cannot be verified) starts nothing. Its errors are
 // first's or CheckLease's, wrapped with the claim.
 func LeaseCheck(ctx context.Context, c Control, claim lease.Claim, first func() error) func() error {
+	return StartCheck(claim, first, func() error { return CheckLease(ctx, c, claim) })
+}
+
+// StartCheck is LeaseCheck with the lease's check given: first (when not
+// nil), then current, which says whether claim's lease is still current
+// (nil) or not (an error: *Rejected, ErrTaskGone, ErrLeaseUnverified).
+// Its errors are first's, or current's wrapped with the claim.
+func StartCheck(claim lease.Claim, first, current func() error) func() error {
 	return func() error {
 		if first != nil {
 			if err := first(); err != nil {
 				return err
 			}
 		}
-		if err := CheckLease(ctx, c, claim); err != nil {
+		if err := current(); err != nil {
 			return fmt.Errorf("attempt %s not started: %w", claim, err)
 		}
 		return nil

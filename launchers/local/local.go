@@ -117,21 +117,14 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 
 // beforeExec is the check right before a's command starts: the launch
 // deadline, then a.StillCurrent when the agent gave one, else one lease
-// query (executor.LeaseCheck).
+// query (executor.CheckLease).
 func (l *Launcher) beforeExec(ctx context.Context, a launchers.Attempt) func() error {
 	deadline := func() error { return launchers.CheckDeadline(ctx) }
-	if a.StillCurrent == nil {
-		return executor.LeaseCheck(ctx, l.opts.Control, a.Claim(), deadline)
+	current := func() error { return executor.CheckLease(ctx, l.opts.Control, a.Claim()) }
+	if a.StillCurrent != nil {
+		current = func() error { return a.StillCurrent(ctx) }
 	}
-	return func() error {
-		if err := deadline(); err != nil {
-			return err
-		}
-		if err := a.StillCurrent(ctx); err != nil {
-			return fmt.Errorf("attempt %s not started: %w", a.Claim(), err)
-		}
-		return nil
-	}
+	return executor.StartCheck(a.Claim(), deadline, current)
 }
 
 // Status reports RUNNING for an attempt this launcher runs, else
