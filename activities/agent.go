@@ -51,7 +51,7 @@ func (a *Agent) LaunchAttempt(ctx context.Context, in api.LaunchInput) (api.Laun
 			fmt.Sprintf("attempt %d (fence %d) not started: %v", in.Lease.Attempt, in.Lease.Fence, err), api.ErrTypeLaunchFailed, err)
 	}
 	attempt := launchers.Attempt{Envelope: in.Envelope, Lease: in.Lease, HeartbeatInterval: in.HeartbeatInterval}
-	if in.CancelledWhenLeaseEnds && activity.IsActivity(ctx) {
+	if activity.IsActivity(ctx) {
 		attempt.StillCurrent = launchStillWanted(ctx)
 	}
 	sub, err := a.Launcher.Submit(ctx, attempt)
@@ -67,8 +67,8 @@ func (a *Agent) LaunchAttempt(ctx context.Context, in api.LaunchInput) (api.Laun
 	return api.LaunchResult{TaskDir: sub.TaskDir, PID: sub.PID}, nil
 }
 
-// launchStillWanted is the lease check of a launch whose task cancels it
-// when the lease ends (api.LaunchInput.CancelledWhenLeaseEnds): one
+// launchStillWanted is the lease check of a launch, which its task
+// cancels when the lease ends (api.LaunchInput): one
 // synchronous heartbeat of the launch activity, answered by the Temporal
 // server alone. The lease is current while the launch is neither
 // cancelled nor gone (timed out, or its task ended); the workflow task

@@ -69,8 +69,8 @@ type selectProgress struct {
 // asked less than LoadCacheMaxAge ago and that record, kept current with
 // the reservations and releases it made since, says the worker can take
 // the task (loadCache); fleet.Place orders the
-// eligible answers: workers that lost a lease of the task (AvoidWorkers,
-// and the older AvoidWorker) last, workers whose heartbeat is late (judged
+// eligible answers: workers that lost a lease of the task (AvoidWorkers)
+// last, workers whose heartbeat is late (judged
 // at the wall clock) after fresh ones, least loaded first, and equally
 // good ones in an order seeded by the task and fence
 // (fleet.SelectionSeed). They are tried in that order through the reserve
@@ -87,7 +87,7 @@ type selectProgress struct {
 // releases (task, fence) on each worker an earlier attempt tried except
 // the one it reserves on (Worker.Reserve is idempotent per task and fence,
 // so reserving again where an earlier attempt succeeded is harmless).
-// Run as a local activity (tasks of generation 2) it has no heartbeat
+// Run as a local activity (as WdcTask runs it) it has no heartbeat
 // details, so an attempt that fails releases (task, fence) on every
 // worker it sent a reserve to before it returns, and stops selecting early
 // enough (localReleaseMargin) for the releases to be done before the SDK
@@ -177,7 +177,7 @@ func (c *Control) selectWorker(ctx context.Context, in api.SelectWorkerInput, pr
 		now = c.Now
 	}
 	began := time.Now()
-	place := fleet.Placement{Avoid: avoidList(in), Now: now(), Seed: fleet.SelectionSeed(in.TaskID, in.Fence)}
+	place := fleet.Placement{Avoid: in.AvoidWorkers, Now: now(), Seed: fleet.SelectionSeed(in.TaskID, in.Fence)}
 	// The draw of workers to ask varies per selection, so a task that
 	// waits asks other workers next time.
 	draw := place
@@ -341,18 +341,6 @@ func (c *Control) release(ctx context.Context, workerID string, in api.SelectWor
 	}
 }
 
-// avoidList is the workers a selection ranks last, oldest loss first:
-// in.AvoidWorkers, then in.AvoidWorker (the last holder, from inputs
-// written before AvoidWorkers existed) when it is not already the last
-// entry. fleet.Placement.Avoid counts a repeated worker at its last entry.
-func avoidList(in api.SelectWorkerInput) []string {
-	out := append([]string(nil), in.AvoidWorkers...)
-	if in.AvoidWorker != "" && (len(out) == 0 || out[len(out)-1] != in.AvoidWorker) {
-		out = append(out, in.AvoidWorker)
-	}
-	return out
-}
-
 // WaitingMessage says why no worker could take a task, naming up to three.
 func WaitingMessage(active int, passed []fleet.Ineligible) string {
 	msg := fmt.Sprintf("none of %d ACTIVE workers can take the task", active)
@@ -390,9 +378,7 @@ func (c *Control) Ingest(ctx context.Context, in api.IngestInput) (api.IngestRes
 		// workflow task that recorded a local ingest, was lost): the
 		// result is in the store already, and the hand-on is idempotent.
 		activity.GetLogger(ctx).Info("ingest already done", "task", in.TaskID, "attempt", in.Attempt, "fence", in.Fence)
-		if in.Report != nil {
-			c.handOn(ctx, in, in.Artifacts, in.Logs)
-		}
+		c.handOn(ctx, in, in.Artifacts, in.Logs)
 		return api.IngestResult{Artifacts: in.Artifacts, Logs: in.Logs}, nil
 	}
 	arts, err := c.promoteAll(ctx, blobstore.StagingPrefix(in.TaskID, in.Attempt, in.Fence), in.Artifacts)
@@ -407,9 +393,7 @@ func (c *Control) Ingest(ctx context.Context, in api.IngestInput) (api.IngestRes
 		activity.GetLogger(ctx).Warn("remove staging", "error", err)
 	}
 	countIngested(ctx, arts, logs)
-	if in.Report != nil {
-		c.handOn(ctx, in, arts, logs)
-	}
+	c.handOn(ctx, in, arts, logs)
 	return api.IngestResult{Artifacts: arts, Logs: logs}, nil
 }
 
@@ -437,7 +421,7 @@ func (c *Control) alreadyIngested(ctx context.Context, in api.IngestInput) (bool
 	return true, nil
 }
 
-// handOn sends what a generation-2 task leaves to its ingest once the
+// handOn sends what a task leaves to its ingest once the
 // result is stored: the release of the holder's reservation and the
 // task-ended report (with the result's reference) to the run. Both are
 // best effort and never fail the ingest, which cannot be repeated once

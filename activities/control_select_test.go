@@ -281,7 +281,7 @@ func TestSelectWorkerIgnoresDetailsOfAnotherFence(t *testing.T) {
 }
 
 // The activity ranks with fleet.Place: every worker that lost a lease of
-// the task (AvoidWorkers and the older AvoidWorker) last, late heartbeats
+// the task (AvoidWorkers) last, late heartbeats
 // after fresh ones at the wall clock it is given.
 func TestSelectWorkerPlacement(t *testing.T) {
 	late := func(w fleet.Worker) fleet.Worker {
@@ -297,12 +297,6 @@ func TestSelectWorkerPlacement(t *testing.T) {
 		{"every worker that lost a lease is avoided",
 			[]fleet.Worker{idleWorker("a", 0), idleWorker("b", 0), idleWorker("c", 3)},
 			api.SelectWorkerInput{AvoidWorkers: []string{"a", "b"}}, "c"},
-		{"the old single AvoidWorker is honoured",
-			[]fleet.Worker{idleWorker("a", 0), idleWorker("b", 3)},
-			api.SelectWorkerInput{AvoidWorker: "a"}, "b"},
-		{"both together",
-			[]fleet.Worker{idleWorker("a", 0), idleWorker("b", 0), idleWorker("c", 3)},
-			api.SelectWorkerInput{AvoidWorkers: []string{"a"}, AvoidWorker: "b"}, "c"},
 		{"among avoided workers, the oldest loss first",
 			[]fleet.Worker{idleWorker("a", 0), idleWorker("b", 0)},
 			api.SelectWorkerInput{AvoidWorkers: []string{"b", "a"}}, "b"},
@@ -317,25 +311,6 @@ func TestSelectWorkerPlacement(t *testing.T) {
 			res := runSelect(t, selectEnv(reg, t0), tc.in)
 			assert.Equal(t, tc.want, res.WorkerID)
 			assert.Equal(t, []string{tc.want}, reg.reserves, "the first ranked worker is reserved")
-		})
-	}
-}
-
-func TestAvoidList(t *testing.T) {
-	tests := []struct {
-		name string
-		in   api.SelectWorkerInput
-		want []string
-	}{
-		{"none", api.SelectWorkerInput{}, nil},
-		{"old input", api.SelectWorkerInput{AvoidWorker: "a"}, []string{"a"}},
-		{"new input", api.SelectWorkerInput{AvoidWorkers: []string{"a", "b"}}, []string{"a", "b"}},
-		{"both, agreeing", api.SelectWorkerInput{AvoidWorkers: []string{"a", "b"}, AvoidWorker: "b"}, []string{"a", "b"}},
-		{"last holder lost again most recently", api.SelectWorkerInput{AvoidWorkers: []string{"a", "b"}, AvoidWorker: "a"}, []string{"a", "b", "a"}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, avoidList(tc.in))
 		})
 	}
 }

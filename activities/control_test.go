@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
@@ -21,12 +22,63 @@ import (
 )
 
 func ingestEnv(t *testing.T) (*testsuite.TestActivityEnvironment, *blobstore.Store) {
+	env, store, _ := ingestEnvSignals(t)
+	return env, store
+}
+
+// ingestEnvSignals is ingestEnv with the signals the ingest sent.
+func ingestEnvSignals(t *testing.T) (*testsuite.TestActivityEnvironment, *blobstore.Store, *signalLog) {
 	var ts testsuite.WorkflowTestSuite
 	env := ts.NewTestActivityEnvironment()
 	store, err := blobstore.OpenDir(context.Background(), t.TempDir())
 	require.NoError(t, err)
-	env.RegisterActivity(&Control{Blobs: store})
-	return env, store
+	sent := &signalLog{}
+	env.RegisterActivity(&Control{Blobs: store, Client: sent})
+	return env, store, sent
+}
+
+// signalLog is a client.Client that records the signals sent through it;
+// any other call panics (the embedded interface is nil).
+type signalLog struct {
+	client.Client
+	mu   sync.Mutex
+	sent []sentSignal
+}
+
+type sentSignal struct {
+	workflowID, name string
+	arg              any
+}
+
+func (s *signalLog) SignalWorkflow(_ context.Context, workflowID, _, name string, arg any) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sent = append(s.sent, sentSignal{workflowID, name, arg})
+	return nil
+}
+
+// The ingest hands the stored result on: the release of the holder's
+// reservation, then the task-ended report (with the stored result's
+// reference) to the run.
+func TestIngestHandsTheStoredResultOn(t *testing.T) {
+	env, store, sent := ingestEnvSignals(t)
+	a := stage(t, store, blobstore.StagingPrefix("t1", 2, 3), "r.csv", []byte("1,2\n"))
+	report := api.IngestReport{Result: api.TaskResult{TaskID: "t1", RunID: "r1", WorkerID: "w", Attempt: 2, Fence: 3}, Attempts: 2}
+	_, err := env.ExecuteActivity("Ingest", api.IngestInput{Claim: claim, Artifacts: []api.Artifact{a}, Report: report})
+	require.NoError(t, err)
+	require.Len(t, sent.sent, 2)
+	assert.Equal(t, sentSignal{api.WorkerWorkflowID("w"), api.SignalRelease, api.ReleaseSignal{TaskID: "t1", Fence: 3}}, sent.sent[0])
+	assert.Equal(t, api.RunWorkflowID("r1"), sent.sent[1].workflowID)
+	assert.Equal(t, api.SignalTaskEnded, sent.sent[1].name)
+	ended := sent.sent[1].arg.(api.TaskEndedSignal)
+	assert.Equal(t, api.TaskCompleted, ended.State)
+	assert.EqualValues(t, 2, ended.Attempts)
+	require.NotNil(t, ended.Ref)
+	want := report.Result
+	want.Artifacts = []api.Artifact{a}
+	ref, err := api.ResultRefOf(want)
+	require.NoError(t, err)
+	assert.Equal(t, ref, *ended.Ref)
 }
 
 func stage(t *testing.T, store *blobstore.Store, prefix, name string, content []byte) api.Artifact {
@@ -160,7 +212,7 @@ func TestIngestOnAnUnreachableStoreIsRetryable(t *testing.T) {
 	require.NoError(t, err)
 	var ts testsuite.WorkflowTestSuite
 	env := ts.NewTestActivityEnvironment()
-	env.RegisterActivity(&Control{Blobs: store})
+	env.RegisterActivity(&Control{Blobs: store, Client: &signalLog{}})
 	_, err = env.ExecuteActivity("Ingest", api.IngestInput{Claim: claim, Artifacts: []api.Artifact{{Name: "x", Digest: blobstore.DigestBytes(nil)}}})
 	require.Error(t, err)
 	var appErr *temporal.ApplicationError

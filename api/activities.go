@@ -14,9 +14,6 @@ type SelectWorkerInput struct {
 	TaskID       string             `json:"task_id"`
 	Fence        int64              `json:"fence"`
 	Requirements fleet.Requirements `json:"requirements"`
-	// AvoidWorker is the last holder; it is chosen only if no other fits.
-	// Kept for histories written before AvoidWorkers existed.
-	AvoidWorker string `json:"avoid_worker,omitempty"`
 	// AvoidWorkers are the workers that lost a lease of this task (expired,
 	// worker_lost, launch_failed, infra_killed), oldest first. None of them
 	// is chosen while another eligible worker exists.
@@ -38,27 +35,20 @@ type SelectWorkerResult struct {
 	// RetryAfter, with an empty WorkerID, is the least wait before the
 	// task looks again (nanoseconds in JSON): the control plane spaces
 	// the looks of its waiting tasks by how many wait (at most a minute,
-	// spread ±50 %).
-	// Zero from control planes before it; the task waits at least its
-	// select_interval either way.
+	// spread ±50 %); the task waits at least its select_interval.
 	RetryAfter time.Duration `json:"retry_after,omitempty"`
 }
 
-// LaunchInput starts one attempt.
+// LaunchInput starts one attempt. The task cancels the launch activity in
+// the workflow task that ends its lease, so the agent judges whether the
+// lease is current from the launch activity itself (a heartbeat the
+// Temporal server answers alone).
 type LaunchInput struct {
 	Envelope envelope.Envelope `json:"envelope"`
 	// Lease is the attempt's lease (claim, TTL).
 	Lease lease.Lease `json:"lease"`
 	// HeartbeatInterval is how often the executor heartbeats the lease.
 	HeartbeatInterval time.Duration `json:"heartbeat_interval"`
-	// CancelledWhenLeaseEnds is true when the task cancels this launch
-	// activity in the workflow task that ends its lease (tasks of
-	// generation 1 and later; absent, so false, from older tasks and
-	// older control planes). The agent may then judge whether the lease
-	// is still current from the launch activity itself — one heartbeat
-	// RPC the Temporal server answers alone — instead of asking the
-	// task's workflow with a lease query.
-	CancelledWhenLeaseEnds bool `json:"cancelled_when_lease_ends,omitempty"`
 }
 
 // LaunchResult says where the attempt runs.
@@ -82,15 +72,14 @@ type IngestInput struct {
 	Artifacts []Artifact `json:"artifacts"`
 	// Logs are staged in the attempt's log staging dir.
 	Logs []Artifact `json:"logs,omitempty"`
-	// Report, when set (tasks of generation 2), has the ingest hand the
-	// accepted result on once it is in the store, so the task's own
-	// history records neither message: the release of the worker's
-	// reservation (Claim's worker and fence) and the task-ended report to
-	// the run.
-	Report *IngestReport `json:"report,omitempty"`
+	// Report is what the ingest hands on once the result is in the store,
+	// so the task's own history records neither message: the release of
+	// the worker's reservation (Claim's worker and fence) and the
+	// task-ended report to the run.
+	Report IngestReport `json:"report"`
 }
 
-// IngestReport is what an Ingest with IngestInput.Report sends on.
+// IngestReport is what an Ingest sends on.
 type IngestReport struct {
 	// Result is the accepted result without its artifacts and logs (the
 	// ingest fills them in with what it stored).

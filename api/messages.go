@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/wdc-runtime/wdc/envelope"
@@ -216,34 +217,7 @@ type TaskInput struct {
 	Options        TaskOptions `json:"options"`
 	// Carry is nil on the first run; continue-as-new carries the state.
 	Carry *TaskCarry `json:"carry,omitempty"`
-	// Generation is the WdcTask behaviour set the task runs with (0 for
-	// tasks started by runs older than TaskGeneration); continue-as-new
-	// keeps it.
-	Generation int `json:"generation,omitempty"`
 }
-
-// TaskGeneration is the WdcTask behaviour set runs start tasks with. A
-// task of generation 1 has, from its start, every behaviour change the
-// workflow gates with workflow.GetVersion up to
-// "no-cleanup-after-first-attempt", and its history records no version
-// marker for them (two events fewer on a single attempt), nor the first
-// search-attribute upsert, which repeated what its parent set at its
-// start. A task of generation 0 asks GetVersion, as its history recorded.
-//
-// A task of generation 2 also selects its worker in the workflow task that
-// asks (a local activity), ingests a result of at most
-// workflows.LocalIngestMaxBytes in the workflow task that accepted it, and
-// leaves the reservation's release and its report to the run to the
-// ingest activity: a single-attempt task then takes three workflow tasks.
-//
-// A task of generation 3 also holds a heartbeated lease on a lease
-// activity (LeaseActivityID, activities.Control.HoldLease), scheduled
-// when it accepts the lease's first heartbeat signal: the executor then
-// heartbeats that activity by ID, which writes no history, and Temporal
-// times it out (the lease TTL is its heartbeat timeout) when the
-// heartbeats stop. A task that ends before its first heartbeat runs no
-// such activity.
-const TaskGeneration = 3
 
 // TaskCarry is the task state continue-as-new carries forward, so attempt
 // and fence keep growing and the lease history is kept.
@@ -306,8 +280,7 @@ type SubmitResultInput struct {
 	// HeartbeatSeq is the sequence number of the last lease heartbeat the
 	// attempt sent before it submitted (heartbeat signals and heartbeats
 	// by ID alike, counted from 1): how many it sent. Informational, for
-	// pricing heartbeats (`wdc bench`); the task does not judge it. 0 from
-	// executors older than it.
+	// pricing heartbeats (`wdc bench`); the task does not judge it.
 	HeartbeatSeq int64 `json:"heartbeat_seq,omitempty"`
 }
 
@@ -411,7 +384,7 @@ type TaskOutcome struct {
 	Result *TaskResult `json:"result,omitempty"`
 	// Ref is the compact reference to the accepted result that the
 	// task-ended signal carries instead of Result, so a run of many tasks
-	// receives small signals (older tasks sent Result; the run takes both).
+	// receives small signals.
 	Ref *ResultRef `json:"result_ref,omitempty"`
 }
 
@@ -642,8 +615,7 @@ type RunState struct {
 	TCDDigest string `json:"tcd_digest"`
 	// WorkerResultEvents counts worker_result events.
 	WorkerResultEvents int64 `json:"worker_result_events"`
-	// TaskCounts counts every task of the run by state. Zero in states
-	// carried by runs older than it; the run fills it from Tasks then.
+	// TaskCounts counts every task of the run by state.
 	TaskCounts RunTaskCounts `json:"task_counts"`
 	// EndedNotListed counts ended tasks no longer listed in Tasks (the
 	// run continued as new past RunListedEndedTasks ended tasks).
@@ -705,3 +677,44 @@ const (
 	LogStdout = "stdout.log"
 	LogStderr = "stderr.log"
 )
+
+// Validate checks a result's shape — artifact count and manifest size
+// (MaxArtifacts, MaxManifestBytes), artifact names (relative, unique) and
+// digests, and the logs (LogStdout or LogStderr, at most MaxLogBytes) —
+// not its claim, which is the fence check's (lease.Check). Errors name the
+// field.
+func (in SubmitResultInput) Validate() error {
+	if len(in.Artifacts) > MaxArtifacts {
+		return fieldErr("artifacts", "at most %d (got %d)", MaxArtifacts, len(in.Artifacts))
+	}
+	manifest := 0
+	for _, a := range in.Artifacts {
+		manifest += ArtifactManifestBytes(a.Name)
+	}
+	if manifest > MaxManifestBytes {
+		return fieldErr("artifacts", "the list takes %d bytes, over the %d-byte cap", manifest, MaxManifestBytes)
+	}
+	names := make(map[string]bool, len(in.Artifacts))
+	for i, a := range in.Artifacts {
+		field := fmt.Sprintf("artifacts[%d]", i)
+		if err := envelope.ValidateRelativePath(a.Name); err != nil {
+			return fieldErr(field+".name", "%v", err)
+		}
+		if names[a.Name] {
+			return fieldErr(field+".name", "duplicate %q", a.Name)
+		}
+		names[a.Name] = true
+		if !envelope.DigestPattern.MatchString(a.Digest) {
+			return fieldErr(field+".digest", "%q is not sha256:<hex>", a.Digest)
+		}
+		if a.SizeBytes < 0 {
+			return fieldErr(field+".size_bytes", "negative")
+		}
+	}
+	for i, l := range in.Logs {
+		if (l.Name != LogStdout && l.Name != LogStderr) || !envelope.DigestPattern.MatchString(l.Digest) || l.SizeBytes < 0 || l.SizeBytes > MaxLogBytes {
+			return fieldErr(fmt.Sprintf("logs[%d]", i), "want %s or %s, a sha256 digest and at most %d bytes", LogStdout, LogStderr, MaxLogBytes)
+		}
+	}
+	return nil
+}

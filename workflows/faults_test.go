@@ -148,7 +148,7 @@ func (s *taskSuite) TestFault6TaskContinueAsNewDropsNoCommand() {
 		s.env.SetContinueAsNewSuggested(true)
 		s.env.SignalWorkflow(api.SignalWorkerLost, api.WorkerLostSignal{WorkerID: "worker-a", TaskID: "t1", Fence: 1, State: "STALE"})
 	}, 5*time.Second)
-	s.env.ExecuteWorkflow(api.TaskWorkflowType, api.TaskInput{Envelope: s.envl, EnvelopeDigest: s.digest, Options: api.TaskOptions{LeaseTTL: time.Hour}.WithDefaults()})
+	s.start(s.env, api.TaskOptions{LeaseTTL: time.Hour})
 	var can *workflow.ContinueAsNewError
 	s.Require().True(errors.As(s.env.GetWorkflowError(), &can), "got %v", s.env.GetWorkflowError())
 	var next api.TaskInput

@@ -114,10 +114,8 @@ func newRunWorkflow(in api.RunInput) (*runWorkflow, error) {
 	}, index: map[string]int{}}, nil
 }
 
-// loadCarry derives what a carried state does not hold, or held only from
-// some version on: the task index, the pending bytes, the open count (all
-// open tasks are listed), and for states carried before counts and
-// sequence numbers existed, those too (every task and event was listed).
+// loadCarry derives what a carried state does not hold: the task index,
+// the pending bytes and the open count (all open tasks are listed).
 func (r *runWorkflow) loadCarry() {
 	if r.st.Tasks == nil {
 		r.st.Tasks = []api.RunTask{}
@@ -126,15 +124,6 @@ func (r *runWorkflow) loadCarry() {
 		r.st.Events = []api.Event{}
 	}
 	r.rebuildIndex()
-	if r.st.TaskCounts.Total == 0 && len(r.st.Tasks) > 0 {
-		for _, t := range r.st.Tasks {
-			r.st.TaskCounts.Total++
-			countEnded(&r.st.TaskCounts, t.State, 1)
-		}
-	}
-	if n := len(r.st.Events); r.st.LastSeq == 0 && n > 0 {
-		r.st.LastSeq = r.st.Events[n-1].Seq
-	}
 	r.st.TaskCounts.Open = 0
 	r.st.PendingBytes = 0
 	for _, t := range r.st.Tasks {
@@ -453,6 +442,27 @@ func (r *runWorkflow) addTasks(ctx workflow.Context, in api.AddTasksInput) (api.
 	return out, nil
 }
 
+// TaskStart is how a run starts a task as its child: the child options
+// (workflow ID api.TaskWorkflowID, kind, run and state PENDING set at the
+// start, abandoned when the run closes) and the input, with every default
+// of its options filled in so a later change of a default does not change
+// a task that already started. Workflow tests start tasks through it.
+func TaskStart(runID string, in api.AddTaskInput) (workflow.ChildWorkflowOptions, api.TaskInput) {
+	return workflow.ChildWorkflowOptions{
+			WorkflowID:            api.TaskWorkflowID(in.Envelope.TaskID),
+			TaskQueue:             api.ControlTaskQueue,
+			ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
+			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+			TypedSearchAttributes: temporal.NewSearchAttributes(
+				api.SAKind.ValueSet(api.KindTask),
+				api.SARunID.ValueSet(runID),
+				api.SATaskState.ValueSet(string(api.TaskPending)),
+			),
+		}, api.TaskInput{
+			Envelope: in.Envelope, EnvelopeDigest: in.EnvelopeDigest, Options: in.Options.WithDefaults(),
+		}
+}
+
 // startedTask is a task whose child start was requested; child is nil
 // when the task was already in the run (res.Existing).
 type startedTask struct {
@@ -477,23 +487,8 @@ func (r *runWorkflow) startTask(ctx workflow.Context, in api.AddTaskInput) start
 	// taken for missing) by the reconcile.
 	r.watched[in.Envelope.TaskID] = true
 	r.starting++
-	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-		WorkflowID:            res.WorkflowID,
-		TaskQueue:             api.ControlTaskQueue,
-		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
-		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			api.SAKind.ValueSet(api.KindTask),
-			api.SARunID.ValueSet(r.st.RunID),
-			api.SATaskState.ValueSet(string(api.TaskPending)),
-		),
-	})
-	// The task gets its options with every default filled in, so a later
-	// change of a default does not change a task that already started.
-	child := workflow.ExecuteChildWorkflow(cctx, WdcTask, api.TaskInput{
-		Envelope: in.Envelope, EnvelopeDigest: in.EnvelopeDigest, Options: in.Options.WithDefaults(),
-		Generation: api.TaskGeneration,
-	})
+	opts, input := TaskStart(r.st.RunID, in)
+	child := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, opts), WdcTask, input)
 	return startedTask{res: res, child: child}
 }
 
@@ -512,7 +507,7 @@ func (r *runWorkflow) awaitStart(ctx workflow.Context, st startedTask) error {
 
 // onTaskEnded is parent ingest's last step: the task's outcome is recorded
 // and an accepted result becomes one worker_result event (from the
-// signal's compact reference, or from a full result sent by older tasks).
+// signal's compact reference, or from the child's own full result).
 // Reports for unknown tasks and repeated reports are ignored.
 func (r *runWorkflow) onTaskEnded(ctx workflow.Context, out api.TaskEndedSignal) {
 	r.onTaskEndedDetail(ctx, out, "")

@@ -61,8 +61,9 @@ func TestFault8RunReconcilesTasksFromBeforeContinueAsNew(t *testing.T) {
 		})
 	tcd, _ := InitialTCD("r1", "w1")
 	carry := api.RunState{RunID: "r1", WorldID: "w1", Status: api.RunRunning, CloseWhenDone: true, TCDDigest: tcd,
-		Tasks:  []api.RunTask{{TaskID: "t1", State: api.TaskLeased}, {TaskID: "t2", State: api.TaskPending}},
-		Events: []api.Event{}}
+		Tasks:      []api.RunTask{{TaskID: "t1", State: api.TaskLeased}, {TaskID: "t2", State: api.TaskPending}},
+		TaskCounts: api.RunTaskCounts{Total: 2, Open: 2},
+		Events:     []api.Event{}}
 	h.env.ExecuteWorkflow(api.RunWorkflowType, api.RunInput{RunID: "r1", WorldID: "w1", CloseWhenDone: true, Carry: &carry})
 	require.NoError(t, h.env.GetWorkflowError())
 	var final api.RunState

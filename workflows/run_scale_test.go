@@ -84,7 +84,8 @@ func TestRunContinuesAsNewWithItsStateCompacted(t *testing.T) {
 	for i := range api.RunListedCommits + 5 {
 		carry.Events = append(carry.Events, api.Event{Seq: int64(len(carry.Events) + 1), Type: api.EventCommit, Commit: &api.CommitRecord{ParentTime: int64(i + 1)}})
 	}
-	// A carry from before counts existed: the run derives them.
+	carry.TaskCounts = api.RunTaskCounts{Total: ended + open, Open: open, Completed: ended}
+	carry.LastSeq = int64(len(carry.Events))
 	h := newRunHarness(t)
 	var before api.RunView
 	h.query(time.Second, &before)
@@ -143,6 +144,7 @@ func TestRunRefusesTasksPastItsPendingBudgetUntilItHasRoom(t *testing.T) {
 	}
 	readd := one("t00007")
 	carry.Tasks[7].EnvelopeDigest = readd.EnvelopeDigest
+	carry.TaskCounts = api.RunTaskCounts{Total: int64(fits), Open: int64(fits)}
 	r, err := newRunWorkflow(api.RunInput{RunID: "r1", WorldID: "w1", Carry: &carry})
 	require.NoError(t, err)
 	require.Equal(t, api.RunTaskCounts{Total: int64(fits), Open: int64(fits)}, r.st.TaskCounts)

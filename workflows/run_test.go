@@ -210,3 +210,37 @@ func requireAppErrType(t *testing.T, err error, typ string) {
 	require.True(t, errors.As(err, &appErr), "got %v", err)
 	require.Equal(t, typ, appErr.Type())
 }
+
+// The run starts its task with exactly TaskStart's input and search
+// attributes, the ones the task workflow tests start it with.
+func TestRunStartsItsTaskAsTaskStartBuildsIt(t *testing.T) {
+	var ts testsuite.WorkflowTestSuite
+	env := ts.NewTestWorkflowEnvironment()
+	env.SetTestTimeout(20 * time.Second)
+	env.RegisterWorkflowWithOptions(WdcRun, workflow.RegisterOptions{Name: api.RunWorkflowType})
+	var got api.TaskInput
+	var gotSA temporal.SearchAttributes
+	env.RegisterWorkflowWithOptions(func(ctx workflow.Context, in api.TaskInput) (api.TaskOutcome, error) {
+		got, gotSA = in, workflow.GetTypedSearchAttributes(ctx)
+		return api.TaskOutcome{TaskID: in.Envelope.TaskID, RunID: in.Envelope.RunID, State: api.TaskRetriesExhausted}, nil
+	}, workflow.RegisterOptions{Name: api.TaskWorkflowType})
+	e1, d1 := runEnvelope(t, "t1")
+	add := api.AddTaskInput{Envelope: e1, EnvelopeDigest: d1, Options: api.TaskOptions{MaxAttempts: 2}}
+	h := &runHarness{t: t, env: env}
+	var added updateOutcome
+	h.update(time.Second, api.UpdateAddTask, add, &added, nil)
+	var closed updateOutcome
+	h.update(2*time.Second, api.UpdateCloseRun, api.CloseRunInput{}, &closed, nil)
+	env.ExecuteWorkflow(api.RunWorkflowType, api.RunInput{RunID: "r1", WorldID: "w1"})
+	require.NoError(t, added.err)
+
+	opts, want := TaskStart("r1", add)
+	require.Equal(t, want, got, "the task's input")
+	require.EqualValues(t, 2, want.Options.MaxAttempts)
+	require.NotZero(t, want.Options.LeaseTTL, "defaults filled in")
+	for _, key := range []temporal.SearchAttributeKeyKeyword{api.SAKind, api.SARunID, api.SATaskState} {
+		w, _ := opts.TypedSearchAttributes.GetKeyword(key)
+		g, _ := gotSA.GetKeyword(key)
+		require.Equal(t, w, g, key.GetName())
+	}
+}

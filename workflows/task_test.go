@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"github.com/stretchr/testify/suite"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
@@ -46,10 +47,14 @@ type taskSuite struct {
 	ingests    []api.IngestInput
 	cancels    []api.CancelAttemptInput
 	releases   []api.ReleaseSignal
-	ended      []api.TaskOutcome
-	cleanups   int
-	// workers are handed out in turn by the SelectWorker mock, honouring
-	// AvoidWorker.
+	// ended and releases are the task-ended reports and releases sent, by
+	// the workflow or (as the real Ingest does) by the Ingest mock;
+	// signalled counts the ones the workflow sent itself, by signal name.
+	ended     []api.TaskOutcome
+	signalled map[string]int
+	cleanups  int
+	// workers are handed out in turn by the SelectWorker mock, passing
+	// over the last one in AvoidWorkers while another is left.
 	workers []string
 	// ingestAfter and selectAfter delay the Ingest and SelectWorker mocks
 	// (set before SetupTestWith).
@@ -78,6 +83,7 @@ func (s *taskSuite) SetupTestWith(launch func(env *testsuite.TestWorkflowEnviron
 	s.env.RegisterActivity(&activities.Agent{})
 	s.envl, s.digest = testEnvelope(s.T())
 	s.grants, s.launches, s.ingests, s.cancels, s.releases, s.ended = nil, nil, nil, nil, nil, nil
+	s.signalled = map[string]int{}
 	s.cleanups = 0
 	s.grantTimes = nil
 	s.workers = []string{"worker-a", "worker-b"}
@@ -93,8 +99,12 @@ func (s *taskSuite) SetupTestWith(launch func(env *testsuite.TestWorkflowEnviron
 				s.waits = s.waits[1:]
 				return w, nil
 			}
+			avoid := ""
+			if n := len(in.AvoidWorkers); n > 0 {
+				avoid = in.AvoidWorkers[n-1]
+			}
 			for _, w := range s.workers {
-				if w != in.AvoidWorker {
+				if w != avoid {
 					return api.SelectWorkerResult{WorkerID: w, Incarnation: 1}, nil
 				}
 			}
@@ -128,7 +138,16 @@ func (s *taskSuite) SetupTestWith(launch func(env *testsuite.TestWorkflowEnviron
 					return api.IngestResult{}, err
 				}
 			}
-			return api.IngestResult{Artifacts: in.Artifacts}, nil
+			// What the real Ingest hands on once the result is stored.
+			s.releases = append(s.releases, api.ReleaseSignal{TaskID: in.TaskID, Fence: in.Fence})
+			res := in.Report.Result
+			res.Artifacts, res.Logs = in.Artifacts, in.Logs
+			ref, err := api.ResultRefOf(res)
+			if err != nil {
+				return api.IngestResult{}, err
+			}
+			s.ended = append(s.ended, api.TaskOutcome{TaskID: in.TaskID, RunID: res.RunID, State: api.TaskCompleted, Attempts: in.Report.Attempts, Ref: &ref})
+			return api.IngestResult{Artifacts: in.Artifacts, Logs: in.Logs}, nil
 		})
 	s.env.OnActivity(controlActs.CleanupStaging, mock.Anything, mock.Anything).Return(
 		func(context.Context, api.CleanupInput) error {
@@ -142,6 +161,7 @@ func (s *taskSuite) SetupTestWith(launch func(env *testsuite.TestWorkflowEnviron
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			s.releases = append(s.releases, arg.(api.ReleaseSignal))
+			s.signalled[name]++
 			return nil
 		})
 	s.env.OnSignalExternalWorkflow(mock.Anything, api.RunWorkflowID("r1"), mock.Anything, api.SignalTaskEnded, mock.Anything).Return(
@@ -149,6 +169,7 @@ func (s *taskSuite) SetupTestWith(launch func(env *testsuite.TestWorkflowEnviron
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			s.ended = append(s.ended, arg.(api.TaskOutcome))
+			s.signalled[name]++
 			return nil
 		})
 }
@@ -169,11 +190,25 @@ func (s *taskSuite) heartbeat(delay time.Duration, c api.Claim, seq int64) {
 	}, delay)
 }
 
-func (s *taskSuite) execute(opts api.TaskOptions) api.TaskOutcome {
+// start starts the task as its run does (TaskStart): the same input and
+// the same workflow ID and search attributes. opts.LeaseTTL defaults to
+// 30 s here.
+func (s *taskSuite) start(env *testsuite.TestWorkflowEnvironment, opts api.TaskOptions) {
 	if opts.LeaseTTL == 0 {
 		opts.LeaseTTL = 30 * time.Second
 	}
-	s.env.ExecuteWorkflow(api.TaskWorkflowType, api.TaskInput{Envelope: s.envl, EnvelopeDigest: s.digest, Options: opts})
+	env.ExecuteWorkflow(api.TaskWorkflowType, s.startInput(env, opts))
+}
+
+// startInput is the input of start, after it set env's start options.
+func (s *taskSuite) startInput(env *testsuite.TestWorkflowEnvironment, opts api.TaskOptions) api.TaskInput {
+	co, in := TaskStart(s.envl.RunID, api.AddTaskInput{Envelope: s.envl, EnvelopeDigest: s.digest, Options: opts})
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: co.WorkflowID, TaskQueue: co.TaskQueue, TypedSearchAttributes: co.TypedSearchAttributes})
+	return in
+}
+
+func (s *taskSuite) execute(opts api.TaskOptions) api.TaskOutcome {
+	s.start(s.env, opts)
 	s.Require().True(s.env.IsWorkflowCompleted())
 	s.Require().NoError(s.env.GetWorkflowError())
 	var out api.TaskOutcome
@@ -490,13 +525,12 @@ func TestTaskAttemptAndFenceGrowAcrossContinueAsNew(t *testing.T) {
 	require.Equal(t, []int64{4, 5}, granted)
 }
 
-// A CAN during an ACTIVE lease keeps watching the same lease.
+// A CAN during an ACTIVE lease (timed by its timer: no heartbeat signal
+// yet) keeps watching the same lease.
 func (s *taskSuite) TestContinueAsNewWithActiveLeaseKeepsLease() {
-	c := s.claim("worker-a", 1)
-	s.heartbeat(5*time.Second, c, 1)
-	s.env.RegisterDelayedCallback(func() { s.env.SetContinueAsNewSuggested(true) }, 6*time.Second)
-	s.heartbeat(7*time.Second, c, 2)
-	s.env.ExecuteWorkflow(api.TaskWorkflowType, api.TaskInput{Envelope: s.envl, EnvelopeDigest: s.digest, Options: api.TaskOptions{LeaseTTL: 30 * time.Second}})
+	s.env.RegisterDelayedCallback(func() { s.env.SetContinueAsNewSuggested(true) }, 2*time.Second)
+	s.heartbeat(3*time.Second, s.claim("worker-a", 7), 1) // stale: wakes the task, holds nothing
+	s.start(s.env, api.TaskOptions{})
 	var can *workflow.ContinueAsNewError
 	s.Require().True(errors.As(s.env.GetWorkflowError(), &can), "got %v", s.env.GetWorkflowError())
 	var next api.TaskInput
@@ -505,8 +539,24 @@ func (s *taskSuite) TestContinueAsNewWithActiveLeaseKeepsLease() {
 	s.Require().NotNil(cur)
 	s.Equal(lease.Active, cur.State)
 	s.Equal(int64(1), cur.Fence)
-	s.Equal(int64(2), next.Carry.Stats.HeartbeatsAccepted)
 	s.Equal("/tmp/x", next.Carry.AttemptDir, "the launched attempt's directory is carried")
+	s.Equal(s.envl, next.Envelope)
+	s.Equal(s.digest, next.EnvelopeDigest)
+}
+
+// While a lease activity holds the lease, the task does not continue as
+// new (a new run could not tell when the heartbeats by ID stopped): the
+// attempt's result completes the task in the same run.
+func (s *taskSuite) TestNoContinueAsNewWhileALeaseActivityHoldsTheLease() {
+	held, _ := s.holdLeases()
+	c := s.claim("worker-a", 1)
+	s.heartbeat(5*time.Second, c, 1)
+	s.env.RegisterDelayedCallback(func() { s.env.SetContinueAsNewSuggested(true) }, 6*time.Second)
+	sub := s.submit(10*time.Second, "t1/1/1", c)
+	out := s.execute(api.TaskOptions{})
+	s.Equal(api.TaskCompleted, out.State)
+	s.NoError(sub.err)
+	s.Len(*held, 1)
 }
 
 // A worker-lost report that does not name the current lease (another

@@ -65,34 +65,28 @@ type workerWorkflow struct {
 	// carries them.
 	lost []api.WorkerLostSignal
 
-	// reconcile enables the periodic check of reservations against their
-	// tasks (histories recorded before it have none); reconcileTimer is
-	// armed while a reservation is older than ReservationCheckAfter, and
-	// reconciledAt is when the last check ran.
-	reconcile      bool
+	// reconcileTimer is armed while a reservation is older than
+	// ReservationCheckAfter; reconciledAt is when the last check ran.
 	reconcileTimer workflow.Future
 	reconciledAt   time.Time
 
-	// heartbeatsFirst applies every buffered heartbeat before the
-	// liveness windows are judged (histories recorded before it did not).
-	heartbeatsFirst bool
 	// saState is the state last written to the search attributes.
 	saState fleet.State
-	// profileMemo publishes the worker's fleet.Profile in the memo
-	// (histories recorded before it did not); memoIncarnation is the
-	// incarnation whose profile this run published.
-	profileMemo     bool
+	// memoIncarnation is the incarnation whose fleet.Profile this run
+	// published in the memo.
 	memoIncarnation int64
 
-	// livenessByActivity keeps a liveness activity pending while the
-	// worker is live (histories recorded before it did not); liveness is
-	// that activity (nil when none is pending), livenessCancel cancels it,
-	// and livenessHalted stops scheduling another after one ended in a
-	// way the entry did not expect, until the next heartbeat signal.
-	livenessByActivity bool
-	liveness           workflow.Future
-	livenessCancel     workflow.CancelFunc
-	livenessHalted     bool
+	// liveness is the liveness activity kept pending while the worker is
+	// live (nil when none is pending), livenessCancel cancels it, and
+	// livenessHalted stops scheduling another after one ended in a way
+	// the entry did not expect, until a later heartbeat signal.
+	liveness       workflow.Future
+	livenessCancel workflow.CancelFunc
+	livenessHalted bool
+	// livenessHaltedAt is when the halt began: a heartbeat signal lifts it
+	// no sooner than a stale-after window later, so a control plane that
+	// cannot hold the activity is asked at most once per window.
+	livenessHaltedAt time.Time
 
 	heartbeatCh workflow.ReceiveChannel
 	releaseCh   workflow.ReceiveChannel
@@ -162,10 +156,6 @@ func (w *workerWorkflow) setup(ctx workflow.Context) error {
 }
 
 func (w *workerWorkflow) run(ctx workflow.Context) error {
-	w.reconcile = workflow.GetVersion(ctx, versionReservationCheck, workflow.DefaultVersion, 1) == 1
-	w.heartbeatsFirst = workflow.GetVersion(ctx, versionHeartbeatsBeforeLiveness, workflow.DefaultVersion, 1) == 1
-	w.profileMemo = workflow.GetVersion(ctx, versionProfileMemo, workflow.DefaultVersion, 1) == 1
-	w.livenessByActivity = workflow.GetVersion(ctx, versionLivenessActivity, workflow.DefaultVersion, 1) == 1
 	// A carried record may name the previous run's liveness activity,
 	// which ended with that run.
 	w.rec.LivenessActivity = ""
@@ -210,9 +200,9 @@ func (w *workerWorkflow) run(ctx workflow.Context) error {
 			return temporal.NewCanceledError("worker workflow cancelled")
 		}
 
-		if w.heartbeatsFirst {
-			w.drainHeartbeats(ctx)
-		}
+		// Buffered heartbeats are applied before the liveness windows
+		// are judged.
+		w.drainHeartbeats(ctx)
 		w.evaluate(ctx)
 		w.sendLost(ctx)
 		w.publish(ctx)
@@ -237,7 +227,7 @@ const ReservationCheckAfter = 2 * time.Minute
 // armReconcile arms the reservation check for when the oldest reservation
 // not yet covered by a check is ReservationCheckAfter old.
 func (w *workerWorkflow) armReconcile(ctx workflow.Context) {
-	if !w.reconcile || w.reconcileTimer != nil || len(w.rec.Reservations) == 0 {
+	if w.reconcileTimer != nil || len(w.rec.Reservations) == 0 {
 		return
 	}
 	oldest := w.rec.Reservations[0].ReservedAt
@@ -303,22 +293,6 @@ func (w *workerWorkflow) drainHeartbeats(ctx workflow.Context) {
 	}
 }
 
-// Change IDs for workflow.GetVersion in WdcWorker.
-const (
-	// versionReservationCheck: the registry checks old reservations
-	// against their tasks.
-	versionReservationCheck = "reservation-check"
-	// versionProfileMemo: the registry entry publishes the worker's
-	// profile in its memo for selection.
-	versionProfileMemo = "profile-memo"
-	// versionHeartbeatsBeforeLiveness: buffered heartbeats are applied
-	// before the liveness windows are judged.
-	versionHeartbeatsBeforeLiveness = "heartbeats-before-liveness"
-	// versionLivenessActivity: a live worker's heartbeats go to a pending
-	// liveness activity that Temporal times out.
-	versionLivenessActivity = "liveness-activity"
-)
-
 // LivenessActivityLifetime is the start-to-close timeout of a liveness
 // activity. One that lives this long (its worker heartbeated throughout)
 // is replaced by a new one; the timeout exists because Temporal requires
@@ -330,7 +304,7 @@ const LivenessActivityLifetime = 24 * time.Hour
 // otherwise (a new incarnation gets a new activity: the old agent's
 // heartbeats then find theirs cancelled).
 func (w *workerWorkflow) armLiveness(ctx workflow.Context) {
-	if !w.livenessByActivity || !w.registered {
+	if !w.registered {
 		return
 	}
 	id := api.LivenessActivityID(w.rec.Incarnation)
@@ -362,7 +336,7 @@ func (w *workerWorkflow) armLiveness(ctx workflow.Context) {
 // activity it heartbeats is not started) and is scheduled again. A
 // cancellation is the entry's own (it is cancelled). Anything else is
 // unexpected: liveness falls back to heartbeat signals and the timer,
-// from now, until the agent's next heartbeat signal.
+// from now, until a heartbeat signal at least StaleAfter later.
 func (w *workerWorkflow) livenessEnded(ctx workflow.Context, err error) {
 	w.liveness = nil
 	w.rec.LivenessActivity = ""
@@ -384,7 +358,7 @@ func (w *workerWorkflow) livenessEnded(ctx workflow.Context, err error) {
 	default:
 		workflow.GetLogger(ctx).Warn("liveness activity ended unexpectedly; judging heartbeat signals until the next one", "worker", w.id, "error", err)
 		w.rec.LastHeartbeatAt = now
-		w.livenessHalted = true
+		w.livenessHalted, w.livenessHaltedAt = true, now
 	}
 }
 
@@ -409,7 +383,9 @@ func (w *workerWorkflow) onHeartbeat(ctx workflow.Context, hb api.WorkerHeartbea
 		workflow.GetLogger(ctx).Debug("heartbeat ignored", "worker", w.id, "error", err)
 		return
 	}
-	w.livenessHalted = false
+	if now := workflow.Now(ctx); w.livenessHalted && now.Sub(w.livenessHaltedAt) >= w.rec.StaleAfter {
+		w.livenessHalted = false
+	}
 }
 
 func (w *workerWorkflow) noteLost(lost []fleet.Reservation, state string) {
@@ -542,7 +518,7 @@ func (w *workerWorkflow) view() api.WorkerView {
 // the profile in the memo (api.MemoWorkerProfile) that worker selection
 // reads from visibility.
 func (w *workerWorkflow) publish(ctx workflow.Context) {
-	if w.profileMemo && w.registered && w.rec.Incarnation != w.memoIncarnation {
+	if w.registered && w.rec.Incarnation != w.memoIncarnation {
 		w.memoIncarnation = w.rec.Incarnation
 		if err := workflow.UpsertMemo(ctx, map[string]any{api.MemoWorkerProfile: w.rec.Profile()}); err != nil {
 			workflow.GetLogger(ctx).Warn("upsert memo", "error", err)

@@ -36,7 +36,7 @@ func (s *workerSuite) TestFault6SignalsDuringLostSendAreNotDropped() {
 	start := time.Unix(1000, 0).UTC()
 	s.env = s.NewTestWorkflowEnvironment()
 	s.env.RegisterWorkflowWithOptions(WdcWorker, workflow.RegisterOptions{Name: api.WorkerWorkflowType})
-	bySignals(s.env)
+	livenessBySignals(s.env)
 	s.env.SetStartTime(start)
 	s.env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, api.SignalWorkerLost, mock.Anything).After(5 * time.Second).Return(nil)
 	rec := fleet.Worker{}

@@ -32,7 +32,7 @@ func (s *workerSuite) SetupTest() {
 	s.env = s.NewTestWorkflowEnvironment()
 	s.env.SetTestTimeout(20 * time.Second)
 	s.env.RegisterWorkflowWithOptions(WdcWorker, workflow.RegisterOptions{Name: api.WorkerWorkflowType})
-	bySignals(s.env)
+	livenessBySignals(s.env)
 	s.lost = nil
 	s.env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, api.SignalWorkerLost, mock.Anything).
 		Return(func(ns, wfID, runID, name string, arg any) error {
@@ -41,12 +41,14 @@ func (s *workerSuite) SetupTest() {
 		})
 }
 
-// bySignals pins a registry entry to the liveness of entries that predate
-// liveness activities: heartbeat signals judged by the entry's own timer.
-// The tests that use it are about that path (still taken by a STALE
-// worker's heartbeats and by every history recorded before it).
-func bySignals(env *testsuite.TestWorkflowEnvironment) {
-	env.OnGetVersion(versionLivenessActivity, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+// livenessBySignals stands for a control plane that cannot hold liveness
+// activities (HoldLiveness fails at once): the entry then judges the
+// worker's heartbeat signals with its own timer until the next signal,
+// the fallback the tests that use it are about. worker_liveness_test.go
+// covers the liveness activity itself.
+func livenessBySignals(env *testsuite.TestWorkflowEnvironment) {
+	env.RegisterActivity(controlActs.HoldLiveness)
+	env.OnActivity(controlActs.HoldLiveness, mock.Anything, mock.Anything).Return(errors.New("no control plane holds liveness activities"))
 }
 
 func testRegistration(id string) fleet.Registration {
@@ -259,13 +261,13 @@ func TestWorkerContinueAsNewKeepsPendingHeartbeats(t *testing.T) {
 	var ts testsuite.WorkflowTestSuite
 	env := ts.NewTestWorkflowEnvironment()
 	env.RegisterWorkflowWithOptions(WdcWorker, workflow.RegisterOptions{Name: api.WorkerWorkflowType})
-	bySignals(env)
+	livenessBySignals(env)
 	start := time.Unix(1000, 0).UTC()
 	rec := fleet.Worker{}
 	rec.Register(testRegistration("w1"), start)
 	require.NoError(t, rec.Reserve("t1", 1, fleet.Requirements{}, start))
 	env.SetStartTime(start)
-	env.SetContinueAsNewSuggested(true)
+	env.RegisterDelayedCallback(func() { env.SetContinueAsNewSuggested(true) }, 10*time.Second)
 	// The worker goes STALE at 15 s; telling t1 takes 5 s, during which the
 	// heartbeats arrive and wait in the signal channel.
 	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, api.SignalWorkerLost, mock.Anything).

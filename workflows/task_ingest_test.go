@@ -13,19 +13,6 @@ import (
 	"github.com/wdc-runtime/wdc/lease"
 )
 
-// executeGen runs the task as a run of generation gen starts it.
-func (s *taskSuite) executeGen(gen int, opts api.TaskOptions) api.TaskOutcome {
-	if opts.LeaseTTL == 0 {
-		opts.LeaseTTL = 30 * time.Second
-	}
-	s.env.ExecuteWorkflow(api.TaskWorkflowType, api.TaskInput{Envelope: s.envl, EnvelopeDigest: s.digest, Options: opts.WithDefaults(), Generation: gen})
-	s.Require().True(s.env.IsWorkflowCompleted())
-	s.Require().NoError(s.env.GetWorkflowError())
-	var out api.TaskOutcome
-	s.Require().NoError(s.env.GetWorkflowResult(&out))
-	return out
-}
-
 // started records which activities ran as local activities and which as
 // activities.
 func (s *taskSuite) started() (local, remote *[]string) {
@@ -39,15 +26,15 @@ func (s *taskSuite) started() (local, remote *[]string) {
 	return local, remote
 }
 
-// A generation-2 task selects and ingests in its workflow tasks (local
+// A task selects and ingests in its workflow tasks (local
 // activities); the launch is its one activity. The ingest hands the result
 // on (the report carries the accepted result without its files and the
 // attempt count), so the workflow itself sends neither the reservation's
 // release nor the report to the run, and runs no cleanup.
-func (s *taskSuite) TestGeneration2SelectsAndIngestsLocallyAndLeavesTheReportsToTheIngest() {
+func (s *taskSuite) TestSelectsAndIngestsLocallyAndLeavesTheReportsToTheIngest() {
 	local, remote := s.started()
 	sub := s.submit(time.Second, "t1/1/1", s.claim("worker-a", 1))
-	out := s.executeGen(2, api.TaskOptions{})
+	out := s.execute(api.TaskOptions{})
 	s.Equal(api.TaskCompleted, out.State)
 	s.True(sub.completed)
 	s.NoError(sub.err)
@@ -55,22 +42,21 @@ func (s *taskSuite) TestGeneration2SelectsAndIngestsLocallyAndLeavesTheReportsTo
 	s.Equal([]string{"LaunchAttempt"}, *remote)
 	s.Require().Len(s.ingests, 1)
 	rep := s.ingests[0].Report
-	s.Require().NotNil(rep, "the ingest hands the result on")
 	s.Equal(int64(1), rep.Attempts)
 	s.Equal("r1", rep.Result.RunID)
 	s.Equal("worker-a", rep.Result.WorkerID)
 	s.Equal(int64(1), rep.Result.Fence)
 	s.Empty(rep.Result.Artifacts, "the ingest fills in what it stored")
-	s.Empty(s.ended, "no task-ended signal from the workflow")
-	s.Empty(s.releases, "no release signal from the workflow")
+	s.Len(s.ended, 1, "the ingest reports to the run")
+	s.Empty(s.signalled, "no task-ended or release signal from the workflow")
 	s.Zero(s.cleanups)
 	s.Equal(api.TaskCompleted, s.lastView().State)
 }
 
-// An ingest that fails leaves the lease ACTIVE under its own timer (a
-// generation-2 ingest does not stop it): with no heartbeat it expires on
+// An ingest that fails leaves the lease ACTIVE under its own timer (the
+// ingest does not stop it): with no heartbeat it expires on
 // time and the next attempt completes the task.
-func (s *taskSuite) TestGeneration2FailedIngestKeepsTheLeaseWhichThenExpires() {
+func (s *taskSuite) TestFailedIngestKeepsTheLeaseWhichThenExpires() {
 	s.ingestErr = func(in api.IngestInput) error {
 		if in.Fence == 1 {
 			return temporal.NewNonRetryableApplicationError("digest mismatch", api.ErrTypeArtifactMismatch, nil)
@@ -79,7 +65,7 @@ func (s *taskSuite) TestGeneration2FailedIngestKeepsTheLeaseWhichThenExpires() {
 	}
 	first := s.submit(time.Second, "t1/1/1", s.claim("worker-a", 1))
 	second := s.submit(45*time.Second, "t1/2/2", s.claim("worker-b", 2))
-	out := s.executeGen(2, api.TaskOptions{LeaseTTL: 30 * time.Second, Backoff: lease.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}})
+	out := s.execute(api.TaskOptions{LeaseTTL: 30 * time.Second, Backoff: lease.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}})
 	s.Equal(api.TaskCompleted, out.State)
 	s.True(first.completed)
 	s.ErrorContains(first.err, "ingest failed")
@@ -95,7 +81,7 @@ func (s *taskSuite) TestGeneration2FailedIngestKeepsTheLeaseWhichThenExpires() {
 
 // A result larger than LocalIngestMaxBytes is ingested by an activity of
 // its own (it heartbeats by bytes), still handing the result on.
-func (s *taskSuite) TestGeneration2IngestsALargeResultInAnActivity() {
+func (s *taskSuite) TestIngestsALargeResultInAnActivity() {
 	local, remote := s.started()
 	out := &updateOutcome{}
 	s.env.RegisterDelayedCallback(func() {
@@ -103,12 +89,12 @@ func (s *taskSuite) TestGeneration2IngestsALargeResultInAnActivity() {
 			OnAccept: func() {}, OnReject: func(err error) { out.err = err }, OnComplete: func(_ any, err error) { out.completed, out.err = true, err },
 		}, api.SubmitResultInput{Claim: s.claim("worker-a", 1), Artifacts: []api.Artifact{{Name: "big.bin", Digest: testArtifactDigest, SizeBytes: LocalIngestMaxBytes + 1}}})
 	}, time.Second)
-	res := s.executeGen(2, api.TaskOptions{})
+	res := s.execute(api.TaskOptions{})
 	s.Equal(api.TaskCompleted, res.State)
 	s.True(out.completed)
 	s.NoError(out.err)
 	s.Equal([]string{"SelectWorker"}, *local)
 	s.Equal([]string{"LaunchAttempt", "Ingest"}, *remote)
 	s.Require().Len(s.ingests, 1)
-	s.NotNil(s.ingests[0].Report)
+	s.Equal(int64(1), s.ingests[0].Report.Result.Fence, "handing the result on")
 }

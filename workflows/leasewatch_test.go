@@ -58,12 +58,12 @@ func (s *taskSuite) viewAt(d time.Duration, into *api.TaskView) {
 }
 
 // A task that ends before its first heartbeat runs no lease activity:
-// the launch is its one activity, as in generation 2.
-func (s *taskSuite) TestGeneration3TrivialTaskHoldsNoLeaseActivity() {
+// the launch is its one activity, as for every task.
+func (s *taskSuite) TestTrivialTaskHoldsNoLeaseActivity() {
 	held, _ := s.holdLeases()
 	local, remote := s.started()
 	s.submit(time.Second, "t1/1/1", s.claim("worker-a", 1))
-	out := s.executeGen(3, api.TaskOptions{})
+	out := s.execute(api.TaskOptions{})
 	s.Equal(api.TaskCompleted, out.State)
 	s.Empty(*held)
 	s.Equal([]string{"SelectWorker", "Ingest"}, *local)
@@ -74,7 +74,7 @@ func (s *taskSuite) TestGeneration3TrivialTaskHoldsNoLeaseActivity() {
 // (lease-<fence>, heartbeat timeout = the TTL) and stops the lease timer:
 // while it is pending Temporal keeps the time, so with no further signal
 // the lease outlives many TTLs, and a result is accepted.
-func (s *taskSuite) TestGeneration3FirstHeartbeatHandsTheLeaseToAnActivity() {
+func (s *taskSuite) TestFirstHeartbeatHandsTheLeaseToAnActivity() {
 	held, _ := s.holdLeases()
 	var timers, timersCancelled int
 	s.env.SetOnTimerScheduledListener(func(string, time.Duration) { timers++ })
@@ -84,7 +84,7 @@ func (s *taskSuite) TestGeneration3FirstHeartbeatHandsTheLeaseToAnActivity() {
 	var during api.TaskView
 	s.viewAt(5*time.Minute, &during)
 	sub := s.submit(10*time.Minute, "t1/1/1", s.claim("worker-a", 1))
-	out := s.executeGen(3, api.TaskOptions{LeaseTTL: 30 * time.Second})
+	out := s.execute(api.TaskOptions{LeaseTTL: 30 * time.Second})
 	s.Equal(api.TaskCompleted, out.State)
 	s.Equal(int64(1), out.Attempts)
 	s.NoError(sub.err)
@@ -101,14 +101,14 @@ func (s *taskSuite) TestGeneration3FirstHeartbeatHandsTheLeaseToAnActivity() {
 
 // A heartbeat timeout of the lease activity expires the lease
 // (lease_expired) at the time Temporal says, and the next attempt runs.
-func (s *taskSuite) TestGeneration3LeaseActivityHeartbeatTimeoutExpiresTheLease() {
+func (s *taskSuite) TestLeaseActivityHeartbeatTimeoutExpiresTheLease() {
 	held, _ := s.holdLeases()
 	s.heartbeat(10*time.Second, s.claim("worker-a", 1), 1)
 	s.endLeaseActivity(2*time.Minute, held, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil))
 	var after api.TaskView
 	s.viewAt(2*time.Minute+time.Millisecond, &after)
 	second := s.submit(2*time.Minute+20*time.Second, "t1/2/2", s.claim("worker-b", 2))
-	out := s.executeGen(3, api.TaskOptions{LeaseTTL: 30 * time.Second, Backoff: lease.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}})
+	out := s.execute(api.TaskOptions{LeaseTTL: 30 * time.Second, Backoff: lease.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}})
 	s.Equal(api.TaskCompleted, out.State)
 	s.Equal(int64(2), out.Attempts)
 	s.NoError(second.err)
@@ -127,14 +127,14 @@ func (s *taskSuite) TestGeneration3LeaseActivityHeartbeatTimeoutExpiresTheLease(
 
 // Ending the lease (a worker-lost revocation) cancels its lease activity,
 // so the executor's next heartbeat by ID learns it.
-func (s *taskSuite) TestGeneration3RevocationCancelsTheLeaseActivity() {
+func (s *taskSuite) TestRevocationCancelsTheLeaseActivity() {
 	held, cancelled := s.holdLeases()
 	s.heartbeat(10*time.Second, s.claim("worker-a", 1), 1)
 	s.env.RegisterDelayedCallback(func() {
 		s.env.SignalWorkflow(api.SignalWorkerLost, api.WorkerLostSignal{WorkerID: "worker-a", TaskID: "t1", Fence: 1, State: "STALE"})
 	}, 20*time.Second)
 	s.submit(40*time.Second, "t1/2/2", s.claim("worker-b", 2))
-	out := s.executeGen(3, api.TaskOptions{LeaseTTL: 30 * time.Second, Backoff: lease.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}})
+	out := s.execute(api.TaskOptions{LeaseTTL: 30 * time.Second, Backoff: lease.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}})
 	s.Equal(api.TaskCompleted, out.State)
 	s.Require().Len(*held, 1)
 	s.Equal([]string{"lease-1"}, *cancelled)
@@ -144,12 +144,12 @@ func (s *taskSuite) TestGeneration3RevocationCancelsTheLeaseActivity() {
 }
 
 // Cancelling the task cancels the lease activity too.
-func (s *taskSuite) TestGeneration3CancelCancelsTheLeaseActivity() {
+func (s *taskSuite) TestCancelCancelsTheLeaseActivity() {
 	_, cancelled := s.holdLeases()
 	s.heartbeat(10*time.Second, s.claim("worker-a", 1), 1)
 	out := &updateOutcome{}
 	s.env.RegisterDelayedCallback(func() { s.cancelNow(out) }, 20*time.Second)
-	res := s.executeGen(3, api.TaskOptions{LeaseTTL: 30 * time.Second})
+	res := s.execute(api.TaskOptions{LeaseTTL: 30 * time.Second})
 	s.Equal(api.TaskCancelled, res.State)
 	s.Equal([]string{"lease-1"}, *cancelled)
 }
@@ -157,7 +157,7 @@ func (s *taskSuite) TestGeneration3CancelCancelsTheLeaseActivity() {
 // A lease whose result is pending is not expired by its lease activity's
 // heartbeat timeout (the executor stops heartbeating once its result is
 // accepted; a large ingest may outlast the TTL): the ingest decides.
-func (s *taskSuite) TestGeneration3NoExpiryWhileTheResultIsPending() {
+func (s *taskSuite) TestNoExpiryWhileTheResultIsPending() {
 	s.env = s.NewTestWorkflowEnvironment()
 	s.ingestAfter = 2 * time.Minute
 	s.SetupTestWith(nil)
@@ -171,7 +171,7 @@ func (s *taskSuite) TestGeneration3NoExpiryWhileTheResultIsPending() {
 		}, api.SubmitResultInput{Claim: s.claim("worker-a", 1), Artifacts: []api.Artifact{{Name: "big.bin", Digest: testArtifactDigest, SizeBytes: LocalIngestMaxBytes + 1}}})
 	}, 20*time.Second)
 	s.endLeaseActivity(time.Minute, held, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil))
-	res := s.executeGen(3, api.TaskOptions{LeaseTTL: 30 * time.Second})
+	res := s.execute(api.TaskOptions{LeaseTTL: 30 * time.Second})
 	s.Equal(api.TaskCompleted, res.State)
 	s.Equal(int64(1), res.Attempts)
 	s.True(out.completed)
@@ -186,7 +186,7 @@ func (s *taskSuite) TestGeneration3NoExpiryWhileTheResultIsPending() {
 // heartbeats by ID find no started activity): signals keep it ACTIVE, the
 // next accepted one schedules another activity, and when the signals stop
 // too the lease expires on its timer, a TTL after the last one.
-func (s *taskSuite) TestGeneration3NotStartedLeaseActivityFallsBackToSignals() {
+func (s *taskSuite) TestNotStartedLeaseActivityFallsBackToSignals() {
 	held, _ := s.holdLeases()
 	c := s.claim("worker-a", 1)
 	s.heartbeat(10*time.Second, c, 1)
@@ -202,7 +202,7 @@ func (s *taskSuite) TestGeneration3NotStartedLeaseActivityFallsBackToSignals() {
 	var expired api.TaskView
 	s.viewAt(81*time.Second, &expired)
 	s.submit(100*time.Second, "t1/2/2", s.claim("worker-b", 2))
-	res := s.executeGen(3, api.TaskOptions{LeaseTTL: 30 * time.Second, Backoff: lease.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}})
+	res := s.execute(api.TaskOptions{LeaseTTL: 30 * time.Second, Backoff: lease.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}})
 	s.Equal(api.TaskCompleted, res.State)
 	s.Equal(lease.Active, fellBack.Lease.State, "kept by the signals")
 	s.Empty(fellBack.LeaseActivity)
@@ -218,7 +218,7 @@ func (s *taskSuite) TestGeneration3NotStartedLeaseActivityFallsBackToSignals() {
 // activities) keeps its lease: the activity's heartbeat timeout finds the
 // lease renewed by signals, and no further activity is scheduled for that
 // fence.
-func (s *taskSuite) TestGeneration3SignalOnlyHolderKeepsItsLease() {
+func (s *taskSuite) TestSignalOnlyHolderKeepsItsLease() {
 	held, _ := s.holdLeases()
 	c := s.claim("worker-a", 1)
 	for i := range 10 {
@@ -226,7 +226,7 @@ func (s *taskSuite) TestGeneration3SignalOnlyHolderKeepsItsLease() {
 	}
 	s.endLeaseActivity(40*time.Second, held, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil))
 	sub := s.submit(105*time.Second, "t1/1/1", c)
-	res := s.executeGen(3, api.TaskOptions{LeaseTTL: 30 * time.Second})
+	res := s.execute(api.TaskOptions{LeaseTTL: 30 * time.Second})
 	s.Equal(api.TaskCompleted, res.State)
 	s.Equal(int64(1), res.Attempts)
 	s.NoError(sub.err)
@@ -237,7 +237,7 @@ func (s *taskSuite) TestGeneration3SignalOnlyHolderKeepsItsLease() {
 // throughout) is replaced at once, the lease counted as heard then; one
 // that fails unexpectedly leaves the lease to heartbeat signals and the
 // timer (heard at the failure) until the next accepted signal.
-func (s *taskSuite) TestGeneration3LeaseActivityLifetimeAndFailure() {
+func (s *taskSuite) TestLeaseActivityLifetimeAndFailure() {
 	held, _ := s.holdLeases()
 	c := s.claim("worker-a", 1)
 	s.heartbeat(10*time.Second, c, 1)
@@ -251,7 +251,7 @@ func (s *taskSuite) TestGeneration3LeaseActivityLifetimeAndFailure() {
 	var again api.TaskView
 	s.viewAt(2*time.Minute+21*time.Second, &again)
 	sub := s.submit(5*time.Minute, "t1/1/1", c)
-	res := s.executeGen(3, api.TaskOptions{LeaseTTL: 30 * time.Second})
+	res := s.execute(api.TaskOptions{LeaseTTL: 30 * time.Second})
 	s.Equal(api.TaskCompleted, res.State)
 	s.Equal(int64(1), res.Attempts, "the lease never expired")
 	s.NoError(sub.err)
@@ -273,7 +273,7 @@ func (s *taskSuite) TestWaitingTaskLooksAgainWhenTheControlPlaneSays() {
 		{Waiting: "worker-a: no room", RetryAfter: 100 * time.Millisecond},
 	}
 	s.submit(time.Minute, "t1/1/1", s.claim("worker-a", 1))
-	out := s.executeGen(3, api.TaskOptions{LeaseTTL: 2 * time.Minute, SelectInterval: 3 * time.Second})
+	out := s.execute(api.TaskOptions{LeaseTTL: 2 * time.Minute, SelectInterval: 3 * time.Second})
 	s.Equal(api.TaskCompleted, out.State)
 	s.Require().Len(s.grantTimes, 3)
 	s.Equal(40*time.Second, s.grantTimes[1].Sub(s.grantTimes[0]), "the control plane's wait")

@@ -1,0 +1,126 @@
+package workflows
+
+import (
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/lease"
+)
+
+// addSignals adds the task's signal channels to a selector. Every phase
+// listens to all of them, so late messages from old attempts are consumed
+// (and counted) rather than piling up.
+func (t *taskWorkflow) addSignals(ctx workflow.Context, sel workflow.Selector) {
+	sel.AddReceive(t.heartbeatCh, func(c workflow.ReceiveChannel, _ bool) {
+		var hb api.LeaseHeartbeatSignal
+		c.Receive(ctx, &hb)
+		t.onHeartbeat(ctx, hb)
+	})
+	sel.AddReceive(t.lostCh, func(c workflow.ReceiveChannel, _ bool) {
+		var lost api.WorkerLostSignal
+		c.Receive(ctx, &lost)
+		t.onWorkerLost(ctx, lost)
+	})
+	sel.AddReceive(t.failedCh, func(c workflow.ReceiveChannel, _ bool) {
+		var f api.AttemptFailedSignal
+		c.Receive(ctx, &f)
+		t.onAttemptFailed(ctx, f)
+	})
+	sel.AddReceive(t.wake, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) })
+}
+
+// drainHeartbeats applies every buffered lease heartbeat without blocking.
+func (t *taskWorkflow) drainHeartbeats(ctx workflow.Context) {
+	for {
+		var hb api.LeaseHeartbeatSignal
+		if !t.heartbeatCh.ReceiveAsync(&hb) {
+			return
+		}
+		t.onHeartbeat(ctx, hb)
+	}
+}
+
+// drainSignals applies every buffered signal without blocking.
+func (t *taskWorkflow) drainSignals(ctx workflow.Context) {
+	t.drainHeartbeats(ctx)
+	for {
+		var lost api.WorkerLostSignal
+		if !t.lostCh.ReceiveAsync(&lost) {
+			break
+		}
+		t.onWorkerLost(ctx, lost)
+	}
+	for {
+		var f api.AttemptFailedSignal
+		if !t.failedCh.ReceiveAsync(&f) {
+			break
+		}
+		t.onAttemptFailed(ctx, f)
+	}
+	for t.wake.ReceiveAsync(nil) {
+	}
+}
+
+func (t *taskWorkflow) onHeartbeat(ctx workflow.Context, hb api.LeaseHeartbeatSignal) {
+	if rej := t.ledger.Renew(hb.Claim, hb.Seq, workflow.Now(ctx)); rej != nil {
+		if t.carry.Stats.HeartbeatsRejected == nil {
+			t.carry.Stats.HeartbeatsRejected = map[string]int64{}
+		}
+		t.carry.Stats.HeartbeatsRejected[string(rej.Reason)]++
+		return
+	}
+	t.carry.Stats.HeartbeatsAccepted++
+	t.lease.heardSignal()
+}
+
+// onWorkerLost revokes the lease when the lost reservation is the current
+// lease's (same task, worker and fence, lease ACTIVE with no result being
+// ingested), judged by the shared fence check; older fences are history.
+// The registry's reservation names no attempt or digest, so those are the
+// current lease's.
+func (t *taskWorkflow) onWorkerLost(ctx workflow.Context, lost api.WorkerLostSignal) {
+	cur := t.ledger.Current()
+	if cur == nil {
+		return
+	}
+	claim := lease.Claim{TaskID: lost.TaskID, WorkerID: lost.WorkerID, Fence: lost.Fence, Attempt: cur.Attempt, EnvelopeDigest: cur.EnvelopeDigest}
+	if rej := lease.Check(cur, claim); rej != nil {
+		return
+	}
+	t.revoke(ctx, lease.ReasonWorkerLost, fmt.Sprintf("worker %s is %s", lost.WorkerID, lost.State))
+}
+
+// onAttemptFailed applies an executor's report of an attempt that ended
+// without a result, after the fence check.
+func (t *taskWorkflow) onAttemptFailed(ctx workflow.Context, f api.AttemptFailedSignal) {
+	if rej := lease.Check(t.ledger.Current(), f.Claim); rej != nil {
+		return
+	}
+	// An executor reports only what it can know: the attempt was killed
+	// or could not start. Expiry and worker loss are the task's own
+	// judgement, never taken from a report.
+	reason := f.Reason
+	if reason != lease.ReasonLaunchFailed {
+		reason = lease.ReasonInfraKilled
+	}
+	t.revoke(ctx, reason, f.Detail)
+}
+
+// sleep waits for d or until the task is cancelled, handling signals.
+func (t *taskWorkflow) sleep(ctx workflow.Context, d time.Duration) {
+	tctx, cancel := workflow.WithCancel(ctx)
+	defer cancel()
+	timer := workflow.NewTimer(tctx, d)
+	for done := false; !done; {
+		sel := workflow.NewSelector(ctx)
+		t.addSignals(ctx, sel)
+		sel.AddFuture(timer, func(workflow.Future) { done = true })
+		sel.Select(ctx)
+		if t.carry.Cancelled {
+			return
+		}
+	}
+}
