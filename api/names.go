@@ -53,7 +53,7 @@ func LivenessActivityID(incarnation int64) string {
 	return "liveness-" + strconv.FormatInt(incarnation, 10)
 }
 
-// LeaseActivityID is the ID of the lease activity a task of generation 3
+// LeaseActivityID is the ID of the lease activity a task
 // keeps pending while the lease of fence is ACTIVE and heartbeated:
 // "lease-<fence>". The executor heartbeats it by this ID
 // (RecordActivityHeartbeatByID on the task's workflow), so a heartbeat of
@@ -120,7 +120,7 @@ const (
 	// SignalLeaseHeartbeat (LeaseHeartbeatSignal) renews a lease when the
 	// task holds no started lease activity for its fence (see
 	// LeaseActivityID); a heartbeat failing the fence check is counted and
-	// ignored. A task of generation 3 starts the lease activity when it
+	// ignored. The task starts the lease activity when it
 	// accepts the first one.
 	SignalLeaseHeartbeat = "lease-heartbeat"
 	// UpdateSubmitResult (SubmitResultInput → SubmitResultResult) hands an

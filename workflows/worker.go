@@ -25,9 +25,9 @@ import (
 // a heartbeat costs the server one RPC and the entry nothing: no signal,
 // workflow task or history event. When the server times the activity out
 // the worker is STALE. Heartbeat signals remain for what the activity
-// cannot do: bringing a STALE worker back, and the heartbeats of entries
-// that predate the activity (and histories recorded before it). Without
-// the activity, liveness uses one timer per window: it fires at the next
+// cannot do: bringing a STALE worker back, and judging the worker while no
+// activity is started (the control plane is down or cannot hold it). Then
+// liveness uses one timer per window: it fires at the next
 // STALE/OFFLINE boundary and is re-armed for the remainder when
 // heartbeats moved the boundary.
 //

@@ -1,9 +1,12 @@
 // Package replay replays the checked-in histories of wdc's workflows
 // (testsuite/testdata) against the current workflow code: a change that is
-// not backward compatible fails here. New histories are recorded with
-// `go test ./testsuite -run TestDemoWorkerLeases -update-histories`; old ones
-// stay, so old executions keep replaying (use workflow.GetVersion for
-// changes).
+// not backward compatible fails here. Histories are recorded from the
+// current code with `go test ./testsuite -run 'TestName' -update-histories`
+// (the tests that record one call writeHistory); recorded ones stay, so
+// running executions keep replaying. WdcTask is pinned to its build
+// (Worker Deployment Versioning); a change to WdcWorker or WdcRun gates
+// itself with workflow.GetVersion under docs/architecture.md's retirement
+// rule.
 package replay
 
 import (
