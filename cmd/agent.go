@@ -78,7 +78,7 @@ a result is reported infra_killed with the last lines of its log.
 
 With --launcher k8s each attempt is a Kubernetes Job in --k8s-namespace
 whose pod runs ` + "`wdc exec`" + ` (image --k8s-image, binary --exec-binary), plus a
-Lease the agent renews; see the README's "Running on Kubernetes". Cluster
+Lease the agent renews; see docs/launchers.md, "Running on Kubernetes". Cluster
 writes are off unless --k8s-apply is given. The worker declares capability
 launcher/k8s (tasks with "launcher": "k8s" need it), takes its capacity
 from --cpu/--memory/--gpus or else the namespace's ResourceQuota, and
