@@ -247,7 +247,7 @@ func (c *Control) tryWorkers(ctx context.Context, wc *wdcclient.Client, drawn []
 	errs := make([]error, len(drawn))
 	var wg sync.WaitGroup
 	for i, id := range drawn {
-		if w, ok := c.loads.fits(id, in.Requirements, time.Now()); ok {
+		if w, ok := c.loads.fits(id, in.TaskID, in.Requirements, time.Now()); ok {
 			views[i] = api.WorkerView{Worker: w, Registered: true}
 			continue
 		}
@@ -280,7 +280,7 @@ func (c *Control) tryWorkers(ctx context.Context, wc *wdcclient.Client, drawn []
 		case errs[i] != nil:
 			passed = append(passed, fleet.Ineligible{WorkerID: drawn[i], Reason: "unreachable", Detail: errs[i].Error()})
 		case v.Registered:
-			workers = append(workers, v.Worker)
+			workers = append(workers, v.Worker.ForTask(in.TaskID))
 		default:
 			passed = append(passed, fleet.Ineligible{WorkerID: drawn[i], Reason: fleet.IneligibleState, Detail: "not registered"})
 		}

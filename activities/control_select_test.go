@@ -463,7 +463,7 @@ func TestSelectWorkerReusesTheRecordItAskedForMomentsAgo(t *testing.T) {
 	res = runSelect(t, env, api.SelectWorkerInput{TaskID: "t8", Fence: 1})
 	assert.Empty(t, res.WorkerID)
 	assert.Equal(t, 3, reg.queries, "the record said yes")
-	_, cached := ctl.loads.fits("w", fleet.Requirements{}, time.Now())
+	_, cached := ctl.loads.fits("w", "t1", fleet.Requirements{}, time.Now())
 	assert.False(t, cached, "dropped on the refusal")
 	delete(reg.mode, "w")
 	res = runSelect(t, env, api.SelectWorkerInput{TaskID: "t9", Fence: 1})
@@ -477,15 +477,34 @@ func TestLoadCacheRecordsAgeOut(t *testing.T) {
 	var c loadCache
 	asked := time.Now()
 	c.asked(idleWorker("w", 1), asked)
-	_, ok := c.fits("w", fleet.Requirements{}, asked.Add(LoadCacheMaxAge-time.Millisecond))
+	_, ok := c.fits("w", "t1", fleet.Requirements{}, asked.Add(LoadCacheMaxAge-time.Millisecond))
 	assert.True(t, ok)
-	_, ok = c.fits("w", fleet.Requirements{}, asked.Add(LoadCacheMaxAge))
+	_, ok = c.fits("w", "t1", fleet.Requirements{}, asked.Add(LoadCacheMaxAge))
 	assert.False(t, ok)
 	c.reserved("w", "t", 1, fleet.Requirements{}, t0)
-	w, ok := c.fits("w", fleet.Requirements{}, asked)
+	w, ok := c.fits("w", "t1", fleet.Requirements{}, asked)
 	require.True(t, ok)
 	assert.Len(t, w.Reservations, 2, "the reservation made since is counted")
 	c.released("w", "t", 1)
-	w, _ = c.fits("w", fleet.Requirements{}, asked)
+	w, _ = c.fits("w", "t1", fleet.Requirements{}, asked)
 	assert.Len(t, w.Reservations, 1)
+}
+
+// A reservation the task itself holds (leaked by a control plane that died
+// between the reserve and the grant) does not count against it: the
+// selection of the same task sends the reserve, which keeps it (same
+// fence) or replaces it (a newer one), instead of waiting for ever on a
+// full 1-slot worker.
+func TestSelectWorkerDoesNotCountTheTasksOwnReservation(t *testing.T) {
+	for _, fence := range []int64{1, 2} {
+		var w fleet.Worker
+		w.Register(fleet.Registration{WorkerID: "a", Capacity: resource.List{CPUMillis: 1000, Slots: 1}}, t0)
+		require.NoError(t, w.Reserve("t1", 1, fleet.Requirements{}, t0))
+		reg := newFakeRegistry(w)
+		res := runSelect(t, selectEnv(reg, t0), api.SelectWorkerInput{TaskID: "t1", Fence: fence})
+		assert.Equal(t, "a", res.WorkerID, "fence %d: %s", fence, res.Waiting)
+		assert.Equal(t, []string{"a"}, reg.reserves)
+		require.Len(t, reg.workers["a"].Reservations, 1)
+		assert.Equal(t, fence, reg.workers["a"].Reservations[0].Fence)
+	}
 }

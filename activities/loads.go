@@ -37,17 +37,17 @@ type loadEntry struct {
 }
 
 // fits returns the cached record of workerID when it is younger than
-// LoadCacheMaxAge and fleet.Eligible accepts it for req; ok is false
+// LoadCacheMaxAge and fleet.Eligible accepts it, without taskID's own
+// reservations (fleet.Worker.ForTask), for req; ok is false
 // otherwise (ask the worker).
-func (c *loadCache) fits(workerID string, req fleet.Requirements, now time.Time) (w fleet.Worker, ok bool) {
+func (c *loadCache) fits(workerID, taskID string, req fleet.Requirements, now time.Time) (w fleet.Worker, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, found := c.entries[workerID]
 	if !found || now.Sub(e.asked) >= LoadCacheMaxAge {
 		return fleet.Worker{}, false
 	}
-	w = e.w
-	w.Reservations = append([]fleet.Reservation(nil), e.w.Reservations...)
+	w = e.w.ForTask(taskID)
 	if fleet.Eligible(&w, req) != nil {
 		return fleet.Worker{}, false
 	}

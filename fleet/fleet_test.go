@@ -486,3 +486,14 @@ func TestRank(t *testing.T) {
 	ranked, _ = Rank(workers, Requirements{}, "b")
 	assert.Equal(t, []string{"c", "a", "b"}, ids(ranked), "the previous holder goes last")
 }
+
+func TestForTaskLeavesOutTheTasksOwnReservations(t *testing.T) {
+	var w Worker
+	w.Register(Registration{WorkerID: "a", Capacity: resource.List{CPUMillis: 1000, Slots: 2}}, t0)
+	require.NoError(t, w.Reserve("t1", 3, Requirements{}, t0))
+	require.NoError(t, w.Reserve("t2", 1, Requirements{}, t0))
+	got := w.ForTask("t1")
+	require.Len(t, got.Reservations, 1)
+	assert.Equal(t, "t2", got.Reservations[0].TaskID)
+	assert.Len(t, w.Reservations, 2, "the record itself is unchanged")
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"time"
 
@@ -432,6 +433,15 @@ func (w *Worker) Free() resource.List { return w.TotalCapacity().Sub(w.Reserved(
 // dominant share), slots included. 0 for an idle worker, 1 when some
 // resource is fully reserved.
 func (w *Worker) Load() float64 { return w.Reserved().Share(w.TotalCapacity()) }
+
+// ForTask is w as a Reserve for taskID judges it: without the task's own
+// reservations, which that Reserve keeps (same fence) or replaces. A
+// selection judges eligibility on it, so a reservation the task leaked
+// never keeps the task off the worker.
+func (w Worker) ForTask(taskID string) Worker {
+	w.Reservations = slices.DeleteFunc(slices.Clone(w.Reservations), func(r Reservation) bool { return r.TaskID == taskID })
+	return w
+}
 
 // Reserve holds req.Request() for a task's lease when Eligible accepts the
 // worker, recording now as ReservedAt. Reserving again for the same task
