@@ -167,6 +167,9 @@ const (
 	MaxAttemptsLimit = 100
 	// MinHeartbeatInterval is the shortest heartbeat_interval.
 	MinHeartbeatInterval = 100 * time.Millisecond
+	// MaxLeaseTTL is the longest lease_ttl: a dead holder keeps its lease
+	// (and its worker's slot) for at most this long.
+	MaxLeaseTTL = 7 * 24 * time.Hour
 )
 
 // WithDefaults fills zero fields.
@@ -193,8 +196,8 @@ func (o TaskOptions) WithDefaults() TaskOptions {
 // Validate names the first bad field (after WithDefaults).
 func (o TaskOptions) Validate() error {
 	switch {
-	case o.LeaseTTL < time.Second:
-		return fieldErr("lease_ttl", "must be at least 1s (got %s)", o.LeaseTTL)
+	case o.LeaseTTL < time.Second || o.LeaseTTL > MaxLeaseTTL:
+		return fieldErr("lease_ttl", "must be between 1s and %s (got %s)", MaxLeaseTTL, o.LeaseTTL)
 	case o.HeartbeatInterval <= 0 || o.HeartbeatInterval >= o.LeaseTTL:
 		return fieldErr("heartbeat_interval", "must be positive and below lease_ttl %s (got %s)", o.LeaseTTL, o.HeartbeatInterval)
 	case o.HeartbeatInterval < MinHeartbeatInterval:

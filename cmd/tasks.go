@@ -49,7 +49,7 @@ type taskOptionFlags struct {
 
 func (t *taskOptionFlags) bind(c *cobra.Command) {
 	f := c.Flags()
-	f.DurationVar(&t.leaseTTL, "lease-ttl", api.DefaultLeaseTTL, "a lease without a heartbeat for this long expires (retry, not failure)")
+	f.DurationVar(&t.leaseTTL, "lease-ttl", api.DefaultLeaseTTL, "a lease without a heartbeat for this long expires (retry, not failure); 1s to 168h")
 	f.DurationVar(&t.heartbeatInterval, "heartbeat-interval", 0, "how often the executor heartbeats (default: lease TTL / 3)")
 	f.Int64Var(&t.maxAttempts, "max-attempts", api.DefaultMaxAttempts, "attempts before the task ends RETRIES_EXHAUSTED")
 	f.DurationVar(&t.backoffInitial, "backoff-initial", lease.DefaultBackoff.Initial, "wait before the first retry (doubles per retry, with jitter)")

@@ -12,9 +12,11 @@ import (
 	"github.com/wdc-runtime/wdc/lease"
 )
 
-// LeaseActivityLifetime is the start-to-close timeout of a lease activity.
-// One that lives this long (its executor heartbeated throughout) is
-// replaced by a new one; Temporal requires the timeout.
+// LeaseActivityLifetime is the least start-to-close timeout of a lease
+// activity; a lease whose TTL is longer gets twice its TTL, so the server
+// never caps the heartbeat timeout (the TTL) at the lifetime. One that
+// lives this long (its executor heartbeated throughout) is replaced by a
+// new one; Temporal requires the timeout.
 const LeaseActivityLifetime = 24 * time.Hour
 
 // leaseWatch times the task's ACTIVE lease. Until the lease's first
@@ -61,7 +63,7 @@ func (w *leaseWatch) arm(ctx workflow.Context) {
 	if w.act == nil && w.signalled && cur.Fence != w.halted {
 		w.signalled = false
 		w.stopTimer()
-		actx, cancel := heldActivity(ctx, api.LeaseActivityID(cur.Fence), cur.TTL, LeaseActivityLifetime)
+		actx, cancel := heldActivity(ctx, api.LeaseActivityID(cur.Fence), cur.TTL, max(LeaseActivityLifetime, 2*cur.TTL))
 		w.act = workflow.ExecuteActivity(actx, controlActs.HoldLease, api.LeaseHoldInput{
 			TaskID: cur.TaskID, WorkerID: cur.WorkerID, Attempt: cur.Attempt, Fence: cur.Fence,
 		})

@@ -23,7 +23,9 @@ type heldLease struct {
 	in               api.LeaseHoldInput
 	heartbeatTimeout time.Duration
 	at               time.Time
-	token            []byte
+	// deadline is its start-to-close deadline.
+	deadline time.Time
+	token    []byte
 }
 
 // holdLeases installs the HoldLease mock and returns what it holds, in
@@ -32,7 +34,7 @@ func (s *taskSuite) holdLeases() (held *[]heldLease, cancelled *[]string) {
 	held, cancelled = &[]heldLease{}, &[]string{}
 	s.env.OnActivity(controlActs.HoldLease, mock.Anything, mock.Anything).Return(func(ctx context.Context, in api.LeaseHoldInput) error {
 		info := activity.GetInfo(ctx)
-		*held = append(*held, heldLease{id: info.ActivityID, in: in, heartbeatTimeout: info.HeartbeatTimeout, at: s.env.Now(), token: info.TaskToken})
+		*held = append(*held, heldLease{id: info.ActivityID, in: in, heartbeatTimeout: info.HeartbeatTimeout, at: s.env.Now(), deadline: info.Deadline, token: info.TaskToken})
 		return activity.ErrResultPending
 	})
 	s.env.SetOnActivityCanceledListener(func(info *activity.Info) {
@@ -123,6 +125,28 @@ func (s *taskSuite) TestLeaseActivityHeartbeatTimeoutExpiresTheLease() {
 	s.Equal(lease.ReasonLeaseExpired, view.Directives[0].Reason)
 	s.Require().Len(s.cancels, 1, "the expired attempt is cancelled")
 	s.Equal(int64(1), s.cancels[0].Fence)
+}
+
+// A lease of MaxLeaseTTL-scale TTL (25 h, past LeaseActivityLifetime) is
+// held by a lease activity that lives longer than its heartbeat timeout,
+// so the server never caps the timeout at the lifetime: a silent holder's
+// lease expires at its TTL.
+func (s *taskSuite) TestLongLeaseExpiresAtItsTTL() {
+	const ttl = 25 * time.Hour
+	held, _ := s.holdLeases()
+	s.heartbeat(time.Hour, s.claim("worker-a", 1), 1)
+	s.endLeaseActivity(time.Hour+ttl, held, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil))
+	var after api.TaskView
+	s.viewAt(time.Hour+ttl+time.Millisecond, &after)
+	s.submit(time.Hour+ttl+time.Minute, "t1/2/2", s.claim("worker-b", 2))
+	out := s.execute(api.TaskOptions{LeaseTTL: ttl, Backoff: lease.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}})
+	s.Equal(api.TaskCompleted, out.State)
+	s.Require().Len(*held, 1)
+	s.Equal(ttl, (*held)[0].heartbeatTimeout)
+	s.Greater((*held)[0].deadline.Sub((*held)[0].at), ttl, "the lifetime outlasts the heartbeat timeout")
+	s.Require().NotEmpty(after.Leases)
+	s.Equal(lease.Expired, after.Leases[0].State)
+	s.Equal(time.Hour, after.Leases[0].RenewedAt.Sub(after.Leases[0].GrantedAt), "last heard at its heartbeat, a TTL before the expiry")
 }
 
 // Ending the lease (a worker-lost revocation) cancels its lease activity,
