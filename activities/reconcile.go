@@ -59,7 +59,9 @@ func (c *Control) ReconcileTasks(ctx context.Context, in api.ReconcileTasksInput
 }
 
 // CheckReservations judges each of a worker's reservations against its
-// task's lease (query "lease"): it is stale when the task has ended or
+// task's lease (query "lease", and the workflow's description when the
+// query says it runs): it is stale when the task has ended (also when its
+// workflow was terminated, failed or timed out: TaskView.ClosedAs) or
 // does not exist, when the task's current lease under that fence is held
 // by another worker or has ended, or when the task has moved past that
 // fence. A reservation for the fence the task is selecting (its last fence

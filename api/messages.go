@@ -119,8 +119,10 @@ const (
 	// TaskCancelled: cancelled by a user.
 	TaskCancelled TaskState = "CANCELLED"
 	// TaskAborted: the task's workflow ended without reporting an outcome
-	// (terminated, failed or timed out in Temporal). Only a run records
-	// it, for a child it found closed; the task has no result.
+	// (terminated, failed, timed out or cancelled in Temporal, e.g. an
+	// operator's Terminate). A run records it for a child it found closed,
+	// and the client's task view says it (TaskView.ClosedAs); the task has
+	// no result.
 	TaskAborted TaskState = "ABORTED"
 )
 
@@ -374,6 +376,12 @@ type TaskView struct {
 	// reaching the task, so Lease.RenewedAt and Lease.ExpiresAt stay as
 	// the last heartbeat signal left them.
 	LeaseActivity string `json:"lease_activity,omitempty"`
+	// ClosedAs is the Temporal close status (TERMINATED, FAILED,
+	// TIMED_OUT, CANCELED) of a task workflow that closed without an
+	// outcome; State is then ABORTED. Set by the client, which reads it
+	// from the workflow's description: the workflow's own query answers
+	// with its last state.
+	ClosedAs string `json:"closed_as,omitempty"`
 }
 
 // TaskOutcome is what WdcTask returns and reports to its run.

@@ -161,7 +161,36 @@ func (c *Client) Task(ctx context.Context, taskID string) (api.TaskView, error) 
 		}
 		return err
 	})
-	return v, wrap("task "+taskID, err)
+	if err != nil || v.State.Terminal() {
+		return v, wrap("task "+taskID, err)
+	}
+	// A closed workflow's query replays to its last state: one that an
+	// operator terminated (or that failed or timed out) still says
+	// LEASED. Its description says how it closed.
+	desc, err := c.C.DescribeWorkflowExecution(ctx, api.TaskWorkflowID(taskID), "")
+	if err != nil {
+		return v, wrap("task "+taskID, err)
+	}
+	if status := desc.GetWorkflowExecutionInfo().GetStatus(); closedWithoutOutcome(status) {
+		v.State, v.ClosedAs, v.Waiting, v.Phase = api.TaskAborted, statusName(status), "", ""
+	}
+	return v, nil
+}
+
+// closedWithoutOutcome reports whether a task workflow with status s
+// closed without returning its outcome.
+func closedWithoutOutcome(s enumspb.WorkflowExecutionStatus) bool {
+	switch s {
+	case enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, enumspb.WORKFLOW_EXECUTION_STATUS_FAILED,
+		enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT, enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED:
+		return true
+	}
+	return false
+}
+
+// statusName is a workflow status without its enum prefix (TERMINATED).
+func statusName(s enumspb.WorkflowExecutionStatus) string {
+	return strings.TrimPrefix(enumspb.WorkflowExecutionStatus_name[int32(s)], "WORKFLOW_EXECUTION_STATUS_")
 }
 
 // LeaseHeartbeatAt is when Temporal last recorded a heartbeat by ID on

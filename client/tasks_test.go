@@ -7,9 +7,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/envelope"
@@ -78,4 +82,54 @@ func TestSubmitTasksRetriesWithAFreshStartOperation(t *testing.T) {
 	assert.Len(t, res.Results, 2)
 	assert.Equal(t, 3, fake.calls, "two not-ready answers, then accepted")
 	assert.Equal(t, 3, fake.ops, "one start operation per call")
+}
+
+// closedTask is a client.Client serving one task whose query answers its
+// last state (LEASED) and whose description says status.
+type closedTask struct {
+	client.Client
+	status enumspb.WorkflowExecutionStatus
+}
+
+func (c closedTask) QueryWorkflow(context.Context, string, string, string, ...any) (converter.EncodedValue, error) {
+	v := api.TaskView{TaskID: "t1", State: api.TaskLeased, Waiting: "x", Phase: "Running"}
+	p, err := converter.GetDefaultDataConverter().ToPayloads(v)
+	if err != nil {
+		return nil, err
+	}
+	return encodedValue{p}, nil
+}
+
+func (c closedTask) DescribeWorkflowExecution(context.Context, string, string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{Status: c.status}}, nil
+}
+
+type encodedValue struct{ p *commonpb.Payloads }
+
+func (e encodedValue) HasValue() bool { return true }
+func (e encodedValue) Get(ptr any) error {
+	return converter.GetDefaultDataConverter().FromPayloads(e.p, ptr)
+}
+
+// A task workflow an operator terminated (or that failed, timed out or
+// was cancelled in Temporal) answers its query with its last state; the
+// view says ABORTED and how it closed, so status, --wait and the
+// reservation check see that it ended.
+func TestTaskViewOfAClosedWorkflowSaysHowItClosed(t *testing.T) {
+	for status, want := range map[enumspb.WorkflowExecutionStatus]string{
+		enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED: "TERMINATED",
+		enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT:  "TIMED_OUT",
+		enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:    "",
+	} {
+		c := &Client{C: closedTask{status: status}}
+		v, err := c.Task(context.Background(), "t1")
+		require.NoError(t, err)
+		assert.Equal(t, want, v.ClosedAs, status.String())
+		if want == "" {
+			assert.Equal(t, api.TaskLeased, v.State)
+			continue
+		}
+		assert.Equal(t, api.TaskAborted, v.State)
+		assert.Empty(t, v.Waiting)
+	}
 }

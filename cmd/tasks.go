@@ -383,6 +383,8 @@ func (a *app) warnFollowing(unavailable *wdcclient.UnavailableError, taskID stri
 // failed, 3 for no result.
 func outcomeError(v api.TaskView) error {
 	switch {
+	case v.ClosedAs != "":
+		return exitError{ExitNoResult, fmt.Errorf("task %s ended %s after %d attempt(s): its workflow was %s in Temporal", v.TaskID, v.State, len(v.Leases), v.ClosedAs)}
 	case v.State != api.TaskCompleted:
 		return exitError{ExitNoResult, fmt.Errorf("task %s ended %s after %d attempt(s)", v.TaskID, v.State, len(v.Leases))}
 	case v.Result != nil && v.Result.OutputError != "":
