@@ -105,6 +105,16 @@ type selectProgress struct {
 // Errors are transport failures, which are retried.
 func (c *Control) SelectWorker(ctx context.Context, in api.SelectWorkerInput) (api.SelectWorkerResult, error) {
 	defer observeSince(ctx, api.MetricWorkerSelection, time.Now())
+	// Fences never repeat for a task: a run that an operator reset away
+	// may have granted in.Fence already.
+	floor, err := (&wdcclient.Client{C: c.Client}).FenceFloor(ctx, in.TaskID, in.Fence)
+	if err != nil {
+		return api.SelectWorkerResult{}, err
+	}
+	if floor >= in.Fence {
+		activity.GetLogger(ctx).Warn("an earlier run of the task granted this fence; selecting under a higher one", "task", in.TaskID, "fence", in.Fence, "floor", floor)
+		in.Fence = floor + 1
+	}
 	progress := selectProgress{TaskID: in.TaskID, Fence: in.Fence}
 	if activity.HasHeartbeatDetails(ctx) {
 		var prev selectProgress
@@ -150,6 +160,7 @@ func (c *Control) SelectWorker(ctx context.Context, in api.SelectWorkerInput) (a
 		}
 	} else {
 		c.pacer.granted(in.TaskID, time.Now())
+		res.Fence = in.Fence
 	}
 	for _, id := range earlier {
 		if id != res.WorkerID {

@@ -53,8 +53,10 @@ type fakeRegistry struct {
 	// profiles publishes each worker's profile in the listed memo, as
 	// WdcWorker does.
 	profiles bool
-	// lists and queries count the calls made.
+	// lists and queries count the calls made (lists: of the fleet).
 	lists, queries int
+	// fenceFloor is the highest fence an earlier run of the task published.
+	fenceFloor int64
 }
 
 func newFakeRegistry(workers ...fleet.Worker) *fakeRegistry {
@@ -68,8 +70,21 @@ func newFakeRegistry(workers ...fleet.Worker) *fakeRegistry {
 func (f *fakeRegistry) ListWorkflow(_ context.Context, req *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.lists++
 	var resp workflowservice.ListWorkflowExecutionsResponse
+	if strings.Contains(req.GetQuery(), "WorkflowId") {
+		// A task's fence floor: the fake serves f.fenceFloor.
+		if f.fenceFloor > 0 {
+			p, err := converter.GetDefaultDataConverter().ToPayload(f.fenceFloor)
+			if err != nil {
+				return nil, err
+			}
+			resp.Executions = append(resp.Executions, &workflowpb.WorkflowExecutionInfo{
+				SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{api.SAFence.GetName(): p}},
+			})
+		}
+		return &resp, nil
+	}
+	f.lists++
 	for id, w := range f.workers {
 		if filtered := strings.Contains(req.GetQuery(), api.SAWorkerState.GetName()); filtered && !strings.Contains(req.GetQuery(), fmt.Sprintf("%q", w.State)) {
 			continue // visibility's state filter, as wdcclient.WorkersQuery writes it
@@ -507,4 +522,21 @@ func TestSelectWorkerDoesNotCountTheTasksOwnReservation(t *testing.T) {
 		require.Len(t, reg.workers["a"].Reservations, 1)
 		assert.Equal(t, fence, reg.workers["a"].Reservations[0].Fence)
 	}
+}
+
+// A fence that an earlier run of the task's workflow granted (the run an
+// operator reset away) is never reserved or granted again: the selection
+// reserves under the next fence above it and says so.
+func TestSelectWorkerSkipsFencesAnEarlierRunGranted(t *testing.T) {
+	reg := newFakeRegistry(idleWorker("a", 0))
+	reg.fenceFloor = 3
+	res := runSelect(t, selectEnv(reg, t0), api.SelectWorkerInput{TaskID: "t1", Fence: 1})
+	assert.Equal(t, "a", res.WorkerID)
+	assert.Equal(t, int64(4), res.Fence)
+	require.Len(t, reg.workers["a"].Reservations, 1)
+	assert.Equal(t, int64(4), reg.workers["a"].Reservations[0].Fence)
+
+	reg = newFakeRegistry(idleWorker("a", 0))
+	res = runSelect(t, selectEnv(reg, t0), api.SelectWorkerInput{TaskID: "t1", Fence: 2})
+	assert.Equal(t, int64(2), res.Fence, "no earlier run: the task's own next fence")
 }

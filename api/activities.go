@@ -26,6 +26,11 @@ type SelectWorkerInput struct {
 type SelectWorkerResult struct {
 	WorkerID    string `json:"worker_id"`
 	Incarnation int64  `json:"incarnation"`
+	// Fence is the fence the reservation was made under: the input's, or
+	// higher when an earlier run of the task's workflow (one an operator
+	// reset away) granted that fence already (invariant 8). The task
+	// grants exactly this fence.
+	Fence int64 `json:"fence,omitempty"`
 	// Waiting explains an empty WorkerID, naming up to three workers and
 	// why each was passed over.
 	Waiting string `json:"waiting,omitempty"`

@@ -193,6 +193,32 @@ func statusName(s enumspb.WorkflowExecutionStatus) string {
 	return strings.TrimPrefix(enumspb.WorkflowExecutionStatus_name[int32(s)], "WORKFLOW_EXECUTION_STATUS_")
 }
 
+// FenceFloor is the highest fence at or above from that any run of the
+// task's workflow, running or closed, published (search attribute
+// WdcFence), or 0 when none did: a run that an operator reset away may
+// have granted fences the current run's ledger does not remember.
+// Errors: Temporal's.
+func (c *Client) FenceFloor(ctx context.Context, taskID string, from int64) (int64, error) {
+	q := fmt.Sprintf("WorkflowId = %q AND %s >= %d", api.TaskWorkflowID(taskID), api.SAFence.GetName(), from)
+	var floor int64
+	var token []byte
+	for {
+		resp, err := c.C.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, NextPageToken: token, PageSize: 100})
+		if err != nil {
+			return 0, wrap("fences of task "+taskID, err)
+		}
+		for _, e := range resp.GetExecutions() {
+			var fence int64
+			if p := e.GetSearchAttributes().GetIndexedFields()[api.SAFence.GetName()]; p != nil && converter.GetDefaultDataConverter().FromPayload(p, &fence) == nil {
+				floor = max(floor, fence)
+			}
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			return floor, nil
+		}
+	}
+}
+
 // LeaseHeartbeatAt is when Temporal last recorded a heartbeat by ID on
 // the task's pending lease activity for fence (api.LeaseActivityID), read
 // from the task's description (DescribeWorkflowExecution: no control

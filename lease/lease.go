@@ -143,6 +143,14 @@ func (l *Ledger) Current() *Lease {
 	return &l.Leases[len(l.Leases)-1]
 }
 
+// RaiseFence makes the next grant's fence at least floor+1 (invariant 8):
+// a fence that an earlier run of the task granted and this ledger does not
+// remember (an operator's reset replays an older ledger) is never granted
+// again. A floor at or below Fence changes nothing.
+func (l *Ledger) RaiseFence(floor int64) {
+	l.Fence = max(l.Fence, floor)
+}
+
 // Grant issues a new ACTIVE lease to worker: attempt+1, fence+1, the
 // ledger's envelope digest, expiring at now+ttl.
 //

@@ -292,3 +292,14 @@ func TestHeardExtendsOnlyAndExpireStillDecides(t *testing.T) {
 	_, err = l.Expire(t0.Add(60 * time.Second))
 	require.ErrorIs(t, err, ErrResultPending)
 }
+
+func TestRaiseFenceNeverLowersAndTheNextGrantIsAboveIt(t *testing.T) {
+	l := NewLedger("t1", "sha256:x")
+	l.RaiseFence(4)
+	g, err := l.Grant("w", time.Second, time.Unix(0, 0))
+	require.NoError(t, err)
+	require.Equal(t, int64(5), g.Fence)
+	require.Equal(t, int64(1), g.Attempt, "attempts count this ledger's grants")
+	l.RaiseFence(2)
+	require.Equal(t, int64(5), l.Fence, "a lower floor changes nothing")
+}

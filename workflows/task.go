@@ -290,7 +290,7 @@ func (t *taskWorkflow) selectAndGrant(ctx workflow.Context) error {
 	if err == nil && res.WorkerID != "" && t.carry.Cancelled {
 		// Cancelled while the worker was being reserved: hand the
 		// reservation back instead of granting and launching.
-		t.release(ctx, lease.Lease{TaskID: t.env.TaskID, WorkerID: res.WorkerID, Fence: in.Fence})
+		t.release(ctx, lease.Lease{TaskID: t.env.TaskID, WorkerID: res.WorkerID, Fence: max(in.Fence, res.Fence)})
 		return nil
 	}
 	if err == nil && res.WorkerID != "" {
@@ -327,6 +327,7 @@ func (t *taskWorkflow) lostWorkers() []string {
 
 // grant issues the lease to the reserved worker and launches the attempt.
 func (t *taskWorkflow) grant(ctx workflow.Context, sel api.SelectWorkerResult) error {
+	t.ledger.RaiseFence(sel.Fence - 1)
 	l, err := t.ledger.Grant(sel.WorkerID, t.opts.LeaseTTL, workflow.Now(ctx))
 	if err != nil {
 		return err // a broken invariant: fail loudly

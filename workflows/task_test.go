@@ -579,3 +579,22 @@ func (s *taskSuite) TestWorkerLostForAnotherLeaseIsIgnored() {
 	s.Empty(v.Directives)
 	s.Equal(lease.Active, v.Lease.State)
 }
+
+// A selection that found fences granted by an earlier run (one an
+// operator reset away) reserves a higher one; the task grants exactly it,
+// and a claim under the old fence is stale.
+func (s *taskSuite) TestGrantTakesTheFenceTheSelectionReserved() {
+	s.waits = []api.SelectWorkerResult{{WorkerID: "worker-a", Incarnation: 1, Fence: 5}}
+	stale := s.submit(time.Second, "t1/1/1", s.claim("worker-a", 1))
+	good := s.submit(2*time.Second, "t1/1/5", api.Claim{TaskID: "t1", WorkerID: "worker-a", Attempt: 1, Fence: 5, EnvelopeDigest: s.digest})
+	out := s.execute(api.TaskOptions{})
+	s.Equal(api.TaskCompleted, out.State)
+	s.Require().Len(s.launches, 1)
+	s.Equal(int64(5), s.launches[0].Lease.Fence)
+	s.Equal(int64(1), s.launches[0].Lease.Attempt)
+	s.True(stale.rejected)
+	var appErr *temporal.ApplicationError
+	s.Require().True(errors.As(stale.err, &appErr))
+	s.Equal(string(lease.RejectStaleFence), appErr.Type())
+	s.NoError(good.err)
+}
