@@ -107,10 +107,10 @@ type Faults struct {
 	Freeze func(c lease.Claim)
 	// Stall, when set, is called once the task directory and inputs are
 	// in place and before BeforeExec (the check that the lease is still
-	// current). While it blocks the launch is stalled, as by a slow input
-	// download: the lease may end meanwhile, and the check must then
-	// start nothing.
-	Stall func(c lease.Claim)
+	// current), with Options.Context. While it blocks the launch is
+	// stalled, as by a slow input download: the lease may end meanwhile,
+	// and the check must then start nothing.
+	Stall func(ctx context.Context, c lease.Claim)
 }
 
 // Options configures one attempt's execution.
@@ -131,6 +131,10 @@ type Options struct {
 	// because its task had already ended, which no control plane sees
 	// (nil: not counted).
 	Metrics client.MetricsHandler
+	// Context, when set, bounds the start: staging inputs stops once it is
+	// done (a launch cancelled while its inputs download), and Start then
+	// starts nothing and returns its cause. Nil: not bounded.
+	Context context.Context
 	// BeforeExec, when set, is called once the task directory and inputs
 	// are in place, right before the command starts. An error aborts the
 	// start: nothing runs, the task directory is removed and Start returns
@@ -222,7 +226,11 @@ func Start(opts Options) (*Execution, error) {
 		return nil, err
 	}
 	if f := opts.Faults.Stall; f != nil {
-		f(claim)
+		f(e.ctx(), claim)
+	}
+	if err := context.Cause(e.ctx()); err != nil {
+		e.removeTaskDir()
+		return nil, err
 	}
 	if opts.BeforeExec != nil {
 		if err := opts.BeforeExec(); err != nil {
@@ -235,6 +243,14 @@ func Start(opts Options) (*Execution, error) {
 	}
 	go e.supervise()
 	return e, nil
+}
+
+// ctx is Options.Context, or the background context.
+func (e *Execution) ctx() context.Context {
+	if e.opts.Context != nil {
+		return e.opts.Context
+	}
+	return context.Background()
 }
 
 // removeTaskDir removes the task directory of an attempt that did not
@@ -301,7 +317,7 @@ func (e *Execution) prepare() error {
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return err
 		}
-		if err := e.opts.Blobs.CopyTo(context.Background(), in.Digest, dst, 0o444); err != nil {
+		if err := e.opts.Blobs.CopyTo(e.ctx(), in.Digest, dst, 0o444); err != nil {
 			return fmt.Errorf("inputs[%d] %s: %w", i, in.Name, err)
 		}
 	}

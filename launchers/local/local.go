@@ -34,12 +34,24 @@ type Options struct {
 	Metrics client.MetricsHandler
 }
 
-// Launcher runs Local attempts.
+// Launcher runs Local attempts. Its lock guards only its maps: staging an
+// attempt's inputs and starting its command run outside it, so a slow
+// launch never holds up Running (the agent's heartbeats), Cancel or
+// another launch.
 type Launcher struct {
 	opts Options
 
 	mu       sync.Mutex
 	attempts map[lease.Claim]*executor.Execution
+	starting map[lease.Claim]*start
+}
+
+// start is an attempt whose executor is starting (staging its inputs).
+type start struct {
+	done   chan struct{}
+	cancel context.CancelCauseFunc
+	sub    launchers.Submission
+	err    error
 }
 
 var _ launchers.Launcher = (*Launcher)(nil)
@@ -66,11 +78,13 @@ func New(opts Options) (*Launcher, error) {
 	} else if len(killed) > 0 {
 		opts.Logger.Warn("killed processes orphaned by a previous agent", "work_dir", opts.WorkDir, "pids", describePIDs(killed))
 	}
-	return &Launcher{opts: opts, attempts: map[lease.Claim]*executor.Execution{}}, nil
+	return &Launcher{opts: opts, attempts: map[lease.Claim]*executor.Execution{}, starting: map[lease.Claim]*start{}}, nil
 }
 
 // Submit starts the attempt's executor and returns its task directory and
-// process group. Submitting an attempt that already runs returns it again.
+// process group. Submitting an attempt that already runs (or is starting)
+// returns it again. A Cancel while it starts stops its staging at once and
+// it starts nothing (lease_not_active).
 //
 // Right before the command starts (after the inputs are in place) Submit
 // makes sure the attempt may still run, and otherwise starts nothing and
@@ -92,27 +106,53 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 		return launchers.Submission{}, fmt.Errorf("attempt is for worker %q, this is %q", claim.WorkerID, l.opts.WorkerID)
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if ex, ok := l.attempts[claim]; ok {
+		l.mu.Unlock()
 		return launchers.Submission{TaskDir: ex.Dir(), PID: ex.PID()}, nil
 	}
+	if st, ok := l.starting[claim]; ok {
+		l.mu.Unlock()
+		select {
+		case <-st.done:
+			return st.sub, st.err
+		case <-ctx.Done():
+			return launchers.Submission{}, ctx.Err()
+		}
+	}
+	// Staging is stopped by a Cancel; the launch deadline is BeforeExec's.
+	sctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancel(nil)
+	st := &start{done: make(chan struct{}), cancel: cancel}
+	l.starting[claim] = st
+	l.mu.Unlock()
+
 	ex, err := executor.Start(executor.Options{
 		Attempt: a, Root: l.opts.WorkDir, Blobs: l.opts.Blobs, Control: l.opts.Control,
 		Limits: l.opts.Limits, Faults: l.opts.Faults, Logger: l.opts.Logger, OnReport: l.opts.OnReport,
-		Metrics:    l.opts.Metrics,
+		Metrics: l.opts.Metrics, Context: sctx,
 		BeforeExec: l.beforeExec(ctx, a),
 	})
-	if err != nil {
-		return launchers.Submission{}, err
+	var cancelled *executor.Rejected
+	if err != nil && errors.As(context.Cause(sctx), &cancelled) {
+		err = fmt.Errorf("attempt %s not started: %w", claim, cancelled)
 	}
-	l.attempts[claim] = ex
-	go func() {
-		<-ex.Done()
-		l.mu.Lock()
-		delete(l.attempts, claim)
-		l.mu.Unlock()
-	}()
-	return launchers.Submission{TaskDir: ex.Dir(), PID: ex.PID()}, nil
+
+	l.mu.Lock()
+	delete(l.starting, claim)
+	if err == nil {
+		st.sub = launchers.Submission{TaskDir: ex.Dir(), PID: ex.PID()}
+		l.attempts[claim] = ex
+		go func() {
+			<-ex.Done()
+			l.mu.Lock()
+			delete(l.attempts, claim)
+			l.mu.Unlock()
+		}()
+	}
+	st.err = err
+	close(st.done)
+	l.mu.Unlock()
+	return st.sub, err
 }
 
 // beforeExec is the check right before a's command starts: the launch
@@ -140,22 +180,27 @@ func (l *Launcher) Status(ctx context.Context, c lease.Claim) (launchers.Status,
 	return launchers.Status{Phase: launchers.PhaseRunning, Detail: fmt.Sprintf("pid %d in %s", ex.PID(), ex.Dir())}, nil
 }
 
-// Cancel kills the attempt's process group; unknown attempts are ignored.
+// Cancel kills the attempt's process group, or stops an attempt that is
+// still starting before its command runs; unknown attempts are ignored.
 func (l *Launcher) Cancel(ctx context.Context, c lease.Claim, reason string) error {
 	l.mu.Lock()
 	ex, ok := l.attempts[c]
+	st, starting := l.starting[c]
 	l.mu.Unlock()
-	if ok {
+	switch {
+	case ok:
 		ex.Cancel(reason)
+	case starting:
+		st.cancel(&executor.Rejected{Reason: string(lease.RejectLeaseNotActive), Message: "cancelled while it was starting (" + reason + ")"})
 	}
 	return nil
 }
 
-// Running returns how many attempts run now.
+// Running returns how many attempts run or are starting now.
 func (l *Launcher) Running() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.attempts)
+	return len(l.attempts) + len(l.starting)
 }
 
 // Shutdown kills every running attempt, reporting each as infra_killed
@@ -166,6 +211,9 @@ func (l *Launcher) Shutdown(ctx context.Context, reason string) {
 	running := make([]*executor.Execution, 0, len(l.attempts))
 	for _, ex := range l.attempts {
 		running = append(running, ex)
+	}
+	for _, st := range l.starting {
+		st.cancel(errors.New("agent shutting down: " + reason))
 	}
 	l.mu.Unlock()
 	for _, ex := range running {

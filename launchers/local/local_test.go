@@ -166,3 +166,46 @@ func TestSubmitStartsACurrentAttempt(t *testing.T) {
 	// before the test's directories are removed.
 	require.Eventually(t, func() bool { return f.launcher.Running() == 0 }, 10*time.Second, 20*time.Millisecond)
 }
+
+// A launch stalled in its staging (a slow input download) holds no lock
+// that the agent's heartbeats (Running), a cancel or another launch need;
+// a Cancel during the stall stops it at once, and it starts nothing.
+func TestAStalledLaunchBlocksNothingAndACancelStopsIt(t *testing.T) {
+	f := newLaunchFixture(t)
+	stalled := make(chan struct{})
+	f.launcher.opts.Faults.Stall = func(ctx context.Context, c lease.Claim) {
+		close(stalled)
+		<-ctx.Done() // a download that only a cancel ends
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := f.launcher.Submit(context.Background(), f.attempt)
+		errc <- err
+	}()
+	<-stalled
+	done := make(chan int, 1)
+	go func() { done <- f.launcher.Running() }()
+	select {
+	case n := <-done:
+		assert.Equal(t, 1, n, "a starting attempt holds its slot")
+	case <-time.After(time.Second):
+		t.Fatal("Running waited on the stalled launch")
+	}
+	other := f.attempt
+	other.Lease.TaskID, other.Envelope.TaskID = "t2", "t2"
+	_, err := f.launcher.Status(context.Background(), other.Claim())
+	require.ErrorIs(t, err, launchers.ErrUnknownAttempt, "Status answers during the stall")
+
+	began := time.Now()
+	require.NoError(t, f.launcher.Cancel(context.Background(), f.attempt.Claim(), "lease_expired"))
+	select {
+	case err := <-errc:
+		var rej *executor.Rejected
+		require.ErrorAs(t, err, &rej)
+		assert.Equal(t, string(lease.RejectLeaseNotActive), rej.Reason)
+		assert.Less(t, time.Since(began), time.Second, "the cancel takes effect at once")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the cancelled launch did not return")
+	}
+	f.assertNothingStarted(t)
+}
