@@ -330,6 +330,9 @@ describe-version' shows it drained (docs/upgrading.md).`,
 			}
 			w := worker.NewControlPlaneWith(tc, store, worker.ControlPlaneOptions{Version: version})
 			if err := w.StartContext(ctx); err != nil {
+				if ctx.Err() != nil {
+					return nil // stopped (Ctrl-C) while it started
+				}
 				return fmt.Errorf("start control plane: %w", err)
 			}
 			msrv.SetReady(telemetry.TemporalReady(tc))

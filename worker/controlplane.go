@@ -98,14 +98,14 @@ func (p *ControlPlane) Start() error { return p.StartContext(context.Background(
 
 // StartContext starts both workers and waits, at most
 // ControlPlaneOptions.SettleTimeout (or until ctx ends), for the Worker
-// Deployment to take their version on all three of its task queues
-// (wdc-control's workflows and activities, wdc-control-runs' workflows):
-// when the deployment has never had a current version, the control plane
-// makes its own current, so the first control plane serves at once;
-// otherwise it leaves the current version alone (Status says which it
-// is), and the version can be made current from then on. Workflows
-// started meanwhile wait in their task queue and run once a version is
-// current.
+// Deployment to take their version: when the deployment has never had a
+// current version, the control plane makes its own current, so the first
+// control plane serves at once; otherwise it leaves the current version
+// alone (Status says which it is) and returns once Temporal has seen the
+// version on all three of its task queues (wdc-control's workflows and
+// activities, wdc-control-runs' workflows), so that it can be made
+// current. Workflows started meanwhile wait in their task queue and run
+// once a version is current.
 //
 // On an error neither worker runs: a worker did not start, or the
 // deployment did not answer in time or refused (permission denied, or a

@@ -187,7 +187,7 @@ func taskQueueRouting(c client.Client) func(context.Context, string) (*sdkworker
 // finds the winner current.
 func (s *settler) settle(ctx context.Context) (VersionStatus, error) {
 	st := VersionStatus{Version: s.version}
-	if ok, _ := s.routedHere(ctx); ok {
+	if s.routedHere(ctx) {
 		st.Current = true
 		return st, nil
 	}
@@ -247,8 +247,8 @@ func (s *settler) step(ctx context.Context, st *VersionStatus, registered *bool)
 }
 
 // routedHere reports whether every task queue routes new workflows to the
-// control plane's version (asked in parallel).
-func (s *settler) routedHere(ctx context.Context) (bool, error) {
+// control plane's version (asked in parallel); an error is a no.
+func (s *settler) routedHere(ctx context.Context) bool {
 	var names []string
 	for _, q := range s.queues {
 		if !slices.Contains(names, q.Name) {
@@ -264,8 +264,7 @@ func (s *settler) routedHere(ctx context.Context) (bool, error) {
 			return err
 		})
 	}
-	err := g.Wait()
-	return err == nil && !slices.Contains(here, false), err
+	return g.Wait() == nil && !slices.Contains(here, false)
 }
 
 // registered returns nil when the version's description lists every one
