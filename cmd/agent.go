@@ -274,6 +274,7 @@ func (a *app) newControlPlaneCommand() *cobra.Command {
 		blobURL    string
 		registerSA bool
 		metrics    string
+		deployment deploymentFlags
 	)
 	c := &cobra.Command{
 		Use:   "control-plane",
@@ -287,11 +288,27 @@ must share the blob store with each other and the agents. Stop with Ctrl-C.
 The namespace needs wdc's search attributes (WdcKind, WdcWorkerState,
 WdcTaskState, WdcWorkerID, WdcRunID: Keyword; WdcAttempt, WdcFence: Int);
 'wdc server start-dev' registers them, --register-search-attributes adds them
-to another server.`,
-		Example: `  wdc control-plane --data-dir /shared/wdc`,
-		Args:    cobra.NoArgs,
+to another server.
+
+Versions: the control plane's workers join the Temporal Worker Deployment
+--deployment-name as version --build-id (default: the binary's version, see
+'wdc version'). A task runs to its end on the version it started on; the
+registry and runs move to the current version. The first control plane of a
+deployment without a current version makes its own current, so a new
+installation needs no step. Any other version starts without taking over and
+says how to make it current:
+  temporal worker deployment set-current-version --deployment-name wdc --build-id <id>
+Keep the old version running until 'temporal worker deployment
+describe-version' shows it drained (docs/upgrading.md).`,
+		Example: `  wdc control-plane --data-dir /shared/wdc
+  WDC_BUILD_ID=v1.4.0 wdc control-plane --data-dir /shared/wdc`,
+		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			ctx := c.Context()
+			version, err := deployment.version()
+			if err != nil {
+				return err
+			}
 			msrv, stopMetrics, err := a.startMetrics(metrics)
 			if err != nil {
 				return err
@@ -311,12 +328,16 @@ to another server.`,
 			if err != nil {
 				return err
 			}
-			w := worker.NewControlPlane(tc, store)
-			if err := w.Start(); err != nil {
+			w := worker.NewControlPlaneWith(tc, store, worker.ControlPlaneOptions{Version: version})
+			if err := w.StartContext(ctx); err != nil {
+				if ctx.Err() != nil {
+					return nil // stopped (Ctrl-C) while it started
+				}
 				return fmt.Errorf("start control plane: %w", err)
 			}
 			msrv.SetReady(telemetry.TemporalReady(tc))
 			fmt.Fprintf(a.deps.Stdout, "control plane polling wdc-control on %s (namespace %s); blob store %s\n", a.global.address, a.global.namespace, store)
+			fmt.Fprintf(a.deps.Stdout, "control plane %s\n", w.Status().Describe(a.temporalFlags()))
 			<-ctx.Done()
 			w.Stop()
 			return nil
@@ -325,6 +346,7 @@ to another server.`,
 	c.Flags().StringVar(&dataDir, "data-dir", "", dataDirHelp)
 	c.Flags().StringVar(&blobURL, "blob-url", "", blobURLHelp)
 	a.bindMetricsAddress(c.Flags(), &metrics)
+	deployment.bind(c.Flags(), a.deps.Getenv)
 	c.Flags().BoolVar(&registerSA, "register-search-attributes", false, "add wdc's search attributes to the namespace if missing (needs operator rights; 'wdc server start-dev' has them already)")
 	return c
 }

@@ -165,6 +165,8 @@ Start here:
 		return usageError{fmt.Errorf("%v (see '%s --help')", err, c.CommandPath())}
 	})
 	a.global.bind(root, deps.Getenv)
+	var showVersion bool
+	root.Flags().BoolVar(&showVersion, "version", false, "print wdc's version and exit (what 'wdc version' prints)")
 	root.AddCommand(
 		a.newServerCommand(),
 		a.newWorkersCommand(),
@@ -175,6 +177,7 @@ Start here:
 		a.newControlPlaneCommand(),
 		a.newDemoCommand(),
 		a.newBenchCommand(),
+		a.newVersionCommand(),
 	)
 	// Unknown subcommands and bad arguments are usage errors too; a group
 	// without a subcommand prints its help.
@@ -190,6 +193,16 @@ Start here:
 			continue
 		}
 		c.Args = wrapArgs(c.Args)
+	}
+	groupRunE := root.RunE
+	root.RunE = func(c *cobra.Command, args []string) error {
+		if showVersion {
+			if len(args) > 0 {
+				return usagef("--version takes no arguments (see 'wdc --help')")
+			}
+			return a.printVersion()
+		}
+		return groupRunE(c, args)
 	}
 	return root
 }

@@ -86,7 +86,7 @@ func runSuite(m *testing.M) int {
 		// The soak tests continue workflows as new every few hundred events
 		// in a namespace of their own; two more namespaces have no working
 		// control plane.
-		Namespaces:                []string{soakNamespace, nsNoControlPlane, nsMuteControlPlane, nsScale, nsS3Demo, nsS3Big, nsS3Outage, nsMetricsDemo, nsTelemetry, nsK8s},
+		Namespaces:                []string{soakNamespace, nsNoControlPlane, nsMuteControlPlane, nsScale, nsS3Demo, nsS3Big, nsS3Outage, nsMetricsDemo, nsTelemetry, nsK8s, nsDeployment},
 		SuggestContinueAsNewAfter: map[string]int{soakNamespace: soakContinueAsNewAfter},
 	})
 	if err != nil {
@@ -156,6 +156,12 @@ func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
 // startAgent runs an in-process agent labelled for this test only.
 func startAgent(t *testing.T, id string, opts ...func(*worker.AgentOptions)) *worker.Agent {
 	t.Helper()
+	return startAgentOn(t, suite.client, id, opts...)
+}
+
+// startAgentOn is startAgent on c's namespace.
+func startAgentOn(t *testing.T, c client.Client, id string, opts ...func(*worker.AgentOptions)) *worker.Agent {
+	t.Helper()
 	o := worker.AgentOptions{
 		Registration: fleet.Registration{
 			WorkerID: id, Capacity: resource.List{CPUMillis: 2000, MemoryBytes: 1 << 30},
@@ -168,7 +174,7 @@ func startAgent(t *testing.T, id string, opts ...func(*worker.AgentOptions)) *wo
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	a, err := worker.StartAgent(ctx, suite.client, o)
+	a, err := worker.StartAgent(ctx, c, o)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -368,6 +368,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		return res, fmt.Errorf("start control plane: %w", err)
 	}
 	defer cp.Stop()
+	b.say("control plane %s (after %s)", cp.Status().Describe(""), cp.Status().Took.Round(time.Millisecond))
 	b.bareQueue = "wdc-bench-bare" + opts.Suffix
 	bw := sdkworker.New(opts.Client, b.bareQueue, sdkworker.Options{})
 	bw.RegisterWorkflowWithOptions(BareWorkflow, workflow.RegisterOptions{Name: BareWorkflowType})

@@ -153,6 +153,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		return res, fmt.Errorf("start control plane: %w", err)
 	}
 	defer cp.Stop()
+	say("control plane %s", cp.Status().Describe(""))
 
 	// Two agents. Attempt 1 of the demo task freezes its executor after the
 	// command ran, until attempt 2 has been accepted.

@@ -413,6 +413,13 @@ func dynamicConfig(opts Options) dynamicconfig.StaticClient {
 		// Timers otherwise fire up to 1 s late; leases with short TTLs
 		// (the demo, tests) want them on time.
 		dynamicconfig.TimerProcessorMaxTimeShift.Key(): 100 * time.Millisecond,
+		// A Worker Deployment Version that is no longer current turns
+		// DRAINED once visibility shows no open workflow pinned to it.
+		// Temporal allows visibility 3 minutes to catch up and looks
+		// every 3 minutes; SQLite visibility is written within a second,
+		// so the dev server reports a drained version within seconds.
+		dynamicconfig.VersionDrainageStatusVisibilityGracePeriod.Key(): 5 * time.Second,
+		dynamicconfig.VersionDrainageStatusRefreshInterval.Key():       2 * time.Second,
 	}
 	if len(opts.SuggestContinueAsNewAfter) > 0 {
 		var cvs []dynamicconfig.ConstrainedValue
