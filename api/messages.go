@@ -373,8 +373,10 @@ type TaskView struct {
 	// LeaseActivity is the ID of the lease activity (LeaseActivityID)
 	// holding the current lease, "" when none is pending. While one is,
 	// Temporal keeps the lease's time: heartbeats by ID renew it without
-	// reaching the task, so Lease.RenewedAt and Lease.ExpiresAt stay as
-	// the last heartbeat signal left them.
+	// reaching the task. The task's query leaves Lease.RenewedAt and
+	// Lease.ExpiresAt as the last heartbeat signal left them; the client's
+	// view (Client.Task) moves them to the last heartbeat Temporal
+	// recorded.
 	LeaseActivity string `json:"lease_activity,omitempty"`
 	// ClosedAs is the Temporal close status (TERMINATED, FAILED,
 	// TIMED_OUT, CANCELED) of a task workflow that closed without an

@@ -151,7 +151,9 @@ func (c *Client) runStartOptions(runID string) client.StartWorkflowOptions {
 	}
 }
 
-// Task returns a task's lease view (query lease). Errors: ErrNotFound.
+// Task returns a task's lease view (query lease), with what only the
+// workflow's description knows: how a closed workflow closed (ClosedAs) and
+// the last heartbeat by ID of the lease activity. Errors: ErrNotFound.
 func (c *Client) Task(ctx context.Context, taskID string) (api.TaskView, error) {
 	var v api.TaskView
 	err := c.within(ctx, "query task "+taskID, func(ctx context.Context) error {
@@ -173,8 +175,31 @@ func (c *Client) Task(ctx context.Context, taskID string) (api.TaskView, error) 
 	}
 	if status := desc.GetWorkflowExecutionInfo().GetStatus(); closedWithoutOutcome(status) {
 		v.State, v.ClosedAs, v.Waiting, v.Phase = api.TaskAborted, statusName(status), "", ""
+		return v, nil
+	}
+	// While a lease activity holds the lease, its heartbeats by ID renew
+	// the lease without reaching the task: the time Temporal recorded
+	// for the last one is the lease's.
+	if v.LeaseActivity != "" && v.Lease != nil {
+		for _, a := range desc.GetPendingActivities() {
+			if a.GetActivityId() == v.LeaseActivity && a.GetLastHeartbeatTime() != nil {
+				renewLease(&v, a.GetLastHeartbeatTime().AsTime())
+			}
+		}
 	}
 	return v, nil
+}
+
+// renewLease moves the view's current lease to a heartbeat at t, when t
+// is later than the one the task recorded.
+func renewLease(v *api.TaskView, t time.Time) {
+	if !t.After(v.Lease.RenewedAt) {
+		return
+	}
+	v.Lease.RenewedAt, v.Lease.ExpiresAt = t, t.Add(v.Lease.TTL)
+	if n := len(v.Leases); n > 0 && v.Leases[n-1].Fence == v.Lease.Fence {
+		v.Leases[n-1].RenewedAt, v.Leases[n-1].ExpiresAt = v.Lease.RenewedAt, v.Lease.ExpiresAt
+	}
 }
 
 // closedWithoutOutcome reports whether a task workflow with status s

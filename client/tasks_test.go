@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -14,9 +15,11 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/envelope"
+	"github.com/wdc-runtime/wdc/lease"
 )
 
 // startOp is a start operation the fake below can tell apart.
@@ -132,4 +135,42 @@ func TestTaskViewOfAClosedWorkflowSaysHowItClosed(t *testing.T) {
 		assert.Equal(t, api.TaskAborted, v.State)
 		assert.Empty(t, v.Waiting)
 	}
+}
+
+// heldTask serves a task whose lease activity holds its lease: the query
+// says the lease as the last heartbeat signal left it, the description
+// has the activity's last heartbeat by ID.
+type heldTask struct {
+	client.Client
+	view api.TaskView
+	beat time.Time
+}
+
+func (h heldTask) QueryWorkflow(context.Context, string, string, string, ...any) (converter.EncodedValue, error) {
+	p, err := converter.GetDefaultDataConverter().ToPayloads(h.view)
+	if err != nil {
+		return nil, err
+	}
+	return encodedValue{p}, nil
+}
+
+func (h heldTask) DescribeWorkflowExecution(context.Context, string, string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	return &workflowservice.DescribeWorkflowExecutionResponse{
+		WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING},
+		PendingActivities:     []*workflowpb.PendingActivityInfo{{ActivityId: api.LeaseActivityID(1), LastHeartbeatTime: timestamppb.New(h.beat)}},
+	}, nil
+}
+
+// A lease its lease activity holds reads as renewed at the last heartbeat
+// by ID, so a live lease looks live.
+func TestTaskViewRenewsALeaseHeldByItsLeaseActivity(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	l := lease.Lease{TaskID: "t1", WorkerID: "w", Attempt: 1, Fence: 1, State: lease.Active, TTL: 30 * time.Second, GrantedAt: t0, RenewedAt: t0, ExpiresAt: t0.Add(30 * time.Second)}
+	view := api.TaskView{TaskID: "t1", State: api.TaskLeased, Lease: &l, Leases: []lease.Lease{l}, LeaseActivity: api.LeaseActivityID(1)}
+	beat := t0.Add(5 * time.Minute)
+	v, err := (&Client{C: heldTask{view: view, beat: beat}}).Task(context.Background(), "t1")
+	require.NoError(t, err)
+	assert.True(t, v.Lease.RenewedAt.Equal(beat))
+	assert.True(t, v.Lease.ExpiresAt.Equal(beat.Add(30*time.Second)))
+	assert.True(t, v.Leases[0].ExpiresAt.Equal(beat.Add(30*time.Second)))
 }

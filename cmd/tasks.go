@@ -578,7 +578,7 @@ func printLeases(w io.Writer, v api.TaskView) error {
 		return err
 	}
 	if v.LeaseActivity != "" && v.Lease != nil {
-		fmt.Fprintf(w, "lease of fence %d held by its lease activity %s: Temporal renews it with each heartbeat by ID (EXPIRES is as of the last heartbeat signal)\n", v.Lease.Fence, v.LeaseActivity)
+		fmt.Fprintf(w, "lease of fence %d held by its lease activity %s: Temporal renews it with each heartbeat by ID (last at %s)\n", v.Lease.Fence, v.LeaseActivity, v.Lease.RenewedAt.Local().Format("15:04:05.000"))
 	}
 	for _, d := range v.Directives {
 		fmt.Fprintln(w, describeDirective(d, v.Options.MaxAttempts))
