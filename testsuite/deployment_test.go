@@ -18,7 +18,6 @@ import (
 	wdcclient "github.com/wdc-runtime/wdc/client"
 	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/fleet"
-	"github.com/wdc-runtime/wdc/resource"
 	"github.com/wdc-runtime/wdc/worker"
 )
 
@@ -147,13 +146,8 @@ func startVersion(t *testing.T, c client.Client, v sdkworker.WorkerDeploymentVer
 
 // deploymentEnvelope is taskEnvelope in run runID.
 func deploymentEnvelope(t *testing.T, taskID, runID, script string) envelope.Envelope {
-	env := envelope.Envelope{
-		TaskID: taskID, RunID: runID, WorldID: "suite",
-		Command:   []string{"/bin/sh", "-c", script},
-		Env:       map[string]string{"PATH": "/usr/bin:/bin"},
-		Resources: resource.List{CPUMillis: 100},
-		Selector:  map[string]string{"suite-test": testLabel(t)},
-	}
+	env := taskEnvelope(t, taskID, script)
+	env.RunID = runID
 	env.Normalize()
 	require.NoError(t, env.Validate(true))
 	return env
