@@ -1,9 +1,10 @@
-# wdc — see README.md. Targets: build, test, test-short, demo, bench, fuzz, lint.
+# wdc — see README.md. Targets: build, test, test-short, scale, soak, demo,
+# bench, fuzz, lint.
 GO      ?= go
 BIN     ?= bin/wdc
 PKGS    := ./...
 
-.PHONY: all build test test-short demo bench fuzz lint clean temporal-tools k8s-tools k8s-check
+.PHONY: all build test test-short scale soak demo bench fuzz lint clean temporal-tools k8s-tools k8s-check
 
 all: build
 
@@ -13,8 +14,22 @@ build:
 # Everything: formatting, vet, unit, workflow, replay and system tests
 # (the system tests embed the real Temporal server and spawn real agents;
 # testsuite/topology runs PostgreSQL and the official temporal-server).
+# The scale and soak tests run reduced here (testsuite/sizes_test.go);
+# `make scale` and `make soak` run them at full size.
 test: lint temporal-tools k8s-tools k8s-check
 	$(GO) test -count=1 -timeout 45m $(PKGS)
+
+# The long tests at full size, which `make test` runs reduced: 10,000
+# trivial tasks in one run (about 15 minutes on 2 cores), and the soak
+# tests streaming through continue-as-new for SOAK_FOR each.
+SCALE_TASKS ?= 10000
+SOAK_FOR    ?= 45s
+
+scale:
+	WDC_SCALE_TASKS=$(SCALE_TASKS) $(GO) test -count=1 -timeout 60m -v -run '^TestManyTasksInOneRun$$' ./testsuite/
+
+soak:
+	WDC_SOAK_FOR=$(SOAK_FOR) $(GO) test -count=1 -timeout 30m -v -run '^TestSoak' ./testsuite/
 
 # The Kubernetes manifests (deploy/k8s/base): rendered with the kustomize
 # library and decoded strictly into the API types, by the separate module
