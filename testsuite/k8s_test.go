@@ -299,7 +299,8 @@ func TestKubernetesLauncher(t *testing.T) {
 		}
 		assert.Contains(t, envTxt, "WDC_TASK_ID=k8s-ok\n")
 		assert.Contains(t, envTxt, "PATH=/usr/bin:/bin\n")
-		assert.True(t, e.kubelet.Exited(pod.Name), "the pod's process ran and ended")
+		// The process submits its result before it exits.
+		waitFor(t, 10*time.Second, "the pod's process ran and ended", func() bool { return e.kubelet.Exited(pod.Name) })
 		waitFor(t, 30*time.Second, "the Job Complete", func() bool {
 			jobs := e.jobs(t, env.TaskID)
 			return len(jobs) == 1 && jobCondition(jobs[0], batchv1.JobComplete)
