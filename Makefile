@@ -20,16 +20,17 @@ test: lint temporal-tools k8s-tools k8s-check
 	$(GO) test -count=1 -timeout 45m $(PKGS)
 
 # The long tests at full size, which `make test` runs reduced: 10,000
-# trivial tasks in one run (about 15 minutes on 2 cores), and the soak
-# tests streaming through continue-as-new for SOAK_FOR each.
+# trivial tasks in one run (about 15 minutes on 2 cores); the soak tests
+# streaming through continue-as-new, and the short partitions cut and
+# healed, for SOAK_FOR each (about 5 minutes).
 SCALE_TASKS ?= 10000
-SOAK_FOR    ?= 45s
+SOAK_FOR    ?= 90s
 
 scale:
 	WDC_SCALE_TASKS=$(SCALE_TASKS) $(GO) test -count=1 -timeout 60m -v -run '^TestManyTasksInOneRun$$' ./testsuite/
 
 soak:
-	WDC_SOAK_FOR=$(SOAK_FOR) $(GO) test -count=1 -timeout 30m -v -run '^TestSoak' ./testsuite/
+	WDC_SOAK_FOR=$(SOAK_FOR) $(GO) test -count=1 -timeout 30m -v -run '^(TestSoak.*|TestShortPartitionsCostNoLease)$$' ./testsuite/
 
 # The Kubernetes manifests (deploy/k8s/base): rendered with the kustomize
 # library and decoded strictly into the API types, by the separate module

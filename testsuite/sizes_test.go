@@ -22,9 +22,10 @@ const (
 	// listed, no continue-as-new needs to drop any from the listing.
 	minScaleTasks = 2 * api.RunListedEndedTasks
 
-	// envSoakFor is how long each soak test streams its messages, as a Go
+	// envSoakFor is how long each soak test keeps going (streams its
+	// messages; TestShortPartitionsCostNoLease cuts and heals), as a Go
 	// duration: by default each test's own reduced length (soakFor's
-	// argument), `make soak` 45s. At least minSoakFor.
+	// argument), `make soak` 90s. At least minSoakFor.
 	envSoakFor = "WDC_SOAK_FOR"
 	// minSoakFor: the soak tests want three continue-as-new generations
 	// or more (soakContinueAsNewAfter events each) from their stream.

@@ -85,7 +85,7 @@ func runCount(t *testing.T, c client.Client, wfID string) int {
 }
 
 // A registry entry under a steady stream of heartbeats, reserves and
-// releases (for soakFor: 15 s in `make test`, 45 s in `make soak`)
+// releases (for soakFor: 15 s in `make test`, 90 s in `make soak`)
 // continues as new many times; every heartbeat is applied, and every
 // reservation is released.
 func TestSoakWorkerContinueAsNew(t *testing.T) {
@@ -176,7 +176,7 @@ func (l *soakLauncher) Status(ctx context.Context, c lease.Claim) (launchers.Sta
 func (l *soakLauncher) Cancel(ctx context.Context, c lease.Claim, reason string) error { return nil }
 
 // A task whose attempt heartbeats every 25 ms (for soakFor: 30 s in `make
-// test`, 45 s in `make soak`) continues as new many times with its lease
+// test`, 90 s in `make soak`) continues as new many times with its lease
 // ACTIVE; every heartbeat is applied, the lease never expires, the result
 // is accepted on attempt 1 and the worker's reservation is released.
 func TestSoakTaskContinueAsNewWithActiveLease(t *testing.T) {
