@@ -13,8 +13,10 @@
 #   bin/kube-controller-manager    k8s.io/kubernetes/cmd/kube-controller-manager
 #   bin/etcd                       go.etcd.io/etcd/server/v3
 #
-# Progress goes to stderr. A cold build takes 15–20 minutes on 2 cores
-# (kube-apiserver alone ≈ 13–16); a rebuild on a warm Go cache ≈ 1 minute.
+# Progress goes to stderr. A cold build takes about 13 minutes on 2 cores
+# when wdc's tests have compiled the packages it shares with them, more
+# when it compiles those itself; it keeps about one core busy. A rebuild
+# on a warm Go cache takes about a minute.
 # One build runs at a time: a second build.sh (or a test that needs the
 # binaries, internal/testenv/kube) waits on the lock file $out.lock and
 # then finds the binaries built.
@@ -50,7 +52,7 @@ if [ -x "$out/bin/kube-apiserver" ] && [ -x "$out/bin/kube-controller-manager" ]
   exit 0
 fi
 
-echo "tools: building kube-apiserver, kube-controller-manager $kube and etcd $etcd into $out (a cold build takes 15–20 minutes)" >&2
+echo "tools: building kube-apiserver, kube-controller-manager $kube and etcd $etcd into $out (a cold build takes about 13 minutes)" >&2
 began=$(date +%s)
 rm -rf "$out.tmp"
 mkdir -p "$out.tmp/bin"
