@@ -1,9 +1,13 @@
-# wdc — see README.md. Targets: build, test, test-short, demo, bench, fuzz, lint.
+# wdc — see README.md. Targets: build, test, test-short, scale, soak, demo,
+# bench, fuzz, lint.
 GO      ?= go
 BIN     ?= bin/wdc
 PKGS    := ./...
+# tools/timed.sh NAME CMD…: runs CMD; with WDC_TIMINGS set (.ci/run sets
+# it) it also records how long CMD took, for .ci/run's summary.
+TIMED   := tools/timed.sh
 
-.PHONY: all build test test-short demo bench fuzz lint clean temporal-tools k8s-tools k8s-check
+.PHONY: all build test test-short scale soak demo bench fuzz lint clean temporal-tools k8s-tools k8s-check
 
 all: build
 
@@ -13,23 +17,55 @@ build:
 # Everything: formatting, vet, unit, workflow, replay and system tests
 # (the system tests embed the real Temporal server and spawn real agents;
 # testsuite/topology runs PostgreSQL and the official temporal-server).
-test: lint temporal-tools k8s-tools k8s-check
-	$(GO) test -count=1 -timeout 45m $(PKGS)
+# The scale and soak tests run reduced here (testsuite/sizes_test.go);
+# `make scale` and `make soak` run them at full size.
+#
+# The Kubernetes binaries (k8s-tools; a cold build takes about 13 minutes
+# on 2 cores, mostly on one) build in the background at low priority while
+# every test that does not need them runs; K8S_TESTS, the tests that do, run last. A test that needs
+# them and is not listed waits for the build (internal/testenv/kube).
+# GOTESTFLAGS adds flags to make test's go test runs (e.g. -v, -json).
+GOTESTFLAGS ?=
+K8S_TESTS := ^(TestKubernetesLauncher|TestClusterRunsAJobsPodAsALocalProcess)$$
+K8S_PKGS  := ./testsuite/ ./internal/testenv/kube/
+
+test: lint temporal-tools k8s-check
+	@log=$$(mktemp); echo "make: building the Kubernetes binaries in the background (log: $$log)"; \
+	$(TIMED) 'k8s tools (background)' nice -n 19 tools/k8s/build.sh >/dev/null 2>$$log & k8s=$$!; \
+	echo $(GO) test -count=1 -timeout 45m $(GOTESTFLAGS) -skip "'$(K8S_TESTS)'" $(PKGS); \
+	$(TIMED) 'go test (all but K8S_TESTS)' $(GO) test -count=1 -timeout 45m $(GOTESTFLAGS) -skip '$(K8S_TESTS)' $(PKGS); rc=$$?; \
+	wait $$k8s || { rc=1; echo "make: tools/k8s/build.sh failed:"; cat $$log; }; rm -f $$log; \
+	echo $(GO) test -count=1 -timeout 15m $(GOTESTFLAGS) -run "'$(K8S_TESTS)'" $(K8S_PKGS); \
+	$(TIMED) 'go test (K8S_TESTS)' $(GO) test -count=1 -timeout 15m $(GOTESTFLAGS) -run '$(K8S_TESTS)' $(K8S_PKGS) || rc=1; \
+	exit $$rc
+
+# The long tests at full size, which `make test` runs reduced: 10,000
+# trivial tasks in one run (about 15 minutes on 2 cores); the soak tests
+# streaming through continue-as-new, and the short partitions cut and
+# healed, for SOAK_FOR each (about 5 minutes).
+SCALE_TASKS ?= 10000
+SOAK_FOR    ?= 90s
+
+scale:
+	WDC_SCALE_TASKS=$(SCALE_TASKS) $(GO) test -count=1 -timeout 60m -v -run '^TestManyTasksInOneRun$$' ./testsuite/
+
+soak:
+	WDC_SOAK_FOR=$(SOAK_FOR) $(GO) test -count=1 -timeout 30m -v -run '^(TestSoak.*|TestShortPartitionsCostNoLease)$$' ./testsuite/
 
 # The Kubernetes manifests (deploy/k8s/base): rendered with the kustomize
 # library and decoded strictly into the API types, by the separate module
 # tools/k8scheck (kustomize is no dependency of wdc).
 k8s-check:
-	cd tools/k8scheck && $(GO) vet ./... && $(GO) test -count=1 ./...
+	$(TIMED) 'k8s-check' sh -c 'cd tools/k8scheck && $(GO) vet ./... && $(GO) test -count=1 ./...'
 
 # The official temporal-server and temporal-sql-tool for testsuite/topology,
 # built by the separate module tools/ into ~/.cache/wdc-tools (once).
 temporal-tools:
-	tools/build.sh >/dev/null
+	$(TIMED) 'temporal tools (make)' tools/build.sh >/dev/null
 
 # kube-apiserver, kube-controller-manager and etcd for the Kubernetes
 # launcher's system tests, built by the separate module tools/k8s into
-# ~/.cache/wdc-tools/k8s (once; a cold build takes 15-20 minutes).
+# ~/.cache/wdc-tools/k8s (once; a cold build takes about 13 minutes).
 k8s-tools:
 	tools/k8s/build.sh >/dev/null
 
@@ -55,7 +91,7 @@ fuzz:
 
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet $(PKGS)
+	$(TIMED) 'lint: go vet' $(GO) vet $(PKGS)
 
 clean:
 	rm -rf bin

@@ -19,12 +19,17 @@ import (
 	"github.com/wdc-runtime/wdc/worker"
 )
 
-// A thousand tasks through `wdc tasks submit --batch`: a file with one
-// malformed line is refused whole (the line and field named, no run
-// created); the valid file is submitted in a few add-tasks updates and
-// every task completes.
-func TestBatchSubmitAThousandTasks(t *testing.T) {
-	const n = 1000
+// batchTasks is three add-tasks updates of `tasks submit --batch`, which
+// adds 100 tasks per update (cmd's batchChunk).
+const batchTasks = 300
+
+// A file of batchTasks tasks through `wdc tasks submit --batch`: a file
+// with one malformed line is refused whole (the line and field named, no
+// run created); the valid file is submitted in three add-tasks updates (a
+// progress line each) and every task completes. TestManyTasksInOneRun
+// submits thousands the same way.
+func TestBatchSubmitInSeveralUpdates(t *testing.T) {
+	const n = batchTasks
 	many := func(o *worker.AgentOptions) { o.Registration.Capacity.Slots = 64 }
 	startAgent(t, "batch-a", many)
 	startAgent(t, "batch-b", many)
@@ -40,13 +45,13 @@ func TestBatchSubmitAThousandTasks(t *testing.T) {
 		return p
 	}
 	bad := append([]string(nil), lines...)
-	bad[641] = strings.Replace(bad[641], `"command"`, `"comand"`, 1)
+	bad[241] = strings.Replace(bad[241], `"command"`, `"comand"`, 1)
 	code, stdout, stderr := cli(t, "tasks", "submit", "--batch", write("bad.jsonl", bad))
 	require.Equal(t, 2, code, stderr)
 	assert.Empty(t, stdout)
-	assert.Contains(t, stderr, "line 642:")
+	assert.Contains(t, stderr, "line 242:")
 	assert.Contains(t, stderr, "comand")
-	assert.Contains(t, stderr, "1 of 1000 lines refused; nothing was submitted")
+	assert.Contains(t, stderr, fmt.Sprintf("1 of %d lines refused; nothing was submitted", n))
 	_, err := suite.wdc.Run(context.Background(), "run-batch")
 	assert.ErrorIs(t, err, wdcclient.ErrNotFound, "a refused file creates nothing, not even the run")
 
@@ -60,7 +65,9 @@ func TestBatchSubmitAThousandTasks(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(stdout), &rep))
 	assert.Equal(t, n, rep.Submitted)
 	assert.Zero(t, rep.Failed)
-	assert.Contains(t, stderr, fmt.Sprintf("sent %d/%d (run run-batch)", n, n), "a progress line per batch")
+	for _, sent := range []int{n / 3, 2 * n / 3, n} {
+		assert.Contains(t, stderr, fmt.Sprintf("sent %d/%d (run run-batch)", sent, n), "a progress line per add-tasks update")
+	}
 	t.Logf("%d tasks submitted at %.0f tasks/s", n, rep.TasksPerSec)
 
 	began := time.Now()

@@ -40,8 +40,8 @@ import (
 	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/fleet"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
-	"github.com/wdc-runtime/wdc/internal/kubetest"
-	"github.com/wdc-runtime/wdc/internal/s3test"
+	kubetest "github.com/wdc-runtime/wdc/internal/testenv/kube"
+	s3test "github.com/wdc-runtime/wdc/internal/testenv/s3"
 	"github.com/wdc-runtime/wdc/launchers"
 	"github.com/wdc-runtime/wdc/launchers/external"
 	"github.com/wdc-runtime/wdc/launchers/k8s"
@@ -54,7 +54,7 @@ import (
 const nsK8s = "wdc-k8s"
 
 // k8sEnv is the shared state of the Kubernetes launcher tests: a real
-// kube-apiserver, etcd and kube-controller-manager (internal/kubetest),
+// kube-apiserver, etcd and kube-controller-manager (internal/testenv/kube),
 // the test kubelet, a `wdc control-plane` and a `wdc agent --launcher k8s`
 // process that reaches the cluster as the RBAC manifest's service
 // account, with only the S3 bucket between them and the pods.
@@ -299,7 +299,8 @@ func TestKubernetesLauncher(t *testing.T) {
 		}
 		assert.Contains(t, envTxt, "WDC_TASK_ID=k8s-ok\n")
 		assert.Contains(t, envTxt, "PATH=/usr/bin:/bin\n")
-		assert.True(t, e.kubelet.Exited(pod.Name), "the pod's process ran and ended")
+		// The process submits its result before it exits.
+		waitFor(t, 10*time.Second, "the pod's process ran and ended", func() bool { return e.kubelet.Exited(pod.Name) })
 		waitFor(t, 30*time.Second, "the Job Complete", func() bool {
 			jobs := e.jobs(t, env.TaskID)
 			return len(jobs) == 1 && jobCondition(jobs[0], batchv1.JobComplete)

@@ -22,7 +22,7 @@ import (
 	"github.com/wdc-runtime/wdc/fleet"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/devserver"
-	"github.com/wdc-runtime/wdc/internal/s3test"
+	s3test "github.com/wdc-runtime/wdc/internal/testenv/s3"
 	"github.com/wdc-runtime/wdc/resource"
 	"github.com/wdc-runtime/wdc/worker"
 )
@@ -32,7 +32,7 @@ import (
 const envRunCLI = "WDC_TESTSUITE_RUN_CLI"
 
 // envBlobs=s3 runs the whole suite with its artifact store in a bucket of
-// the embedded S3 server (internal/s3test) instead of the data dir: agents
+// the embedded S3 server (internal/testenv/s3) instead of the data dir: agents
 // (in-process and subprocesses), the control plane and the CLI all reach
 // it by --blob-url's environment variable and the AWS default chain.
 const envBlobs = "WDC_TESTSUITE_BLOBS"

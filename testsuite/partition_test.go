@@ -45,13 +45,15 @@ func heardLease(t *testing.T, taskID string) lease.Lease {
 }
 
 // Cutting an agent off the frontend for half the lease TTL (3 s of 6 s,
-// heartbeats every 2 s) and healing, 20 times in a row at varying phases
-// of the heartbeat cycle, costs no lease: the executor retries every
+// heartbeats every 2 s) and healing, 10 times in a row (each pause below
+// twice; in `make soak`, until soakFor has passed) at varying phases of
+// the heartbeat cycle, costs no lease: the executor retries every
 // interval/4 and the agent redials within 0.5 s, so a heartbeat gets
 // through before the control plane would expire the lease. The task
 // completes on attempt 1 without a retry directive.
 func TestShortPartitionsCostNoLease(t *testing.T) {
-	const cuts = 20
+	const minCuts = 10
+	soak := soakFor(t, 0)
 	ttl := 6 * time.Second
 	proxy := startTCPProxy(t, suite.srv.FrontendHostPort())
 	spawnAgentVia(t, "partition-short-a", proxy.Addr())
@@ -67,7 +69,9 @@ func TestShortPartitionsCostNoLease(t *testing.T) {
 	pauses := []time.Duration{0, 500 * time.Millisecond, time.Second, 1500 * time.Millisecond, 1900 * time.Millisecond}
 	var worstRecovery time.Duration
 	minMargin := ttl
-	for i := range cuts {
+	cuts, began := 0, time.Now()
+	for ; cuts < minCuts || time.Since(began) < soak; cuts++ {
+		i := cuts
 		proxy.Cut()
 		time.Sleep(ttl / 2)
 		before := heardLease(t, env.TaskID) // as the last heartbeat before the cut left it

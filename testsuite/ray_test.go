@@ -17,14 +17,14 @@ import (
 	"github.com/wdc-runtime/wdc/cmd"
 	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/fleet"
-	"github.com/wdc-runtime/wdc/internal/raytest"
+	raytest "github.com/wdc-runtime/wdc/internal/testenv/ray"
 	"github.com/wdc-runtime/wdc/launchers/ray"
 	"github.com/wdc-runtime/wdc/lease"
 )
 
 // These tests run a Ray cluster's worker: `wdc agent --launcher ray`
 // against the in-repo emulator of the dashboard's Jobs API
-// (internal/raytest), whose jobs run their entrypoint — this binary as
+// (internal/testenv/ray), whose jobs run their entrypoint — this binary as
 // `wdc exec` — as local processes with the emulated node's environment.
 
 // rayNodeSecret is set in the emulated Ray node's environment: the

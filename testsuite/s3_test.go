@@ -26,7 +26,7 @@ import (
 	"github.com/wdc-runtime/wdc/fleet"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/executor"
-	"github.com/wdc-runtime/wdc/internal/s3test"
+	s3test "github.com/wdc-runtime/wdc/internal/testenv/s3"
 	"github.com/wdc-runtime/wdc/lease"
 	"github.com/wdc-runtime/wdc/resource"
 	"github.com/wdc-runtime/wdc/worker"

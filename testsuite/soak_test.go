@@ -85,8 +85,9 @@ func runCount(t *testing.T, c client.Client, wfID string) int {
 }
 
 // A registry entry under a steady stream of heartbeats, reserves and
-// releases continues as new many times; every heartbeat is applied, and
-// every reservation is released.
+// releases (for soakFor: 15 s in `make test`, 90 s in `make soak`)
+// continues as new many times; every heartbeat is applied, and every
+// reservation is released.
 func TestSoakWorkerContinueAsNew(t *testing.T) {
 	c, wc := soakEnv(t)
 	ctx := context.Background()
@@ -95,7 +96,8 @@ func TestSoakWorkerContinueAsNew(t *testing.T) {
 	require.NoError(t, err)
 	firstRun := currentRunID(t, c, api.WorkerWorkflowID(id))
 
-	deadline := time.Now().Add(45 * time.Second)
+	// 15 s streams about twenty generations on a loaded 2-core machine.
+	deadline := time.Now().Add(soakFor(t, 15*time.Second))
 	var sent atomic.Int64
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -173,10 +175,10 @@ func (l *soakLauncher) Status(ctx context.Context, c lease.Claim) (launchers.Sta
 
 func (l *soakLauncher) Cancel(ctx context.Context, c lease.Claim, reason string) error { return nil }
 
-// A task whose attempt heartbeats every 25 ms for half a minute continues
-// as new many times with its lease ACTIVE; every heartbeat is applied, the
-// lease never expires, the result is accepted on attempt 1 and the
-// worker's reservation is released.
+// A task whose attempt heartbeats every 25 ms (for soakFor: 30 s in `make
+// test`, 90 s in `make soak`) continues as new many times with its lease
+// ACTIVE; every heartbeat is applied, the lease never expires, the result
+// is accepted on attempt 1 and the worker's reservation is released.
 func TestSoakTaskContinueAsNewWithActiveLease(t *testing.T) {
 	c, wc := soakEnv(t)
 	ctx := context.Background()
@@ -202,7 +204,9 @@ func TestSoakTaskContinueAsNewWithActiveLease(t *testing.T) {
 	})
 	claim := lease.ClaimOf(*view.Lease)
 
-	deadline := time.Now().Add(30 * time.Second)
+	// 30 s: on a loaded 2-core machine 15 s of heartbeats makes only two
+	// generations, 30 s five.
+	deadline := time.Now().Add(soakFor(t, 30*time.Second))
 	sent := int64(0)
 	for seq := int64(1); time.Now().Before(deadline); seq++ {
 		err := c.SignalWorkflow(ctx, api.TaskWorkflowID(env.TaskID), "", api.SignalLeaseHeartbeat, api.LeaseHeartbeatSignal{Claim: claim, Seq: seq})

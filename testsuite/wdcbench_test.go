@@ -34,7 +34,7 @@ func TestBenchCommandSmall(t *testing.T) {
 	began := time.Now()
 	c := exec.CommandContext(ctx, os.Args[0], "bench", "-o", "json",
 		"--tasks", "20", "--workers", "20", "--trials", "3", "--selections", "10",
-		"--heartbeat-window", "10s", "--heartbeat-interval", "1s", "--agent-heartbeat-interval", "500ms")
+		"--heartbeat-window", "5s", "--heartbeat-interval", "1s", "--agent-heartbeat-interval", "500ms")
 	c.Env = append(os.Environ(), envRunCLI+"=1")
 	var stdout, stderr bytes.Buffer
 	c.Stdout, c.Stderr = &stdout, &stderr

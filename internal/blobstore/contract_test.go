@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wdc-runtime/wdc/internal/s3test"
+	s3test "github.com/wdc-runtime/wdc/internal/testenv/s3"
 )
 
 // backends opens a fresh store on each backend the contract holds for:

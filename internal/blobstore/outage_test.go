@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wdc-runtime/wdc/internal/s3gw"
-	"github.com/wdc-runtime/wdc/internal/s3test"
+	s3test "github.com/wdc-runtime/wdc/internal/testenv/s3"
 )
 
 // cutProxy forwards TCP connections to target until cut, which closes its

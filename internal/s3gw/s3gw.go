@@ -1,7 +1,7 @@
 // Package s3gw runs wdc's embedded S3 server: the VersityGW gateway
 // (github.com/versity/versitygw, Apache-2.0) serving a POSIX directory,
 // one directory per bucket. `wdc server start-dev` serves it beside
-// Temporal, and internal/s3test starts it for tests. Only this package
+// Temporal, and internal/testenv/s3 starts it for tests. Only this package
 // (and tests) import VersityGW.
 //
 // VersityGW allows one gateway per process at a time: a second Start

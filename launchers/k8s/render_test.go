@@ -28,7 +28,7 @@ import (
 
 	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
-	"github.com/wdc-runtime/wdc/internal/kubetest"
+	kubetest "github.com/wdc-runtime/wdc/internal/testenv/kube"
 	"github.com/wdc-runtime/wdc/launchers"
 	"github.com/wdc-runtime/wdc/launchers/external"
 	"github.com/wdc-runtime/wdc/lease"

@@ -14,10 +14,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wdc-runtime/wdc/internal/raytest"
+	raytest "github.com/wdc-runtime/wdc/internal/testenv/ray"
 )
 
-// Contract tests of the client against the emulator (internal/raytest):
+// Contract tests of the client against the emulator (internal/testenv/ray):
 // one per answer of the Jobs API that the launcher relies on.
 
 func emulator(t *testing.T, opts raytest.Options) (*raytest.Emulator, *Client) {

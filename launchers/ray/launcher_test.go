@@ -18,7 +18,7 @@ import (
 	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/executor"
-	"github.com/wdc-runtime/wdc/internal/raytest"
+	raytest "github.com/wdc-runtime/wdc/internal/testenv/ray"
 	"github.com/wdc-runtime/wdc/launchers"
 	"github.com/wdc-runtime/wdc/launchers/external"
 	"github.com/wdc-runtime/wdc/lease"

@@ -1,14 +1,3 @@
-// Package kubetest runs a real Kubernetes control plane for tests — etcd,
-// kube-apiserver and kube-controller-manager (the Job, TTL-after-finished
-// and garbage-collector controllers) as local processes from the binaries
-// tools/k8s/build.sh caches — and a test kubelet (Kubelet) that binds the
-// pods of one namespace, runs their container command as a local process
-// with exactly the pod's environment, and writes their status as a
-// kubelet would. There is no scheduler, no container runtime and no
-// network: whatever a test needs of those, it plays itself.
-//
-// A missing binary is an error (ErrNoBinaries names the build script),
-// never a reason to skip.
 package kubetest
 
 import (
@@ -94,12 +83,46 @@ type process struct {
 	done chan struct{}
 }
 
+// waitForBuild returns once no tools/k8s/build.sh holds the lock file
+// beside ToolsDir (at once when there is none), or with ctx's error.
+func waitForBuild(ctx context.Context) error {
+	f, err := os.Open(ToolsDir() + ".lock")
+	if err != nil {
+		return nil // no build ever ran here
+	}
+	defer f.Close()
+	for {
+		// A shared lock is refused while build.sh holds its exclusive one.
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB)
+		if err == nil {
+			return syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			return fmt.Errorf("kubetest: lock %s: %w", f.Name(), err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
 // Start starts etcd, kube-apiserver and kube-controller-manager under
 // dir (created when missing) and waits until the API server is ready and
-// the controllers run. On error everything started is stopped; the error
-// holds the end of the failing process's log.
+// the controllers run. When the binaries are missing while
+// tools/k8s/build.sh is building them (make test builds them in the
+// background), it waits for that build first. On error everything
+// started is stopped; the error holds the end of the failing process's
+// log.
 func Start(ctx context.Context, dir string) (*Cluster, error) {
 	etcdBin, apiBin, kcmBin, err := Binaries()
+	if errors.Is(err, ErrNoBinaries) {
+		if werr := waitForBuild(ctx); werr != nil {
+			return nil, errors.Join(err, werr)
+		}
+		etcdBin, apiBin, kcmBin, err = Binaries()
+	}
 	if err != nil {
 		return nil, err
 	}

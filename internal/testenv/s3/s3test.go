@@ -1,9 +1,3 @@
-// Package s3test starts the embedded S3 server (internal/s3gw) on a free
-// 127.0.0.1 port for tests, and hands out buckets on it with blob-store
-// URLs.
-//
-// VersityGW runs one gateway per process, so Start starts it once and
-// every later call shares it; each caller takes its own bucket.
 package s3test
 
 import (
