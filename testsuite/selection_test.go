@@ -103,7 +103,8 @@ func TestSelectionRPCsDoNotGrowWithTheFleet(t *testing.T) {
 		}
 	}
 	assert.Equal(t, calls[10], calls[500], "the same calls with 10 and 500 workers")
-	assert.Equal(t, 1, calls[500]["ListWorkflowExecutions"])
+	// One fleet listing, and the task's fence floor (Client.FenceFloor).
+	assert.Equal(t, 2, calls[500]["ListWorkflowExecutions"])
 	assert.Equal(t, fleet.DefaultProbes, calls[500]["QueryWorkflow"])
 	assert.Equal(t, 1, calls[500]["UpdateWorkflowExecution"])
 }
