@@ -79,9 +79,16 @@ func TestUpgradeThroughWorkerDeployment(t *testing.T) {
 		st.Describe("--namespace "+nsDeployment))
 
 	switched := time.Now()
-	res, err := deployment.SetCurrentVersion(ctx, client.WorkerDeploymentSetCurrentVersionOptions{BuildID: v2.BuildID})
+	before, err := deployment.Describe(ctx, client.WorkerDeploymentDescribeOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, &v1, res.PreviousVersion)
+	require.Equal(t, &v1, before.Info.RoutingConfig.CurrentVersion, "v1 is current until the operator switches")
+	_, err = deployment.SetCurrentVersion(ctx, client.WorkerDeploymentSetCurrentVersionOptions{BuildID: v2.BuildID})
+	require.NoError(t, err)
+	// (Its PreviousVersion is v2 when the SDK retried a switch whose answer
+	// was lost, so the deployment's own routing is what is checked.)
+	after, err := deployment.Describe(ctx, client.WorkerDeploymentDescribeOptions{})
+	require.NoError(t, err)
+	require.Equal(t, &v2, after.Info.RoutingConfig.CurrentVersion)
 
 	require.NoError(t, os.WriteFile(gate, nil, 0o644))
 	out, err := waitTaskIn(t, wc, inflight.TaskID)
