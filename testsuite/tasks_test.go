@@ -491,10 +491,10 @@ func waitAttemptRunning(t *testing.T, taskID string, n int64) api.TaskView {
 	return view
 }
 
-// The executor sends no lease query with its heartbeats, so a Local
-// attempt whose lease ends while it is connected is stopped by the cancel
-// the task sends to its agent: the command's whole process group is gone
-// within seconds, long before the lease TTL would have run out.
+// A Local attempt whose lease ends while it is connected is stopped by
+// the cancel the task sends to its agent (or by its next heartbeat): the
+// command's whole process group is gone within seconds, long before the
+// lease TTL would have run out.
 func TestEndedLeaseKillsTheLocalAttemptThroughItsCancel(t *testing.T) {
 	agentID := "cancel-kill-a"
 	startAgent(t, agentID)

@@ -100,6 +100,11 @@ func StartAgent(ctx context.Context, c client.Client, opts AgentOptions) (*Agent
 	reg := opts.Registration
 	log := opts.Logger.With("worker", reg.WorkerID)
 	a := &Agent{opts: opts, client: &wdcclient.Client{C: c}, log: log, lost: make(chan struct{})}
+	runsLocal := opts.Launcher == nil && opts.HandOff == nil
+	// Local attempts die by their worker's liveness deadline (their
+	// executors run in this process), so a STALE revocation needs no
+	// lock-delay.
+	reg.LivenessFenced = runsLocal
 	hb, err := newHeartbeater(c, HeartbeaterOptions{Registration: reg, Interval: opts.HeartbeatInterval, Logger: log, OnTakenOver: a.giveWay, Metrics: opts.Metrics, Healthy: opts.Healthy})
 	if err != nil {
 		return nil, err
@@ -115,6 +120,7 @@ func StartAgent(ctx context.Context, c client.Client, opts AgentOptions) (*Agent
 		launcher, err = external.New(ho)
 	} else {
 		launcher, err = local.New(local.Options{
+			Liveness: hb.LivenessDeadline,
 			WorkerID: reg.WorkerID, WorkDir: opts.WorkDir, Blobs: opts.Blobs,
 			Control: &executor.TemporalControl{Client: c}, Limits: opts.Limits, Faults: opts.Faults,
 			Logger: log, OnReport: opts.OnReport, Metrics: opts.Metrics,

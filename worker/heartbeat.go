@@ -36,6 +36,9 @@ type Heartbeater struct {
 
 	mu          sync.Mutex
 	incarnation int64
+	// lastAccepted is the send time of the last worker heartbeat the
+	// registry counted (or of the registration); see LivenessDeadline.
+	lastAccepted time.Time
 
 	sent, byActivity, failed, unanswered, registrations, skipped atomic.Int64
 
@@ -149,7 +152,39 @@ func (h *Heartbeater) Stats() HeartbeaterStats {
 	return HeartbeaterStats{Sent: h.sent.Load(), ByActivity: h.byActivity.Load(), Failed: h.failed.Load(), Unanswered: h.unanswered.Load(), Registrations: h.registrations.Load(), Withheld: h.skipped.Load()}
 }
 
+// LivenessDeadline is the earliest moment the registry may mark this
+// worker STALE (and revoke its leases): the send time of the last worker
+// heartbeat it counted, or of the registration, plus the stale-after
+// window. The registry counts from when Temporal took the heartbeat,
+// which is never before it was sent. Zero before the registration.
+func (h *Heartbeater) LivenessDeadline() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lastAccepted.IsZero() {
+		return time.Time{}
+	}
+	return h.lastAccepted.Add(h.staleAfter())
+}
+
+func (h *Heartbeater) staleAfter() time.Duration {
+	if h.reg.StaleAfter > 0 {
+		return h.reg.StaleAfter
+	}
+	return fleet.DefaultStaleAfter
+}
+
+// accepted notes a worker heartbeat, sent at sent, that the registry
+// counted.
+func (h *Heartbeater) accepted(sent time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if sent.After(h.lastAccepted) {
+		h.lastAccepted = sent
+	}
+}
+
 func (h *Heartbeater) register(ctx context.Context) error {
+	sent := time.Now()
 	res, err := h.client.RegisterWorker(ctx, h.reg)
 	if err != nil {
 		return err
@@ -157,6 +192,7 @@ func (h *Heartbeater) register(ctx context.Context) error {
 	h.registrations.Add(1)
 	h.mu.Lock()
 	h.incarnation = res.Incarnation
+	h.lastAccepted = sent
 	h.mu.Unlock()
 	h.log.Info("registered", "incarnation", res.Incarnation)
 	return nil
@@ -204,6 +240,7 @@ func (h *Heartbeater) loop() {
 			// nothing else to send or check.
 			h.sent.Add(1)
 			h.byActivity.Add(1)
+			h.accepted(began)
 			h.metrics.Timer(api.MetricHeartbeatRoundTrip).Record(time.Since(began))
 			h.afterBeat()
 			cancel()
@@ -251,6 +288,10 @@ func (h *Heartbeater) loop() {
 			case e.Unprocessed > h.interval:
 				h.unanswered.Add(1)
 				err = fmt.Errorf("heartbeats delivered, but the registry has not processed its messages for %s (is the control plane running?)", e.Unprocessed.Round(time.Second))
+			case e.State == fleet.Active && mine == h.Incarnation() && e.Unprocessed == 0:
+				// The registry processed the signal (nothing waits) and
+				// holds this incarnation ACTIVE: it counted it.
+				h.accepted(began)
 			}
 		}
 		if err != nil {

@@ -151,6 +151,12 @@ type Options struct {
 	// sets it, typically to the lease TTL, so a heartbeat costs one
 	// signal and a query is sent at most once per interval.
 	LeaseCheckInterval time.Duration
+	// Liveness, when set, returns the moment the attempt's worker may go
+	// STALE in the registry, which revokes its leases: the send time of
+	// its last accepted worker heartbeat plus its stale-after window. The
+	// command is killed then at the latest, as at the lease TTL, so a
+	// revocation never finds it running (the Local launcher sets it).
+	Liveness func() time.Time
 }
 
 // Execution is a running attempt.
@@ -169,10 +175,10 @@ type Execution struct {
 	// task may hold a lease activity for it: heartbeats go by ID first
 	// (see send). Only the heartbeat loop of the current phase touches it.
 	signalled bool
-	// lastAccepted is the send time of the last heartbeat Temporal took
+	// lastAccepted is the send time of the last accepted heartbeat
 	// (before the first one: the lease's grant, see leaseReference); the
-	// executor fences itself a TTL after it. Only the heartbeat loop of
-	// the current phase touches it.
+	// executor fences itself a TTL after it. The heartbeat loop of the
+	// current phase writes it under mu; the fence keeper reads it.
 	lastAccepted time.Time
 	// fromGrant: lastAccepted started as the lease's grant. When it did
 	// not (a clock too far from the control plane's), the first heartbeat
@@ -180,12 +186,15 @@ type Execution struct {
 	// time later than the grant.
 	fromGrant bool
 
-	mu        sync.Mutex
-	exited    bool    // the command has exited; Cancel is then a no-op
-	stopCause Outcome // set when the executor itself kills the command
-	stopMsg   string
-	done      chan struct{}
-	report    Report
+	mu sync.Mutex
+	// heartbeatErr is the last heartbeat's error, for the fence
+	// watchdog's report.
+	heartbeatErr error
+	exited       bool    // the command has exited; Cancel is then a no-op
+	stopCause    Outcome // set when the executor itself kills the command
+	stopMsg      string
+	done         chan struct{}
+	report       Report
 }
 
 // TaskDir returns Root/<task>/<attempt>-<fence>.
@@ -464,6 +473,16 @@ func (e *Execution) supervise() {
 
 	waited := make(chan error, 1)
 	go func() { waited <- e.cmd.Wait() }()
+	first, _, _ := e.fenceDeadline()
+	wd, err := startWatchdog(e.cmd.Process.Pid, first)
+	if err != nil {
+		e.log.Warn("no fence watchdog: the command is fenced only while the executor runs", "error", err)
+	}
+	keeperDone := make(chan struct{})
+	go func() {
+		defer close(keeperDone)
+		e.keepFence(ctx, wd)
+	}()
 	hbDone := make(chan struct{})
 	go func() {
 		defer close(hbDone)
@@ -498,12 +517,24 @@ func (e *Execution) supervise() {
 	}
 	cancel()
 	<-hbDone
+	<-keeperDone
+	if wd != nil {
+		wd.stop()
+	}
 	if f := e.opts.Faults.Freeze; f != nil {
 		f(e.claim)
 	}
 
 	rep := Report{Claim: e.claim, StartedAt: e.started, FinishedAt: finished}
 	rep.ExitCode, rep.Signal = exitStatus(e.cmd.ProcessState, waitErr)
+	if e.fencedByWatchdog(wd, rep.Signal, finished) {
+		_, why, _ := e.fenceDeadline()
+		e.mu.Lock()
+		if e.stopCause == "" {
+			e.stopCause, e.stopMsg = OutcomeSelfFenced, "killed by its fence watchdog: "+why
+		}
+		e.mu.Unlock()
+	}
 	if timedOut {
 		rep.ExitCode, rep.Signal, rep.TimedOut = ExitTimedOut, "", true
 	}
@@ -694,33 +725,35 @@ const submitTimeout = 10 * time.Minute
 const HeartbeatRetryDivisor = 4
 
 // heartbeatLoop renews the lease every interval (counted from the last
-// accepted heartbeat, or the grant) until ctx ends, and calls
-// onLost (once, then returns) when the lease is no longer this attempt's
-// (fenced: the task has ended, so its heartbeat signal finds no workflow;
-// the task cancelled the lease activity its heartbeat by ID went to; or —
-// with Options.LeaseCheckInterval — the lease query fails the fence
-// check) or when no heartbeat was accepted for a whole lease TTL, counted
-// from the later of the last accepted heartbeat's send time and notBefore.
+// accepted heartbeat, or the grant) until ctx ends, and calls onLost
+// (once, then returns) when the lease is no longer this attempt's
+// (fenced: the task cancelled the lease activity its heartbeat by ID went
+// to, the lease query after a heartbeat signal found another lease, the
+// task has ended, or — with Options.LeaseCheckInterval — the periodic
+// lease query fails the fence check) or when no heartbeat was accepted
+// for a whole lease TTL, counted from the later of the last accepted
+// heartbeat's send time and notBefore.
 //
-// A heartbeat is accepted when Temporal took it: its signal, or — once a
-// signal was accepted — its record on the task's lease activity, by ID
-// (see send). The self-fencing
-// deadline is the SEND time of the last accepted heartbeat plus the TTL:
-// the task workflow renews the lease when it processes the signal, which is
-// never before it was sent, so the command is killed no later than the
-// control plane expires the lease. A try still in flight at the deadline
-// is abandoned. While heartbeats fail they are retried every
-// interval/HeartbeatRetryDivisor, so a partition shorter than TTL − 2 ×
-// interval is ridden out (given a client that redials within a fraction of
-// the interval, see worker.DialOptions).
+// A heartbeat is accepted when the task counted it as a renewal of this
+// claim's current lease (see send): its record on the task's lease
+// activity by ID, or a delivered signal that a lease query confirmed. The
+// self-fencing deadline is the SEND time of the last accepted heartbeat
+// plus the TTL: the task renews the lease when Temporal takes the
+// heartbeat, which is never before it was sent, so the command is killed
+// no later than the control plane expires the lease. A try still in
+// flight at the deadline is abandoned. While heartbeats fail they are
+// retried every interval/HeartbeatRetryDivisor, so a partition shorter
+// than TTL − 2 × interval is ridden out (given a client that redials
+// within a fraction of the interval, see worker.DialOptions).
 //
-// A heartbeat is one RPC and nothing else: a lease that moved on while
-// this executor is connected reaches it as a cancel (Execution.Cancel,
-// from the agent's CancelAttempt or the cluster launcher's kill), or as
-// the cancelled lease activity its next heartbeat by ID finds (fenced),
-// not through a query per beat. A lease query (LeaseCheckInterval) that fails
-// while the heartbeat itself got through is tolerated: the control plane
-// may be down, and then the lease cannot expire either.
+// So a lease that ended reaches an executor that can reach Temporal at
+// its next heartbeat, within one interval, whatever the launcher: by ID
+// it finds the lease activity cancelled or gone, and the signal that
+// follows is not confirmed. A cancel (Execution.Cancel, from the agent's
+// CancelAttempt or the cluster launcher's kill) only makes it sooner. A
+// periodic lease query (LeaseCheckInterval) that fails while the
+// heartbeat by ID got through is tolerated: the control plane may be
+// down, and then the lease cannot expire either.
 func (e *Execution) heartbeatLoop(ctx context.Context, notBefore time.Time, onLost func(why string, fenced bool)) {
 	interval := e.opts.Attempt.HeartbeatInterval
 	ttl := e.opts.Attempt.Lease.TTL
@@ -777,7 +810,9 @@ func (e *Execution) heartbeatLoop(ctx context.Context, notBefore time.Time, onLo
 			return
 		}
 		if accepted {
+			e.mu.Lock()
 			e.lastAccepted = sent
+			e.mu.Unlock()
 			next = sent.Add(interval)
 			if !failingSince.IsZero() {
 				e.log.Info("heartbeat accepted again", "failing_for", sent.Sub(failingSince).Round(time.Millisecond))
@@ -793,6 +828,9 @@ func (e *Execution) heartbeatLoop(ctx context.Context, notBefore time.Time, onLo
 				e.log.Debug("heartbeat failed", "error", err)
 			}
 			lastErr = err
+			e.mu.Lock()
+			e.heartbeatErr = err
+			e.mu.Unlock()
 		}
 		switch {
 		case errors.Is(err, errFenced):
@@ -806,20 +844,21 @@ func (e *Execution) heartbeatLoop(ctx context.Context, notBefore time.Time, onLo
 
 var errFenced = errors.New("fenced")
 
-// beat sends one heartbeat (send) and, when check is set, checks the
-// fence with one lease query, both before tryEnd. accepted reports
-// whether Temporal took the heartbeat.
+// beat sends one heartbeat (send) and, when check is set and send did
+// not query the lease already, checks the fence with one lease query,
+// both before tryEnd. accepted reports whether the heartbeat counts: the
+// task took it as a renewal of this claim's current lease.
 func (e *Execution) beat(ctx context.Context, seq int64, tryEnd time.Time, check bool) (accepted bool, err error) {
 	cctx, cancel := context.WithDeadline(ctx, tryEnd)
 	defer cancel()
-	err = e.send(cctx, seq)
+	checked, err := e.send(cctx, seq)
 	if errors.Is(err, ErrTaskGone) || errors.Is(err, ErrLeaseEnded) {
 		return true, fmt.Errorf("%w: %v", errFenced, err)
 	}
 	if err != nil {
 		return false, err
 	}
-	if !check {
+	if !check || checked {
 		return true, nil
 	}
 	var rej *Rejected
@@ -834,27 +873,40 @@ func (e *Execution) beat(ctx context.Context, seq int64, tryEnd time.Time, check
 	return true, nil
 }
 
-// send delivers heartbeat seq. Once a heartbeat signal of this attempt
-// was accepted, the task (generation 3) holds the lease on a lease
-// activity scheduled when it accepted it, so the heartbeat goes to that
-// activity by ID first: one RPC the server answers alone, no workflow
-// task or history event. When the task holds no started lease activity
-// for the fence (not started yet, timed out, an older task, an ended
-// workflow) it goes as the lease-heartbeat signal, as the first one does.
-// Errors: ErrLeaseEnded (the task cancelled the activity: fenced),
-// ErrTaskGone (the signal found no running task), or Temporal's.
-func (e *Execution) send(ctx context.Context, seq int64) error {
+// send delivers heartbeat seq and reports whether it counts (nil error).
+// Once a heartbeat of this attempt counted, the task holds the lease on a
+// lease activity for the fence, so the heartbeat goes to that activity by
+// ID first: one RPC the server answers alone, which succeeds only while
+// the task holds the activity uncancelled, i.e. the lease is current.
+// When the task holds no started lease activity for the fence (not
+// started yet, timed out, an ended workflow) it goes as the
+// lease-heartbeat signal. A delivered signal is not yet a renewal — the
+// task counts a stale claim's signal and ignores it — so it counts only
+// once the lease query that follows finds this claim's lease current
+// (checked is then set): the lease cannot have ended between the signal
+// and the answer, fences never come back. Errors: ErrLeaseEnded (the
+// task cancelled the activity, or the query found another lease:
+// fenced), ErrTaskGone (no running task), ErrLeaseUnverified (signal
+// delivered, query unanswered: not counted), or Temporal's.
+func (e *Execution) send(ctx context.Context, seq int64) (checked bool, err error) {
 	hb := api.LeaseHeartbeatSignal{Claim: e.claim, Seq: seq}
 	if e.signalled {
 		if err := e.opts.Control.HeartbeatByID(ctx, hb); !errors.Is(err, ErrNoLeaseActivity) {
-			return err
+			return false, err
 		}
 	}
-	err := e.opts.Control.Heartbeat(ctx, hb)
-	if err == nil {
-		e.signalled = true
+	if err := e.opts.Control.Heartbeat(ctx, hb); err != nil {
+		return false, err
 	}
-	return err
+	var rej *Rejected
+	switch err := CheckLease(ctx, e.opts.Control, e.claim); {
+	case errors.As(err, &rej):
+		return true, fmt.Errorf("%w: heartbeat signal delivered, but %v", ErrLeaseEnded, rej)
+	case err != nil:
+		return true, err
+	}
+	e.signalled = true
+	return true, nil
 }
 
 func exitStatus(ps *os.ProcessState, waitErr error) (code int, signal string) {

@@ -374,25 +374,28 @@ func TestSelfFencesWhenTheLeaseMovesOn(t *testing.T) {
 	assertGroupDead(t, f, ex)
 }
 
-// By default a heartbeat is one signal and nothing else: no lease query
-// per beat (the agent's cancel tells the executor that its fence is
-// lost), and queries come at most once per LeaseCheckInterval when set.
-func TestHeartbeatsSendNoLeaseQueries(t *testing.T) {
+// Heartbeats by ID cost no lease query: only the signal that a beat
+// falls back to (the first one, before the task holds a lease activity)
+// is confirmed with one, and the periodic check adds one per
+// LeaseCheckInterval when set.
+func TestHeartbeatsByIDSendNoLeaseQueries(t *testing.T) {
 	for name, tc := range map[string]struct {
 		interval   time.Duration
 		maxQueries int
 	}{
-		"no check":          {0, 0},
-		"check every 500ms": {500 * time.Millisecond, 4},
+		"no check":          {0, 1},
+		"check every 500ms": {500 * time.Millisecond, 5},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t, `sleep 1.5; echo ok > outputs/ok`, nil)
+			f.ctl.held = true
 			rep := f.wait(f.start(func(o *Options) { o.LeaseCheckInterval = tc.interval }))
 			require.Equal(t, OutcomeAccepted, rep.Outcome, "%+v", rep)
 			f.ctl.mu.Lock()
 			defer f.ctl.mu.Unlock()
-			assert.GreaterOrEqual(t, len(f.ctl.heartbeats), 10, "a beat every 100 ms for 1.5 s")
-			assert.LessOrEqual(t, f.ctl.queries, tc.maxQueries, "lease queries besides %d heartbeats", len(f.ctl.heartbeats))
+			require.Len(t, f.ctl.heartbeats, 1, "one signal, then by ID")
+			assert.GreaterOrEqual(t, len(f.ctl.byID), 10, "a beat every 100 ms for 1.5 s")
+			assert.LessOrEqual(t, f.ctl.queries, tc.maxQueries, "lease queries besides %d heartbeats", len(f.ctl.byID)+1)
 			if tc.interval > 0 {
 				assert.GreaterOrEqual(t, f.ctl.queries, 2, "the periodic check runs")
 			}
@@ -400,25 +403,44 @@ func TestHeartbeatsSendNoLeaseQueries(t *testing.T) {
 	}
 }
 
-// A lease that moved on reaches an executor with no periodic check as a
-// cancel (the agent's CancelAttempt): the command is killed, nothing is
-// submitted.
-func TestLostFenceArrivesAsACancel(t *testing.T) {
+// A heartbeat signal that Temporal delivers while the task's lease has
+// moved on (the task counts it and ignores it) is not an accepted
+// heartbeat: the lease query that confirms it fences the executor at
+// that beat, with no cancel and no periodic check. This is the executor
+// that was frozen through its lease's revocation, or whose cancel was
+// lost: its heartbeat by ID finds no lease activity and falls back to a
+// signal.
+func TestAStaleSignalIsNotAnAcceptedHeartbeat(t *testing.T) {
 	f := newFixture(t, `sleep 30 & echo $! > child.pid; wait`, nil)
+	f.ctl.held = true
 	ex := f.start(nil)
-	time.Sleep(300 * time.Millisecond)
+	waitUntil(t, 5*time.Second, "heartbeats by ID", func() bool { _, b := f.ctl.sent(); return b >= 2 })
+	moved := time.Now()
+	f.ctl.set(func(c *fakeControl) { c.held = false })
 	f.ctl.setLease(func(l *lease.Lease) { l.Fence, l.Attempt, l.WorkerID = 2, 2, "w-b" })
-	time.Sleep(500 * time.Millisecond)
-	select {
-	case <-ex.Done():
-		t.Fatal("without a check interval the executor does not poll the lease")
-	default:
-	}
-	ex.Cancel("lease expired")
 	rep := f.wait(ex)
-	assert.Equal(t, OutcomeCancelled, rep.Outcome)
+	assert.Equal(t, OutcomeSelfFenced, rep.Outcome)
+	assert.Contains(t, rep.Message, "stale_fence")
+	assert.Less(t, time.Since(moved), 500*time.Millisecond, "fenced at the next beat (100 ms), not at the TTL (3 s)")
 	assert.Empty(t, f.ctl.submitted)
 	assertGroupDead(t, f, ex)
+}
+
+// A signal delivered while the lease query goes unanswered is not
+// counted either: an executor that cannot confirm its lease for a whole
+// TTL fences itself, though Temporal took every signal.
+func TestAnUnconfirmedSignalIsNotARenewal(t *testing.T) {
+	f := newFixture(t, `sleep 30`, nil)
+	f.lease.TTL = time.Second
+	f.ctl.lease.TTL = time.Second
+	f.ctl.queryErr = errors.New("context deadline exceeded")
+	began := time.Now()
+	rep := f.wait(f.start(nil))
+	assert.Equal(t, OutcomeSelfFenced, rep.Outcome)
+	assert.Contains(t, rep.Message, ErrLeaseUnverified.Error())
+	assert.Less(t, time.Since(began), 3*time.Second)
+	signals, _ := f.ctl.sent()
+	assert.Greater(t, signals, 3, "the signals were delivered (retried every interval/4)")
 }
 
 func TestSelfFencesWhenUnreachableForATTL(t *testing.T) {
@@ -524,11 +546,14 @@ func TestQueryOutageDoesNotSelfFence(t *testing.T) {
 	f := newFixture(t, `sleep 2; echo ok > outputs/ok`, nil)
 	f.lease.TTL = time.Second
 	f.ctl.lease.TTL = time.Second
-	f.ctl.queryErr = errors.New("context deadline exceeded")
-	rep := f.wait(f.start(func(o *Options) {
+	f.ctl.held = true
+	ex := f.start(func(o *Options) {
 		o.Attempt.HeartbeatInterval = 200 * time.Millisecond
 		o.LeaseCheckInterval = 200 * time.Millisecond
-	}))
+	})
+	waitUntil(t, 5*time.Second, "the first heartbeat confirmed", func() bool { _, b := f.ctl.sent(); return b >= 1 })
+	f.ctl.set(func(c *fakeControl) { c.queryErr = errors.New("context deadline exceeded") })
+	rep := f.wait(ex)
 	assert.Equal(t, OutcomeAccepted, rep.Outcome, "%+v", rep)
 }
 
@@ -733,7 +758,7 @@ func TestHeartbeatsGoByIDToTheLeaseActivity(t *testing.T) {
 		seqs[hb.Seq] = true
 		assert.Equal(t, lease.ClaimOf(f.lease), hb.Claim)
 	}
-	assert.Zero(t, f.ctl.queries, "no lease query")
+	assert.Equal(t, len(f.ctl.heartbeats), f.ctl.queries, "one lease query per signal, none per heartbeat by ID")
 }
 
 // The submission reports how many heartbeats the attempt sent, signals

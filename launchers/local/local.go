@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"go.temporal.io/sdk/client"
 
@@ -32,6 +33,10 @@ type Options struct {
 	OnReport func(executor.Report)
 	// Metrics is the executors' metrics handler (executor.Options.Metrics).
 	Metrics client.MetricsHandler
+	// Liveness is the worker's liveness deadline (executor.Options.Liveness;
+	// the agent's Heartbeater.LivenessDeadline). Nil: attempts are fenced
+	// by their lease TTL only.
+	Liveness func() time.Time
 }
 
 // Launcher runs Local attempts. Its lock guards only its maps: staging an
@@ -128,7 +133,7 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 
 	ex, err := executor.Start(executor.Options{
 		Attempt: a, Root: l.opts.WorkDir, Blobs: l.opts.Blobs, Control: l.opts.Control,
-		Limits: l.opts.Limits, Faults: l.opts.Faults, Logger: l.opts.Logger, OnReport: l.opts.OnReport,
+		Limits: l.opts.Limits, Faults: l.opts.Faults, Logger: l.opts.Logger, OnReport: l.opts.OnReport, Liveness: l.opts.Liveness,
 		Metrics: l.opts.Metrics, Context: sctx,
 		BeforeExec: l.beforeExec(ctx, a),
 	})

@@ -1,0 +1,136 @@
+package executor
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// fenceKeeperPeriod is how often a running attempt's fence deadline is
+// re-read and handed to its watchdog: well inside the shortest stale
+// window a worker may declare (fleet.MinStaleAfter).
+const fenceKeeperPeriod = 100 * time.Millisecond
+
+// watchdogShell runs the watchdog: it reads deadlines (seconds from now,
+// one per line) from its standard input and kills the process group $1
+// when one passes with no newer line, or when its input ends (the executor
+// died). bash's read -t takes fractional seconds; POSIX sh has no -t.
+const watchdogShell = "/bin/bash"
+
+const watchdogScript = `d=$2; while IFS= read -r -t "$d" d; do :; done; kill -KILL -- "-$1" 2>/dev/null`
+
+// fenceDeadline is when the running command must be dead at the latest:
+// a lease TTL after the send time of the last accepted heartbeat, and —
+// with Options.Liveness — the moment the worker's registry entry may go
+// STALE, which revokes the lease. why names the earlier one; byLiveness
+// says it is the worker's.
+func (e *Execution) fenceDeadline() (deadline time.Time, why string, byLiveness bool) {
+	e.mu.Lock()
+	last, lastErr := e.lastAccepted, e.heartbeatErr
+	e.mu.Unlock()
+	ttl := e.opts.Attempt.Lease.TTL
+	deadline = last.Add(ttl)
+	why = fmt.Sprintf("Temporal unreachable: no heartbeat accepted for the lease TTL %s, counted from the send time of the last accepted one", ttl)
+	if lastErr != nil {
+		why += ": " + lastErr.Error()
+	}
+	if e.opts.Liveness != nil {
+		if l := e.opts.Liveness(); !l.IsZero() && l.Before(deadline) {
+			deadline, byLiveness = l, true
+			why = "no worker heartbeat accepted for the worker's stale-after window: the registry may mark it STALE and revoke the lease"
+		}
+	}
+	return deadline, why, byLiveness
+}
+
+// watchdog is a process outside the executor that kills the command's
+// process group at its fence deadline unless the executor moves it on:
+// the fence then holds while the executor cannot act (the agent stopped
+// by SIGSTOP, a long GC pause, a debugger) and when it dies.
+type watchdog struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	// deadline is the last one handed over.
+	deadline time.Time
+}
+
+// startWatchdog starts the watchdog of process group pgid with deadline.
+// Errors: bash missing, or the process could not start; the executor then
+// fences in-process only.
+func startWatchdog(pgid int, deadline time.Time) (*watchdog, error) {
+	cmd := exec.Command(watchdogShell, "-c", watchdogScript, "wdc-fence-watchdog", strconv.Itoa(pgid), seconds(time.Until(deadline)))
+	cmd.Env = []string{}
+	cmd.Dir = "/"
+	// Its own process group, so the command's group kill spares it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("fence watchdog: %w", err)
+	}
+	return &watchdog{cmd: cmd, in: in, deadline: deadline}, nil
+}
+
+// extend hands the watchdog a new deadline (a later or an earlier one).
+func (w *watchdog) extend(deadline time.Time) {
+	if deadline.Equal(w.deadline) {
+		return
+	}
+	if _, err := io.WriteString(w.in, seconds(time.Until(deadline))+"\n"); err == nil {
+		w.deadline = deadline
+	}
+}
+
+// stop ends the watchdog without it killing anything.
+func (w *watchdog) stop() {
+	_ = w.cmd.Process.Kill()
+	_ = w.cmd.Wait()
+	w.in.Close()
+}
+
+// watchdogMargin is how much earlier than the fence deadline the watchdog
+// kills: more than the time a deadline takes through the pipe.
+const watchdogMargin = 20 * time.Millisecond
+
+// seconds renders the time until deadline, less watchdogMargin, for
+// read -t: at least a millisecond (-t 0 only polls).
+func seconds(d time.Duration) string {
+	return strconv.FormatFloat(max(d-watchdogMargin, time.Millisecond).Seconds(), 'f', 3, 64)
+}
+
+// keepFence runs while the command runs: it keeps the watchdog's
+// deadline equal to the fence deadline, and kills the command once the
+// worker's liveness deadline passes (the heartbeat loop does at the lease
+// TTL, naming the heartbeats' last error).
+func (e *Execution) keepFence(ctx context.Context, wd *watchdog) {
+	t := time.NewTicker(fenceKeeperPeriod)
+	defer t.Stop()
+	for {
+		deadline, why, byLiveness := e.fenceDeadline()
+		if byLiveness && !time.Now().Before(deadline) {
+			e.stop(OutcomeSelfFenced, why)
+			return
+		}
+		if wd != nil {
+			wd.extend(deadline)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// fencedByWatchdog reports whether a command that died of SIGKILL that
+// the executor did not send was killed by its watchdog: at or after the
+// last deadline the watchdog was given.
+func (e *Execution) fencedByWatchdog(wd *watchdog, signal string, finished time.Time) bool {
+	return wd != nil && signal == "SIGKILL" && !finished.Before(wd.deadline.Add(-watchdogMargin))
+}
