@@ -335,9 +335,18 @@ type WorkerLostSignal struct {
 	Incarnation int64  `json:"incarnation"`
 	TaskID      string `json:"task_id"`
 	Fence       int64  `json:"fence"`
-	// State is the worker's new state (STALE, OFFLINE) or "REREGISTERED".
+	// State is the worker's new state (STALE, OFFLINE, DEREGISTERED) or
+	// "REREGISTERED".
 	State string `json:"state"`
+	// LivenessFenced is the worker's registration's (fleet.Registration):
+	// its attempts are dead by the time it went STALE, so the task needs
+	// no lock-delay before the next attempt.
+	LivenessFenced bool `json:"liveness_fenced,omitempty"`
 }
+
+// WorkerReregistered is WorkerLostSignal.State for reservations of an
+// incarnation that a new registration of the worker replaced.
+const WorkerReregistered = "REREGISTERED"
 
 // CancelTaskInput cancels a task.
 type CancelTaskInput struct {

@@ -153,6 +153,11 @@ type Registration struct {
 	// what an agent uses when not told otherwise. It must be shorter than
 	// StaleAfter. Placement uses it to tell fresh workers from late ones.
 	HeartbeatInterval time.Duration `json:"heartbeat_interval,omitempty"`
+	// LivenessFenced: the worker's executors kill their commands by the
+	// time it may go STALE (a Local agent's), so a lease revoked because
+	// it went STALE or OFFLINE needs no lock-delay. Otherwise the next
+	// attempt waits a lease TTL after the revocation.
+	LivenessFenced bool `json:"liveness_fenced,omitempty"`
 }
 
 // CapabilityPattern is what a capability name must match.
@@ -229,6 +234,8 @@ type Worker struct {
 	// in JSON); zero means StaleAfter / HeartbeatsPerStaleWindow (see
 	// HeartbeatPeriod).
 	HeartbeatInterval time.Duration `json:"heartbeat_interval,omitempty"`
+	// LivenessFenced is the registration's (see Registration).
+	LivenessFenced bool `json:"liveness_fenced,omitempty"`
 
 	RegisteredAt time.Time `json:"registered_at"`
 	// LastHeartbeatAt is the last accepted heartbeat signal (or
@@ -274,6 +281,7 @@ func (w *Worker) Register(r Registration, now time.Time) (lost []Reservation) {
 		StaleAfter:         stale,
 		OfflineAfter:       offline,
 		HeartbeatInterval:  r.HeartbeatInterval,
+		LivenessFenced:     r.LivenessFenced,
 		RegisteredAt:       now,
 		LastHeartbeatAt:    now,
 		HeartbeatSeq:       0,

@@ -95,6 +95,10 @@ type RetryDirective struct {
 	PreviousWorker string `json:"previous_worker"`
 	// Detail is a human-readable cause, e.g. "no heartbeat for 30s".
 	Detail string `json:"detail,omitempty"`
+	// LockDelayUntil, when set, is the earliest the next attempt may be
+	// granted: the ended attempt's command may run until then (its
+	// executor's self-fencing deadline is at most a TTL away).
+	LockDelayUntil time.Time `json:"lock_delay_until,omitzero"`
 }
 
 // Ledger is one task's lease record: the counters that only grow and every

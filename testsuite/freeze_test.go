@@ -1,6 +1,7 @@
 package testsuite
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/fleet"
+	"github.com/wdc-runtime/wdc/internal/executor"
 	"github.com/wdc-runtime/wdc/lease"
 )
 
@@ -126,4 +129,81 @@ func childProcessGroups(t *testing.T, pid int) []int {
 		}
 	}
 	return out
+}
+
+// An agent stopped (SIGSTOP) while its attempt's command runs can neither
+// heartbeat nor kill the command, and the cancel the task sends when it
+// revokes the lease (worker_lost, at the worker's stale window) goes
+// unanswered until it expires. The attempt's fence watchdog, a process of
+// its own, kills the command by the time the worker may go STALE, so the
+// retry on another worker starts after it died. Resumed, the agent's
+// executor reports the attempt self-fenced.
+func TestAStoppedAgentsCommandDiesBeforeItsRetryStarts(t *testing.T) {
+	holder := spawnAgent(t, "stopped-hold")
+	waitWorkersActive(t, "stopped-hold")
+	trace := filepath.Join(t.TempDir(), "trace")
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	env := taskEnvelope(t, "stopped-task", `echo "$(date +%s.%N) $WDC_ATTEMPT $WDC_FENCE start" >> "$TRACE"
+if [ "$WDC_ATTEMPT" = 1 ]; then echo $$ > "$PIDFILE"; exec sleep 300; fi
+echo ok > outputs/ok`)
+	env.Env["TRACE"], env.Env["PIDFILE"] = trace, pidFile
+	submit(t, env, api.TaskOptions{LeaseTTL: time.Minute, Backoff: lease.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}})
+	v := waitAttemptRunning(t, env.TaskID, 1)
+	require.Equal(t, "stopped-hold", v.Lease.WorkerID)
+	var pid int
+	waitFor(t, 10*time.Second, "attempt 1's command", func() bool {
+		b, err := os.ReadFile(pidFile)
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && pid > 0
+	})
+	startAgent(t, "stopped-take")
+	waitWorkersActive(t, "stopped-take")
+
+	require.NoError(t, syscall.Kill(holder.Process.Pid, syscall.SIGSTOP))
+	stoppedAt := time.Now()
+	t.Cleanup(func() { _ = syscall.Kill(holder.Process.Pid, syscall.SIGCONT) })
+	var died time.Time
+	waitFor(t, 30*time.Second, "attempt 1's command killed", func() bool { // polled every 50 ms
+		if !running(pid) {
+			died = time.Now()
+			return true
+		}
+		return false
+	})
+	out, view := waitOutcome(t, env.TaskID)
+	require.Equal(t, api.TaskCompleted, out.State)
+	require.Equal(t, int64(2), view.Result.Attempt)
+	assert.Equal(t, string(lease.ReasonWorkerLost), view.Leases[0].EndReason)
+	// Stay stopped past the cancel's 30 s schedule-to-close: the fence
+	// owes nothing to it.
+	time.Sleep(time.Until(stoppedAt.Add(35 * time.Second)))
+	require.NoError(t, syscall.Kill(holder.Process.Pid, syscall.SIGCONT))
+
+	starts := readTrace(t, trace)
+	require.Len(t, starts[2], 1, "attempt 2 started once")
+	t.Logf("agent stopped; its command killed %s later; lease revoked %s later; attempt 2 started %s after the kill",
+		died.Sub(stoppedAt).Round(time.Millisecond), view.Leases[0].EndedAt.Sub(stoppedAt).Round(time.Millisecond), starts[2][0].Sub(died).Round(time.Millisecond))
+	assert.True(t, died.Before(starts[2][0]), "attempt 1's command died %s after attempt 2 started", died.Sub(starts[2][0]))
+	assert.Less(t, died.Sub(stoppedAt), fleet.DefaultStaleAfter+time.Second, "killed by the worker's stale window, not the 1 min TTL")
+
+	dir := executor.TaskDir(filepath.Join(suite.dataDir, "work", "stopped-hold"), lease.ClaimOf(view.Leases[0]))
+	var rep executor.Report
+	waitFor(t, 15*time.Second, "the resumed executor's report", func() bool {
+		b, err := os.ReadFile(filepath.Join(dir, "result.json"))
+		return err == nil && json.Unmarshal(b, &rep) == nil
+	})
+	assert.Equal(t, executor.OutcomeSelfFenced, rep.Outcome)
+	assert.Contains(t, rep.Message, "watchdog")
+}
+
+// running reports whether pid is a live process: not gone, and not a
+// zombie (a stopped agent cannot reap its dead command).
+func running(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
 }

@@ -473,7 +473,8 @@ func pending(fs []workflow.Future) []workflow.Future {
 }
 
 // backoff is the Backoff phase: wait the directive's backoff (deterministic
-// jitter), handling signals, then select again. A disruption
+// jitter) and at least until its lock-delay ends, handling signals, then
+// select again. A disruption
 // (infra_killed: the attempt was killed from outside — an eviction, a
 // preemption, a lost node, an agent shutting down — not by its own
 // doing) is retried at once and does not grow the backoff: the delay of
@@ -486,10 +487,15 @@ func (t *taskWorkflow) backoff(ctx workflow.Context) {
 			n--
 		}
 	}
+	var delay time.Duration
 	if t.carry.Pending == nil || t.carry.Pending.Reason != lease.ReasonInfraKilled {
-		if delay, _ := t.opts.Backoff.Delay(max(n, 1), t.env.TaskID); delay > 0 {
-			t.sleep(ctx, delay)
-		}
+		delay, _ = t.opts.Backoff.Delay(max(n, 1), t.env.TaskID)
+	}
+	if p := t.carry.Pending; p != nil && !p.LockDelayUntil.IsZero() {
+		delay = max(delay, p.LockDelayUntil.Sub(workflow.Now(ctx)))
+	}
+	if delay > 0 {
+		t.sleep(ctx, delay)
 	}
 	t.carry.Pending = nil
 }

@@ -7,6 +7,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/fleet"
 	"github.com/wdc-runtime/wdc/lease"
 )
 
@@ -91,6 +92,26 @@ func (t *taskWorkflow) onWorkerLost(ctx workflow.Context, lost api.WorkerLostSig
 		return
 	}
 	t.revoke(ctx, lease.ReasonWorkerLost, fmt.Sprintf("worker %s is %s", lost.WorkerID, lost.State))
+	if t.directive != nil && needsLockDelay(lost) {
+		t.directive.LockDelayUntil = workflow.Now(ctx).Add(cur.TTL)
+	}
+}
+
+// needsLockDelay reports whether the attempt of a lost reservation may
+// still be running: the next attempt then waits a lease TTL (the longest
+// its executor runs on without an accepted heartbeat). A liveness-fenced
+// worker's attempts are dead by the time it goes STALE or OFFLINE, and
+// with its agent when it registers again; any other loss (a forced
+// deregistration, a cluster or hand-off worker) waits.
+func needsLockDelay(lost api.WorkerLostSignal) bool {
+	if !lost.LivenessFenced {
+		return true
+	}
+	switch lost.State {
+	case string(fleet.Stale), string(fleet.Offline), api.WorkerReregistered:
+		return false
+	}
+	return true
 }
 
 // onAttemptFailed applies an executor's report of an attempt that ended

@@ -306,9 +306,12 @@ func (s *taskSuite) TestSecondSubmissionDuringIngestIsRefused() {
 	s.Len(s.ingests, 1, "one result ingested")
 }
 
+// A liveness-fenced worker's attempt is dead by the time the worker goes
+// STALE: its lease is revoked before the TTL and the retry follows at
+// once (after its backoff), with no lock-delay.
 func (s *taskSuite) TestWorkerLostRevokesBeforeTTL() {
 	s.env.RegisterDelayedCallback(func() {
-		s.env.SignalWorkflow(api.SignalWorkerLost, api.WorkerLostSignal{WorkerID: "worker-a", TaskID: "t1", Fence: 1, State: "STALE"})
+		s.env.SignalWorkflow(api.SignalWorkerLost, api.WorkerLostSignal{WorkerID: "worker-a", TaskID: "t1", Fence: 1, State: "STALE", LivenessFenced: true})
 	}, 2*time.Second)
 	var atRetry api.TaskView
 	s.env.RegisterDelayedCallback(func() { atRetry = s.lastView() }, 5*time.Second)
@@ -318,6 +321,36 @@ func (s *taskSuite) TestWorkerLostRevokesBeforeTTL() {
 	s.Require().NotEmpty(atRetry.Directives)
 	s.Equal(lease.ReasonWorkerLost, atRetry.Directives[0].Reason)
 	s.Equal(lease.Revoked, atRetry.Leases[0].State)
+}
+
+// A lost reservation whose attempt may still run (a cluster or hand-off
+// worker's, whose executor runs on without it; or a forced
+// deregistration) revokes the lease at once, but the next attempt is
+// granted no earlier than a lease TTL later: the old executor's
+// self-fencing deadline (the lock-delay).
+func (s *taskSuite) TestLostWorkerWithoutLivenessFencingWaitsTheLockDelay() {
+	ttl := 40 * time.Second
+	for name, lost := range map[string]api.WorkerLostSignal{
+		"cluster worker STALE":  {WorkerID: "worker-a", TaskID: "t1", Fence: 1, State: "STALE"},
+		"forced deregistration": {WorkerID: "worker-a", TaskID: "t1", Fence: 1, State: "DEREGISTERED", LivenessFenced: true},
+	} {
+		s.Run(name, func() {
+			s.SetupTest()
+			s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(api.SignalWorkerLost, lost) }, 2*time.Second)
+			var atRevoke api.TaskView
+			s.env.RegisterDelayedCallback(func() { atRevoke = s.lastView() }, 3*time.Second)
+			s.submit(60*time.Second, "t1/2/2", s.claim("worker-b", 2))
+			res := s.execute(api.TaskOptions{LeaseTTL: ttl})
+			s.Equal(api.TaskCompleted, res.State)
+			s.Require().Len(atRevoke.Leases, 1)
+			s.Equal(lease.Revoked, atRevoke.Leases[0].State, "revoked at once")
+			s.Require().NotEmpty(atRevoke.Directives)
+			until := atRevoke.Directives[0].LockDelayUntil
+			s.Equal(atRevoke.Leases[0].EndedAt.Add(ttl), until, "a TTL after the revocation")
+			s.Require().Len(s.grantTimes, 2)
+			s.False(s.grantTimes[1].Before(until), "attempt 2 selected at %s, before the lock-delay ends at %s", s.grantTimes[1], until)
+		})
+	}
 }
 
 func (s *taskSuite) TestInfraKillRetries() {

@@ -392,6 +392,7 @@ func (w *workerWorkflow) noteLost(lost []fleet.Reservation, state string) {
 	for _, r := range lost {
 		w.lost = append(w.lost, api.WorkerLostSignal{
 			WorkerID: w.id, Incarnation: w.rec.Incarnation, TaskID: r.TaskID, Fence: r.Fence, State: state,
+			LivenessFenced: w.rec.LivenessFenced,
 		})
 	}
 }
@@ -465,7 +466,7 @@ func (w *workerWorkflow) validateRegister(ctx workflow.Context, in api.RegisterI
 func (w *workerWorkflow) register(ctx workflow.Context, in api.RegisterInput) (api.RegisterResult, error) {
 	lost := w.rec.Register(in, workflow.Now(ctx))
 	w.registered = true
-	w.noteLost(lost, "REREGISTERED")
+	w.noteLost(lost, api.WorkerReregistered)
 	w.wake.SendAsync(true)
 	return api.RegisterResult{WorkerID: w.id, Incarnation: w.rec.Incarnation}, nil
 }
