@@ -126,6 +126,7 @@ func newCluster(t *testing.T) *cluster {
 	c.address = c.a.addr + ":" + serverPort
 	c.checkUnused(t)
 	t.Cleanup(func() { c.teardown(t) })
+	t.Cleanup(func() { c.checkNoGoAway(t) }) // after the processes stop
 	c.build(t)
 	c.startServer(t)
 	cp := c.a.start(t, "control-plane", "control-plane", "--address", c.address)
@@ -226,6 +227,22 @@ func (c *cluster) teardown(t *testing.T) {
 	}
 }
 
+// checkNoGoAway fails the test if the frontend closed a wdc process's
+// connection for pinging more often than its keepalive policy allows
+// (worker.KeepAlive must suit a stock server): gRPC logs that at error
+// level, which every process's environment turns on.
+func (c *cluster) checkNoGoAway(t *testing.T) {
+	for _, h := range c.hosts() {
+		logs, _ := filepath.Glob(filepath.Join(h.dir, "*.log"))
+		for _, f := range logs {
+			b, _ := os.ReadFile(f)
+			if bytes.Contains(b, []byte("too_many_pings")) {
+				t.Errorf("host %s: %s: the server sent GOAWAY too_many_pings: the keepalive pings too often", h.name, filepath.Base(f))
+			}
+		}
+	}
+}
+
 // startServer runs `wdc server start-dev` on a, bound to a's address
 // only, with its S3 endpoint, and reads the store's environment from its
 // JSON.
@@ -266,10 +283,10 @@ func (c *cluster) startServer(t *testing.T) {
 }
 
 // env is the whole environment of a wdc process on h: nothing of the
-// test's.
+// test's, and gRPC's error log on (checkNoGoAway).
 func (h *host) env() []string {
 	return append([]string{"HOME=" + h.dir, "TMPDIR=" + filepath.Join(h.dir, "tmp"), "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
-		envRunCLI + "=1"}, h.c.s3Env...)
+		envRunCLI + "=1", "GRPC_GO_LOG_SEVERITY_LEVEL=error"}, h.c.s3Env...)
 }
 
 // command is `wdc args…` run in h's namespace with h's environment only.
