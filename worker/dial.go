@@ -75,6 +75,10 @@ func KeepAlive(heartbeat time.Duration) keepalive.ClientParameters {
 //     after a 6 s server outage the control plane picked up the workflow
 //     task that expires a lease 9 s after the server was back.
 //
+// A connection whose packets are silently dropped is given up by its
+// keepalive (KeepAlive, set in client.ConnectionOptions), then redialled
+// as above.
+//
 // Every call the agent, the control plane and the SDK make has a
 // deadline, so waiting for readiness never blocks forever. A heartbeat
 // reaches the frontend within about RedialMaxDelay × 1.2 plus a round trip
