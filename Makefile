@@ -42,15 +42,18 @@ test: lint temporal-tools k8s-check
 # The long tests at full size, which `make test` runs reduced: 10,000
 # trivial tasks in one run (about 15 minutes on 2 cores); the soak tests
 # streaming through continue-as-new, and the short partitions cut and
-# healed, for SOAK_FOR each (about 5 minutes).
+# healed, for SOAK_FOR each (about 5 minutes); each blackhole partition
+# of testsuite/hosts HOSTS_RUNS times (root; about 20 minutes).
 SCALE_TASKS ?= 10000
 SOAK_FOR    ?= 90s
+HOSTS_RUNS  ?= 10
 
 scale:
 	WDC_SCALE_TASKS=$(SCALE_TASKS) $(GO) test -count=1 -timeout 60m -v -run '^TestManyTasksInOneRun$$' ./testsuite/
 
 soak:
 	WDC_SOAK_FOR=$(SOAK_FOR) $(GO) test -count=1 -timeout 30m -v -run '^(TestSoak.*|TestShortPartitionsCostNoLease)$$' ./testsuite/
+	WDC_HOSTS_RUNS=$(HOSTS_RUNS) $(GO) test -count=1 -timeout 60m -v ./testsuite/hosts/
 
 # The Kubernetes manifests (deploy/k8s/base): rendered with the kustomize
 # library and decoded strictly into the API types, by the separate module

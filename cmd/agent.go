@@ -107,6 +107,7 @@ an earlier agent of this work directory left behind.`,
 			// Placement ranks a worker by how late its heartbeat is against
 			// the interval it declares.
 			r.HeartbeatInterval = heartbeat
+			a.heartbeat = agentHeartbeat(heartbeat, r.StaleAfter)
 			lim, err := limits.limits()
 			if err != nil {
 				return err
@@ -266,6 +267,19 @@ an earlier agent of this work directory left behind.`,
 	rayFlags.bind(f, a.deps.Getenv)
 	k8sf.bind(f)
 	return c
+}
+
+// agentHeartbeat is the agent's worker heartbeat period: --heartbeat-interval,
+// else a fleet.HeartbeatsPerStaleWindow-th of --stale-after (as
+// worker.StartAgent takes it).
+func agentHeartbeat(heartbeat, staleAfter time.Duration) time.Duration {
+	if heartbeat > 0 {
+		return heartbeat
+	}
+	if staleAfter <= 0 {
+		staleAfter = fleet.DefaultStaleAfter
+	}
+	return staleAfter / fleet.HeartbeatsPerStaleWindow
 }
 
 func (a *app) newControlPlaneCommand() *cobra.Command {

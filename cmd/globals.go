@@ -23,6 +23,7 @@ import (
 
 	"github.com/wdc-runtime/wdc/api"
 	wdcclient "github.com/wdc-runtime/wdc/client"
+	"github.com/wdc-runtime/wdc/fleet"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/telemetry"
 	"github.com/wdc-runtime/wdc/launchers/external"
@@ -123,6 +124,21 @@ func (a *app) dial(ctx context.Context, extra ...grpc.DialOption) (client.Client
 }
 
 func (a *app) dialAddress(ctx context.Context, address string, extra ...grpc.DialOption) (client.Client, error) {
+	opts, err := a.clientOptions(address, extra...)
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.DialContext(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("connect to Temporal at %s (namespace %s): %w; is the server running there (wdc server start-dev)? Another server: pass --address or set TEMPORAL_ADDRESS", address, a.global.namespace, err)
+	}
+	return c, nil
+}
+
+// clientOptions are the SDK client options of every connection a wdc
+// process opens: the global flags, and a keepalive that follows the
+// process's heartbeat (worker.KeepAlive of a.heartbeat).
+func (a *app) clientOptions(address string, extra ...grpc.DialOption) (client.Options, error) {
 	g := &a.global
 	opts := client.Options{
 		HostPort:  address,
@@ -132,21 +148,25 @@ func (a *app) dialAddress(ctx context.Context, address string, extra ...grpc.Dia
 		MetricsHandler: a.metrics,
 	}
 	opts.ConnectionOptions.DialOptions = extra
+	heartbeat := a.heartbeat
+	if heartbeat == 0 {
+		heartbeat = fleet.DefaultHeartbeatInterval
+	}
+	ka := worker.KeepAlive(heartbeat)
+	opts.ConnectionOptions.KeepAliveTime = ka.Time
+	opts.ConnectionOptions.KeepAliveTimeout = ka.Timeout
+	opts.ConnectionOptions.DisableKeepAlivePermitWithoutStream = !ka.PermitWithoutStream
 	if g.tls || g.tlsCertPath != "" || g.tlsKeyPath != "" || g.tlsCAPath != "" || g.tlsServerName != "" || g.tlsCertData != nil || g.tlsCAData != nil {
 		cfg, err := g.tlsConfig()
 		if err != nil {
-			return nil, err
+			return client.Options{}, err
 		}
 		opts.ConnectionOptions.TLS = cfg
 	}
 	if g.apiKey != "" {
 		opts.Credentials = client.NewAPIKeyStaticCredentials(g.apiKey)
 	}
-	c, err := client.DialContext(ctx, opts)
-	if err != nil {
-		return nil, fmt.Errorf("connect to Temporal at %s (namespace %s): %w; is the server running there (wdc server start-dev)? Another server: pass --address or set TEMPORAL_ADDRESS", address, g.namespace, err)
-	}
-	return c, nil
+	return opts, nil
 }
 
 // sdkLogger keeps the SDK to errors, unless --log-level is debug: then

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
@@ -77,6 +78,10 @@ type app struct {
 	// metrics, when set (--metrics-address), is every client's SDK
 	// metrics handler.
 	metrics client.MetricsHandler
+	// heartbeat is the most frequent heartbeat this process sends to
+	// Temporal; every connection's keepalive follows it (worker.KeepAlive).
+	// Zero: fleet.DefaultHeartbeatInterval.
+	heartbeat time.Duration
 }
 
 // Main runs the wdc CLI with args (without the program name) and returns

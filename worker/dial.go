@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/keepalive"
 )
 
 // Reconnect bounds of an agent's or a control plane's connection to the
@@ -19,6 +20,42 @@ const (
 	// is abandoned for a new one (the SDK's default is 20 s).
 	ConnectTimeout = 2 * time.Second
 )
+
+// Keepalive bounds (see KeepAlive).
+const (
+	// MinKeepAliveTime is the shortest ping period: gRPC's client floor
+	// (shorter values are raised to it) and the Temporal frontend's default
+	// enforcement minimum (frontend.keepAliveMinTime, 10 s; a client that
+	// pings more often is sent GOAWAY "too_many_pings").
+	MinKeepAliveTime = 10 * time.Second
+	// MaxKeepAliveTime and MaxKeepAliveTimeout are the SDK's defaults
+	// (30 s, 15 s): wdc never detects a dead connection later than they do.
+	MaxKeepAliveTime    = 30 * time.Second
+	MaxKeepAliveTimeout = 15 * time.Second
+	// MinKeepAliveTimeout keeps a connection whose ACKs are briefly late
+	// (a lossy link's retransmissions) from being torn down.
+	MinKeepAliveTimeout = time.Second
+)
+
+// KeepAlive is the gRPC keepalive of a process whose most frequent
+// heartbeat to Temporal is every heartbeat: Timeout = heartbeat and Time =
+// heartbeat, each clamped to [MinKeepAliveTimeout, MaxKeepAliveTimeout]
+// and [MinKeepAliveTime, MaxKeepAliveTime], pings allowed without calls.
+//
+// gRPC sets TCP_USER_TIMEOUT to Timeout, so a heartbeat written into a
+// connection whose packets are silently dropped aborts it Timeout later:
+// a heartbeat interval or two after the cut the connection is abandoned
+// and redialled (DialOptions). A connection with nothing to write (a
+// control plane's long polls) is pinged after Time without a read and
+// abandoned Timeout later. Time never goes below the Temporal frontend's
+// default enforcement minimum, so it works against a stock server.
+func KeepAlive(heartbeat time.Duration) keepalive.ClientParameters {
+	return keepalive.ClientParameters{
+		Time:                min(max(heartbeat, MinKeepAliveTime), MaxKeepAliveTime),
+		Timeout:             min(max(heartbeat, MinKeepAliveTimeout), MaxKeepAliveTimeout),
+		PermitWithoutStream: true,
+	}
+}
 
 // DialOptions are the gRPC dial options for the Temporal client of an
 // agent and of a control plane (client.Options.ConnectionOptions.
@@ -37,6 +74,10 @@ const (
 //     SDK's own backoff, which grows to 10 s and cannot be configured:
 //     after a 6 s server outage the control plane picked up the workflow
 //     task that expires a lease 9 s after the server was back.
+//
+// A connection whose packets are silently dropped is given up by its
+// keepalive (KeepAlive, set in client.ConnectionOptions), then redialled
+// as above.
 //
 // Every call the agent, the control plane and the SDK make has a
 // deadline, so waiting for readiness never blocks forever. A heartbeat
