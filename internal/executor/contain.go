@@ -299,8 +299,7 @@ type cell struct {
 // mode, or without a memory limit).
 func newCell(taskDir string, memLimit int64, log *slog.Logger) *cell {
 	c := &cell{host: currentHost(), taskDir: taskDir, log: log, seen: map[int]uint64{}}
-	sum := sha256.Sum256([]byte(taskDir))
-	name := "a-" + hex.EncodeToString(sum[:8])
+	name := cellName(taskDir)
 	if c.host.tracker != "" {
 		c.tracker = filepath.Join(c.host.tracker, name)
 		if err := mkCgroup(c.tracker); err != nil {
@@ -330,6 +329,13 @@ func newCell(taskDir string, memLimit int64, log *slog.Logger) *cell {
 		becomeSubreaper(log)
 	}
 	return c
+}
+
+// cellName is the name of the cgroups of the attempt in taskDir: unique
+// per work directory, task, attempt and fence.
+func cellName(taskDir string) string {
+	sum := sha256.Sum256([]byte(taskDir))
+	return "a-" + hex.EncodeToString(sum[:8])
 }
 
 // mkCgroup makes dir, after clearing a leftover of the same name.

@@ -179,10 +179,9 @@ func TestADoubleForkedSessionLeaderDiesWithTheAttempt(t *testing.T) {
 				_, ok := readProc(gc)
 				assert.False(t, ok, "grandchild %d is left a zombie of the agent", gc)
 			}
-			if h.tracker != "" {
-				entries, _ := os.ReadDir(h.tracker)
-				for _, e := range entries {
-					assert.False(t, e.IsDir() && strings.HasPrefix(e.Name(), "a-"), "cgroup %s left behind", e.Name())
+			for _, base := range []string{h.tracker, h.memory} {
+				if base != "" {
+					assert.NoDirExists(t, filepath.Join(base, cellName(ex.Dir())), "the attempt's cgroup is removed")
 				}
 			}
 		})
