@@ -200,6 +200,9 @@ func detectHost(skip map[string]bool) host {
 			continue
 		}
 		base, err := probe(filepath.Join(m.dir, own[""]), "cgroup.kill")
+		if err == nil {
+			err = probeCloneInto(base)
+		}
 		if err != nil {
 			h.why = append(h.why, "cgroup2 at "+m.dir+": "+err.Error())
 			continue
@@ -246,6 +249,30 @@ func detectHost(skip map[string]bool) host {
 		h.mode = ContainSubreaper
 	}
 	return h
+}
+
+// probeCloneInto starts /bin/true in a child cgroup of base with clone3
+// CLONE_INTO_CGROUP (Linux 5.7), which the v2 containment needs.
+func probeCloneInto(base string) error {
+	if _, err := os.Stat("/bin/true"); err != nil {
+		return nil // nothing to try it with; the first attempt will tell
+	}
+	p := filepath.Join(base, "probe-clone-"+strconv.Itoa(os.Getpid()))
+	if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	defer os.Remove(p)
+	fd, err := unix.Open(p, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	cmd := exec.Command("/bin/true")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("clone3 into a cgroup: %w", err)
+	}
+	return nil
 }
 
 // enableV2Memory turns the memory controller on for base's children

@@ -225,3 +225,31 @@ func TestReapContainedKillsWhatADeadAgentLeft(t *testing.T) {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// The rule itself, including what only a memory cgroup can tell: an exit
+// 137 with an OOM kill counted is a shell reporting its child's OOM kill.
+func TestClassifyExit(t *testing.T) {
+	tests := []struct {
+		code     int
+		signal   string
+		oomKills int64
+		want     lease.RetryReason
+	}{
+		{0, "", 0, ""},
+		{137, "", 0, ""},
+		{137, "", 1, lease.ReasonOOMKilled},
+		{3, "", 1, ""}, // a child was OOM killed; the program went on and exited
+		{137, "SIGKILL", 1, lease.ReasonOOMKilled},
+		{137, "SIGKILL", 0, lease.ReasonInfraKilled},
+		{143, "SIGTERM", 0, lease.ReasonInfraKilled},
+		{130, "SIGINT", 0, lease.ReasonInfraKilled},
+		{129, "SIGHUP", 0, lease.ReasonInfraKilled},
+		{139, "SIGSEGV", 0, ""},
+		{139, "SIGSEGV", 1, ""},
+		{134, "SIGABRT", 0, ""},
+		{141, "SIGPIPE", 0, ""},
+	}
+	for _, tc := range tests {
+		assert.Equal(t, tc.want, classifyExit(tc.code, tc.signal, tc.oomKills), "%+v", tc)
+	}
+}
