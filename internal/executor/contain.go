@@ -38,10 +38,12 @@ const (
 	ContainCgroup1 Containment = "cgroup1"
 	// ContainSubreaper: no writable cgroup hierarchy. The agent is a
 	// child subreaper (orphans re-parent to it) and kills the command's
-	// process group, session and every process it saw descend from the
-	// command (scanned every TrackInterval), or that carries the
-	// attempt's WDC_TASK_DIR, works in its task directory or holds a file
-	// of it open.
+	// process group, session, every process it saw descend from the
+	// command (scanned every TrackInterval), every orphan re-parented to
+	// it that started after the command and may be no other running
+	// attempt's (else at the end of the last attempt it may be), and what
+	// carries the attempt's WDC_TASK_DIR, works in its task directory or
+	// holds a file of it open.
 	ContainSubreaper Containment = "subreaper"
 )
 
@@ -429,6 +431,11 @@ func (c *cell) start(cmd *exec.Cmd) error {
 	if c.memory != "" && c.host.memoryKind == "cgroup1" {
 		v1 = append(v1, c.memory)
 	}
+	if c.host.mode == ContainSubreaper {
+		// No end may take this command for an orphan before it is known.
+		runningCells.Lock()
+		defer runningCells.Unlock()
+	}
 	var err error
 	if len(v1) == 0 {
 		err = cmd.Start()
@@ -441,6 +448,12 @@ func (c *cell) start(cmd *exec.Cmd) error {
 	c.leader = cmd.Process.Pid
 	if p, ok := readProc(c.leader); ok {
 		c.leaderStart = p.start
+	}
+	if c.host.mode == ContainSubreaper {
+		if runningCells.cells == nil {
+			runningCells.cells = map[*cell]bool{}
+		}
+		runningCells.cells[c] = true
 	}
 	if err := c.writeRecord(); err != nil {
 		c.log.Warn("containment record not written: a restarted agent relies on its environment scan", "error", err)
@@ -515,6 +528,29 @@ func originalTasks(dir string, own map[string]string) (string, error) {
 	return "", fmt.Errorf("no v1 hierarchy holds %s", dir)
 }
 
+// runningCells holds the cells of this process's running commands in
+// subreaper mode: an orphan re-parented to it (a subreaper) carries no
+// sign of its attempt, only its start time, so it is taken for the
+// attempt of the only running command that started before it, and
+// killed at the end of the last such attempt.
+var runningCells struct {
+	sync.Mutex
+	cells map[*cell]bool
+}
+
+// others is what collect needs of the other running cells: their
+// leaders and their leaders' start times. The caller holds runningCells.
+func (c *cell) others() (leaders map[int]bool, starts []uint64) {
+	leaders = map[int]bool{}
+	for d := range runningCells.cells {
+		if d != c {
+			leaders[d.leader] = true
+			starts = append(starts, d.leaderStart)
+		}
+	}
+	return leaders, starts
+}
+
 // track records, every TrackInterval, the processes that descend from the
 // command or share its process group or session (subreaper mode).
 func (c *cell) track() {
@@ -522,7 +558,10 @@ func (c *cell) track() {
 	t := time.NewTicker(TrackInterval)
 	defer t.Stop()
 	for {
-		c.collect(false)
+		runningCells.Lock()
+		leaders, starts := c.others()
+		runningCells.Unlock()
+		c.collect(false, leaders, starts)
 		select {
 		case <-c.stopTrack:
 			return
@@ -532,10 +571,12 @@ func (c *cell) track() {
 }
 
 // collect returns the live processes of the attempt it can find (the
-// leader excluded) and records them in seen. wide also counts processes
-// that started after the command and carry its WDC_TASK_DIR, work in its
-// task directory or hold a file of it open.
-func (c *cell) collect(wide bool) []proc {
+// leader excluded) and records them in seen. In subreaper mode it also
+// counts an orphan re-parented to this process that started after the
+// command and before every other running command (leaders, starts:
+// theirs); wide also counts processes that started after the command and
+// work in its task directory or hold a file of it open.
+func (c *cell) collect(wide bool, leaders map[int]bool, starts []uint64) []proc {
 	procs := listProcs()
 	byPID := make(map[int]proc, len(procs))
 	for _, p := range procs {
@@ -578,7 +619,16 @@ func (c *cell) collect(wide bool) []proc {
 			continue
 		}
 		ok := walk(p, 0)
-		if !ok && wide && p.start >= c.leaderStart && c.leaderStart > 0 && touches(p.pid, c.taskDir) {
+		after := c.leaderStart > 0 && p.start >= c.leaderStart
+		if !ok && after && c.host.mode == ContainSubreaper && p.ppid == self && !leaders[p.pid] && p.pid != c.leader {
+			ok = true
+			for _, s := range starts {
+				if s <= p.start {
+					ok = false // another attempt's, as well as it may be ours
+				}
+			}
+		}
+		if !ok && wide && after && touches(p.pid, c.taskDir) {
 			ok = true
 		}
 		if ok {
@@ -615,8 +665,19 @@ func (c *cell) end() (oomKills int64) {
 	// The second net, and the only one without a cgroup: process group,
 	// session, recorded descendants, and (without a cgroup) what works
 	// in the task directory.
+	subreaper := c.host.mode == ContainSubreaper
+	var leaders map[int]bool
+	var starts []uint64
+	if subreaper {
+		runningCells.Lock()
+		defer func() {
+			delete(runningCells.cells, c)
+			runningCells.Unlock()
+		}()
+		leaders, starts = c.others()
+	}
 	for round := 0; round < 50; round++ {
-		found := c.collect(c.host.mode == ContainSubreaper)
+		found := c.collect(subreaper, leaders, starts)
 		if len(found) == 0 {
 			break
 		}

@@ -133,18 +133,12 @@ func useHost(t *testing.T, h host) {
 	})
 }
 
-// escape double-forks a grandchild that leaves the process group and the
-// session and clears its environment; with a cgroup it also leaves the
-// task directory and closes every file of it (nothing but a cgroup can
-// tell it from any other process then). It writes its PID to gc.pid.
-func escape(fromDir bool) string {
-	detach := ``
-	if fromDir {
-		detach = `cd / && `
-	}
-	return `(` + detach + `setsid env -i /bin/sleep 600 </dev/null >/dev/null 2>&1 & echo $! > "$WDC_TASK_DIR/gc.pid") ; ` +
-		`while [ ! -s gc.pid ]; do sleep 0.01; done; sleep 0.3; echo done > outputs/x`
-}
+// escape double-forks a grandchild that leaves the process group, the
+// session and the task directory, closes every file of it and clears its
+// environment: only a cgroup, or its parent's death, can tell it from any
+// other process. It writes its PID to gc.pid.
+const escape = `(cd / && setsid env -i /bin/sleep 600 </dev/null >/dev/null 2>&1 & echo $! > "$WDC_TASK_DIR/gc.pid") ; ` +
+	`while [ ! -s gc.pid ]; do sleep 0.01; done; sleep 0.3; echo done > outputs/x`
 
 func readPID(t *testing.T, file string) int {
 	t.Helper()
@@ -168,7 +162,7 @@ func TestADoubleForkedSessionLeaderDiesWithTheAttempt(t *testing.T) {
 	for kind, h := range hosts(t) {
 		t.Run(kind, func(t *testing.T) {
 			useHost(t, h)
-			f := newFixture(t, escape(h.mode != ContainSubreaper), nil)
+			f := newFixture(t, escape, nil)
 			ex := f.start(nil)
 			rep := f.wait(ex)
 			require.Equal(t, OutcomeAccepted, rep.Outcome, "%+v", rep)
@@ -188,6 +182,25 @@ func TestADoubleForkedSessionLeaderDiesWithTheAttempt(t *testing.T) {
 	}
 }
 
+// As subreaper, with two attempts running, an orphan re-parented to the
+// agent that started after both commands may be either's: the first
+// attempt to end leaves it, the second kills it.
+func TestASubreaperKillsAnOrphanAtTheEndOfTheLastAttemptItMayBelongTo(t *testing.T) {
+	useHost(t, host{mode: ContainSubreaper})
+	long := newFixture(t, `sleep 1.5; echo ok > outputs/x`, nil)
+	exLong := long.start(nil)
+	time.Sleep(100 * time.Millisecond)
+	short := newFixture(t, escape, nil)
+	exShort := short.start(nil)
+	require.Equal(t, OutcomeAccepted, short.wait(exShort).Outcome)
+	gc := readPID(t, filepath.Join(exShort.Dir(), "gc.pid"))
+	assert.True(t, running(gc), "the orphan may be the running attempt's: it is left to its end")
+	require.Equal(t, OutcomeAccepted, long.wait(exLong).Outcome)
+	assert.False(t, running(gc), "orphan %d survived the last attempt it may belong to", gc)
+	_, ok := readProc(gc)
+	assert.False(t, ok, "orphan %d is left a zombie of the agent", gc)
+}
+
 // An agent that dies mid-attempt leaves its command's escaped grandchild
 // in the attempt's cgroup; a new agent (ReapContained on the same work
 // dir) kills it and removes the cgroup.
@@ -202,7 +215,7 @@ func TestReapContainedKillsWhatADeadAgentLeft(t *testing.T) {
 			dir := filepath.Join(root, "t1", "1-1")
 			require.NoError(t, os.MkdirAll(dir, 0o755))
 			c := newCell(dir, 0, discardLogger())
-			cmd := exec.Command("/bin/sh", "-c", escape(true)+"; sleep 600")
+			cmd := exec.Command("/bin/sh", "-c", escape+"; sleep 600")
 			cmd.Dir, cmd.Env = dir, []string{"PATH=/usr/bin:/bin", "WDC_TASK_DIR=" + dir}
 			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 			require.NoError(t, os.Mkdir(filepath.Join(dir, "outputs"), 0o755))
