@@ -266,8 +266,12 @@ type Artifact struct {
 // artifact under <data-dir>/staging/<task>/<attempt>-<fence>/ first.
 type SubmitResultInput struct {
 	Claim
-	// ExitCode is the command's exit code (the task's own outcome).
+	// ExitCode is the command's exit code (the task's own outcome); 128 +
+	// the signal's number when a signal killed it.
 	ExitCode int `json:"exit_code"`
+	// Signal names the signal that killed the command (its own crash:
+	// "SIGSEGV", "SIGABRT", ...), if one did.
+	Signal string `json:"signal,omitempty"`
 	// TimedOut is set when the command was killed at the envelope's
 	// timeouts.execution_seconds (ExitCode 124).
 	TimedOut bool `json:"timed_out,omitempty"`
@@ -298,16 +302,19 @@ type SubmitResultResult struct {
 
 // TaskResult is an accepted attempt's result after parent ingest.
 type TaskResult struct {
-	TaskID         string     `json:"task_id"`
-	RunID          string     `json:"run_id"`
-	WorkerID       string     `json:"worker_id"`
-	Attempt        int64      `json:"attempt"`
-	Fence          int64      `json:"fence"`
-	EnvelopeDigest string     `json:"envelope_digest"`
-	ExitCode       int        `json:"exit_code"`
-	TimedOut       bool       `json:"timed_out,omitempty"`
-	OutputError    string     `json:"output_error,omitempty"`
-	Artifacts      []Artifact `json:"artifacts,omitempty"`
+	TaskID         string `json:"task_id"`
+	RunID          string `json:"run_id"`
+	WorkerID       string `json:"worker_id"`
+	Attempt        int64  `json:"attempt"`
+	Fence          int64  `json:"fence"`
+	EnvelopeDigest string `json:"envelope_digest"`
+	ExitCode       int    `json:"exit_code"`
+	// Signal names the signal that killed the command, if one did
+	// (SubmitResultInput.Signal).
+	Signal      string     `json:"signal,omitempty"`
+	TimedOut    bool       `json:"timed_out,omitempty"`
+	OutputError string     `json:"output_error,omitempty"`
+	Artifacts   []Artifact `json:"artifacts,omitempty"`
 	// Logs are the command's stdout.log and stderr.log in the blob store.
 	Logs       []Artifact `json:"logs,omitempty"`
 	StartedAt  time.Time  `json:"started_at"`
@@ -317,7 +324,7 @@ type TaskResult struct {
 // AttemptFailedSignal reports that an attempt ended without a result.
 type AttemptFailedSignal struct {
 	Claim
-	// Reason is infra_killed or launch_failed.
+	// Reason is infra_killed, oom_killed or launch_failed.
 	Reason lease.RetryReason `json:"reason"`
 	Detail string            `json:"detail,omitempty"`
 }

@@ -389,6 +389,8 @@ func outcomeError(v api.TaskView) error {
 		return exitError{ExitNoResult, fmt.Errorf("task %s ended %s after %d attempt(s)", v.TaskID, v.State, len(v.Leases))}
 	case v.Result != nil && v.Result.OutputError != "":
 		return exitError{ExitProgramFailed, fmt.Errorf("task %s COMPLETED, but its outputs were rejected: %s", v.TaskID, v.Result.OutputError)}
+	case v.Result != nil && v.Result.Signal != "":
+		return exitError{ExitProgramFailed, fmt.Errorf("task %s COMPLETED: the program was killed by %s (exit code %d)", v.TaskID, v.Result.Signal, v.Result.ExitCode)}
 	case v.Result != nil && v.Result.ExitCode != 0:
 		return exitError{ExitProgramFailed, fmt.Errorf("task %s COMPLETED with the program's exit code %d", v.TaskID, v.Result.ExitCode)}
 	}
@@ -460,7 +462,7 @@ func (p *progress) diff(old, cur api.TaskView) {
 	}
 	if cur.Result != nil && old.Result == nil {
 		r := cur.Result
-		p.line(r.FinishedAt, "result accepted: attempt %d, fence %d from %s, exit code %d, %d artifact(s)", r.Attempt, r.Fence, r.WorkerID, r.ExitCode, len(r.Artifacts))
+		p.line(r.FinishedAt, "result accepted: attempt %d, fence %d from %s, exit code %d%s, %d artifact(s)", r.Attempt, r.Fence, r.WorkerID, r.ExitCode, killedBy(r), len(r.Artifacts))
 	}
 	if cur.State.Terminal() && cur.State != old.State {
 		extra := ""
@@ -471,12 +473,21 @@ func (p *progress) diff(old, cur api.TaskView) {
 	}
 }
 
+// killedBy is " (killed by SIGSEGV)" for a result whose program died of a
+// signal, else "".
+func killedBy(r *api.TaskResult) string {
+	if r.Signal == "" {
+		return ""
+	}
+	return " (killed by " + r.Signal + ")"
+}
+
 func printResult(w io.Writer, r api.TaskResult) {
 	timedOut := ""
 	if r.TimedOut {
 		timedOut = " (killed at timeouts.execution_seconds)"
 	}
-	fmt.Fprintf(w, "result of %s: attempt %d, fence %d, worker %s, exit code %d%s\n", r.TaskID, r.Attempt, r.Fence, r.WorkerID, r.ExitCode, timedOut)
+	fmt.Fprintf(w, "result of %s: attempt %d, fence %d, worker %s, exit code %d%s%s\n", r.TaskID, r.Attempt, r.Fence, r.WorkerID, r.ExitCode, killedBy(&r), timedOut)
 	if r.OutputError != "" {
 		fmt.Fprintf(w, "  outputs rejected: %s\n", r.OutputError)
 	}

@@ -68,15 +68,20 @@ const (
 	ReasonWorkerLost RetryReason = "worker_lost"
 	// ReasonLaunchFailed: the launcher could not start the attempt.
 	ReasonLaunchFailed RetryReason = "launch_failed"
-	// ReasonInfraKilled: the attempt was killed (SIGKILL, exit 137, OOM,
-	// eviction) without producing a result.
+	// ReasonInfraKilled: the attempt was stopped from outside without
+	// producing a result (an agent stopping, an eviction, a preemption, a
+	// SIGKILL or SIGTERM the program did not send); retried at once.
 	ReasonInfraKilled RetryReason = "infra_killed"
+	// ReasonOOMKilled: the kernel's OOM killer killed the command in the
+	// attempt's memory cgroup (its memory_bytes limit, where enforced);
+	// retried with backoff, as the program may need more memory.
+	ReasonOOMKilled RetryReason = "oom_killed"
 )
 
-// Valid reports whether r is one of the four retry reasons.
+// Valid reports whether r is one of the five retry reasons.
 func (r RetryReason) Valid() bool {
 	switch r {
-	case ReasonLeaseExpired, ReasonWorkerLost, ReasonLaunchFailed, ReasonInfraKilled:
+	case ReasonLeaseExpired, ReasonWorkerLost, ReasonLaunchFailed, ReasonInfraKilled, ReasonOOMKilled:
 		return true
 	}
 	return false

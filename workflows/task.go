@@ -479,6 +479,8 @@ func pending(fs []workflow.Future) []workflow.Future {
 // preemption, a lost node, an agent shutting down — not by its own
 // doing) is retried at once and does not grow the backoff: the delay of
 // the other retries counts only the retries that were not disruptions.
+// An OOM kill (oom_killed) is the program's use of memory, so it waits its
+// backoff like any other retry.
 func (t *taskWorkflow) backoff(ctx workflow.Context) {
 	t.setState(ctx, api.TaskBackoff)
 	n := t.ledger.Attempt

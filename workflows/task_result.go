@@ -114,7 +114,7 @@ func (t *taskWorkflow) resultOf(in api.SubmitResultInput, ingested api.IngestRes
 	return api.TaskResult{
 		TaskID: in.TaskID, RunID: t.env.RunID, WorkerID: in.WorkerID,
 		Attempt: in.Attempt, Fence: in.Fence, EnvelopeDigest: in.EnvelopeDigest,
-		ExitCode: in.ExitCode, TimedOut: in.TimedOut, OutputError: in.OutputError, Artifacts: ingested.Artifacts, Logs: ingested.Logs,
+		ExitCode: in.ExitCode, Signal: in.Signal, TimedOut: in.TimedOut, OutputError: in.OutputError, Artifacts: ingested.Artifacts, Logs: ingested.Logs,
 		StartedAt: in.StartedAt, FinishedAt: in.FinishedAt,
 	}
 }

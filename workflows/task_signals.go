@@ -121,10 +121,10 @@ func (t *taskWorkflow) onAttemptFailed(ctx workflow.Context, f api.AttemptFailed
 		return
 	}
 	// An executor reports only what it can know: the attempt was killed
-	// or could not start. Expiry and worker loss are the task's own
-	// judgement, never taken from a report.
+	// (by the OOM killer, or from outside) or could not start. Expiry and
+	// worker loss are the task's own judgement, never taken from a report.
 	reason := f.Reason
-	if reason != lease.ReasonLaunchFailed {
+	if reason != lease.ReasonLaunchFailed && reason != lease.ReasonOOMKilled {
 		reason = lease.ReasonInfraKilled
 	}
 	t.revoke(ctx, reason, f.Detail)

@@ -389,6 +389,26 @@ func (s *taskSuite) TestDisruptionRetriesAtOnceWithoutGrowingTheBackoff() {
 		"attempt 2 expired after its 10 s TTL, then waited the first retry's delay")
 }
 
+// An OOM kill (oom_killed) is the program's doing, not a disruption: its
+// retry waits the backoff, and the directive names it.
+func (s *taskSuite) TestOOMKillRetriesAfterTheBackoff() {
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(api.SignalAttemptFailed, api.AttemptFailedSignal{Claim: s.claim("worker-a", 1), Reason: lease.ReasonOOMKilled, Detail: "OOM killed (signal: SIGKILL)"})
+	}, 2*time.Second)
+	backoff := lease.Backoff{Initial: time.Minute, Max: time.Hour, Multiplier: 2, Jitter: 0.2}
+	first, _ := backoff.Delay(1, "t1")
+	s.submit(2*time.Second+first+5*time.Second, "t1/2/2", s.claim("worker-b", 2))
+	res := s.execute(api.TaskOptions{LeaseTTL: time.Hour, Backoff: backoff})
+	s.Equal(api.TaskCompleted, res.State)
+	view := s.lastView()
+	s.Require().Len(view.Directives, 1)
+	s.Equal(lease.ReasonOOMKilled, view.Directives[0].Reason)
+	s.Contains(view.Directives[0].Detail, "OOM killed")
+	s.Require().Len(s.grantTimes, 2)
+	s.InDelta(float64(first), float64(s.grantTimes[1].Sub(s.grantTimes[0])-2*time.Second), float64(time.Second),
+		"attempt 2 waited the backoff after the OOM kill at 2 s")
+}
+
 func (s *taskSuite) TestLaunchFailureRetries() {
 	calls := 0
 	s.env = s.NewTestWorkflowEnvironment()

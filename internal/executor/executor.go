@@ -42,7 +42,8 @@ const (
 const DefaultSearchPath = "/usr/local/bin:/usr/bin:/bin"
 
 // ExitInfraKilled is the exit status a shell reports for a child killed by
-// SIGKILL (128+9); the executor treats it as an infrastructure kill.
+// SIGKILL (128+9). The program's own exit 137 is its result; only with an
+// OOM kill counted in the attempt's memory cgroup is it oom_killed.
 const ExitInfraKilled = 137
 
 // ExitTimedOut is the exit code a result gets when the command ran past
@@ -58,10 +59,15 @@ const (
 	// OutcomeRejected: the result was submitted and refused (Reason says
 	// why, e.g. stale_fence); its staging was removed.
 	OutcomeRejected Outcome = "rejected"
-	// OutcomeInfraKilled: the command was killed without a result, or
-	// its outputs could not be staged because the artifact store failed
-	// (StoreError); the attempt was reported as infra_killed.
+	// OutcomeInfraKilled: the command was stopped from outside without a
+	// result (the executor's Kill, or a stop signal it did not send, see
+	// StopSignals), or its outputs could not be staged because the
+	// artifact store failed (StoreError); the attempt was reported as
+	// infra_killed.
 	OutcomeInfraKilled Outcome = "infra_killed"
+	// OutcomeOOMKilled: the OOM killer killed the command in the
+	// attempt's memory cgroup; the attempt was reported as oom_killed.
+	OutcomeOOMKilled Outcome = "oom_killed"
 	// OutcomeSelfFenced: the executor killed the command because its lease
 	// was lost or Temporal was unreachable for a whole TTL.
 	OutcomeSelfFenced Outcome = "self_fenced"
@@ -80,11 +86,17 @@ type Report struct {
 	Reason string `json:"reason,omitempty"`
 	// Message explains Reason.
 	Message string `json:"message,omitempty"`
-	// ExitCode is the command's exit code; -1 when killed by a signal.
+	// ExitCode is the command's exit code; 128 + the signal's number when
+	// killed by a signal (as a shell reports it).
 	ExitCode int `json:"exit_code"`
 	// Signal names the signal that killed the command, if any (e.g.
-	// "SIGKILL").
+	// "SIGSEGV").
 	Signal string `json:"signal,omitempty"`
+	// OOMKills is how many processes of the attempt the OOM killer killed
+	// in its memory cgroup (0 without one).
+	OOMKills int64 `json:"oom_kills,omitempty"`
+	// Containment is how the attempt's processes were held (Containment).
+	Containment Containment `json:"containment,omitempty"`
 	// TimedOut is set when the command ran past timeouts.execution_seconds
 	// and was killed (ExitCode is then 124).
 	TimedOut bool `json:"timed_out,omitempty"`
@@ -167,6 +179,7 @@ type Execution struct {
 	cmd     *exec.Cmd
 	started time.Time
 	log     *slog.Logger
+	cell    *cell // holds the command's processes (contain.go)
 
 	// seq numbers heartbeats across both phases (running, submitting);
 	// the submission reports it (api.SubmitResultInput.HeartbeatSeq).
@@ -403,16 +416,20 @@ func (e *Execution) startCommand() error {
 		// Own process group (killed as a whole); SIGKILL if the agent dies.
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
 	}
-	if err := cmd.Start(); err != nil {
+	// Its own cgroup (or, without one, the agent as subreaper): nothing
+	// the command starts outlives the attempt.
+	e.cell = newCell(e.taskDir, env.Resources.MemoryBytes, e.log)
+	if err := e.cell.start(cmd); err != nil {
 		stdout.Close()
 		stderr.Close()
+		e.cell.remove()
 		return fmt.Errorf("start %s: %w", prog, err)
 	}
 	stdout.Close()
 	stderr.Close()
 	e.cmd = cmd
 	e.started = time.Now()
-	e.log.Info("attempt started", "pid", cmd.Process.Pid, "dir", e.taskDir)
+	e.log.Info("attempt started", "pid", cmd.Process.Pid, "dir", e.taskDir, "containment", e.cell.host.mode)
 	return nil
 }
 
@@ -510,8 +527,11 @@ func (e *Execution) supervise() {
 	e.exited = true
 	e.mu.Unlock()
 	// The attempt is over: nothing it started may linger, in its process
-	// group or out of it (setsid, double fork).
+	// group or out of it (setsid, double fork, env -i): its cgroup is
+	// killed, then its process group, session, descendants and whatever
+	// carries its WDC_TASK_DIR.
 	_ = syscall.Kill(-e.cmd.Process.Pid, syscall.SIGKILL)
+	oomKills := e.cell.end()
 	if pids, _ := KillProcessesUnder(e.taskDir); len(pids) > 0 {
 		e.log.Info("killed processes the command left behind", "pids", pids)
 	}
@@ -525,7 +545,7 @@ func (e *Execution) supervise() {
 		f(e.claim)
 	}
 
-	rep := Report{Claim: e.claim, StartedAt: e.started, FinishedAt: finished}
+	rep := Report{Claim: e.claim, StartedAt: e.started, FinishedAt: finished, OOMKills: oomKills, Containment: e.cell.host.mode}
 	rep.ExitCode, rep.Signal = exitStatus(e.cmd.ProcessState, waitErr)
 	if e.fencedByWatchdog(wd, rep.Signal, finished) {
 		_, why, _ := e.fenceDeadline()
@@ -566,14 +586,22 @@ func (e *Execution) finish(rep *Report) {
 		}
 		return
 	}
-	if rep.Signal != "" || rep.ExitCode == ExitInfraKilled {
-		detail := fmt.Sprintf("command killed (%s) without a result", describeExit(rep))
-		rep.Outcome, rep.Reason, rep.Message = OutcomeInfraKilled, string(lease.ReasonInfraKilled), detail
-		err := e.opts.Control.ReportFailure(ctx, api.AttemptFailedSignal{Claim: e.claim, Reason: lease.ReasonInfraKilled, Detail: detail})
-		if err != nil {
-			e.log.Warn("report infra kill", "error", err)
+	if !rep.TimedOut {
+		switch reason := classifyExit(rep.ExitCode, rep.Signal, rep.OOMKills); reason {
+		case lease.ReasonOOMKilled, lease.ReasonInfraKilled:
+			detail := fmt.Sprintf("command killed (%s) without a result, not by the executor", describeExit(rep))
+			rep.Outcome = OutcomeInfraKilled
+			if reason == lease.ReasonOOMKilled {
+				detail = fmt.Sprintf("OOM killed (%s; %d OOM kill(s) in the attempt's memory cgroup, memory_bytes %d)",
+					describeExit(rep), rep.OOMKills, e.opts.Attempt.Envelope.Resources.MemoryBytes)
+				rep.Outcome = OutcomeOOMKilled
+			}
+			rep.Reason, rep.Message = string(reason), detail
+			if err := e.opts.Control.ReportFailure(ctx, api.AttemptFailedSignal{Claim: e.claim, Reason: reason, Detail: detail}); err != nil {
+				e.log.Warn("report "+string(reason), "error", err)
+			}
+			return
 		}
-		return
 	}
 
 	var lostMu sync.Mutex
@@ -633,7 +661,7 @@ func (e *Execution) finish(rep *Report) {
 		logs = nil
 	}
 	in := api.SubmitResultInput{
-		Claim: e.claim, ExitCode: rep.ExitCode, TimedOut: rep.TimedOut, Artifacts: arts, Logs: logs, OutputError: rep.OutputError,
+		Claim: e.claim, ExitCode: rep.ExitCode, Signal: rep.Signal, TimedOut: rep.TimedOut, Artifacts: arts, Logs: logs, OutputError: rep.OutputError,
 		StartedAt: rep.StartedAt, FinishedAt: rep.FinishedAt, HeartbeatSeq: e.seq.Load(),
 	}
 	// Once accepted for ingest the lease cannot expire: heartbeats stop.
@@ -909,12 +937,15 @@ func (e *Execution) send(ctx context.Context, seq int64) (checked bool, err erro
 	return true, nil
 }
 
+// exitStatus is the command's exit code and the name of the signal that
+// killed it, if one did (the code is then 128 + its number, as a shell
+// reports it); -1 when it was not waited for.
 func exitStatus(ps *os.ProcessState, waitErr error) (code int, signal string) {
 	if ps == nil {
 		return -1, ""
 	}
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return -1, unix.SignalName(ws.Signal())
+		return 128 + int(ws.Signal()), unix.SignalName(ws.Signal())
 	}
 	return ps.ExitCode(), ""
 }

@@ -316,19 +316,6 @@ func TestNonZeroExitIsAResult(t *testing.T) {
 	assert.Equal(t, 3, f.ctl.submitted[0].ExitCode)
 }
 
-func TestKilledBySignalIsInfraKilled(t *testing.T) {
-	for name, script := range map[string]string{"SIGKILL": `kill -9 $$`, "exit 137": `exit 137`} {
-		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, script, nil)
-			rep := f.wait(f.start(nil))
-			assert.Equal(t, OutcomeInfraKilled, rep.Outcome)
-			assert.Empty(t, f.ctl.submitted, "no result is submitted")
-			require.Len(t, f.ctl.failures, 1)
-			assert.Equal(t, lease.ReasonInfraKilled, f.ctl.failures[0].Reason)
-		})
-	}
-}
-
 func TestOutputRulesRejectSymlinksAndOversize(t *testing.T) {
 	tests := map[string]struct {
 		script string

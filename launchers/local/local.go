@@ -78,6 +78,7 @@ func New(opts Options) (*Launcher, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	opts.Logger.Info("local attempts are contained by " + executor.DescribeContainment())
 	if killed, err := ReapOrphans(opts.WorkDir); err != nil {
 		opts.Logger.Warn("could not look for orphaned attempts", "error", err)
 	} else if len(killed) > 0 {
