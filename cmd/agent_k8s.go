@@ -137,6 +137,9 @@ func (k *k8sFlags) spec(ns string, target func() (string, error), a *app, execBi
 	return s, nil
 }
 
+// A restarted Kubernetes agent adopts the Jobs still running.
+var _ worker.Adopter = (*k8s.Launcher)(nil)
+
 // k8sAgentSetup builds the agent's Kubernetes launcher: it connects to
 // the cluster, fills the worker's capacity from the namespace's
 // ResourceQuota when --cpu/--memory/--gpus were not given, adds the
@@ -174,7 +177,7 @@ func (a *app) k8sAgentSetup(ctx context.Context, c *cobra.Command, k *k8sFlags, 
 	}
 	declareLauncher(reg, envelope.LauncherK8s)
 	l, err := k8s.New(sctx, k8s.Options{WorkerID: reg.WorkerID, Client: cs, Spec: spec, Apply: k.apply, Blobs: store,
-		Reporter: &executor.TemporalControl{Client: tc}, PendingBound: k.pendingBound, Logger: a.logger()})
+		Reporter: &executor.TemporalControl{Client: tc}, Control: &executor.TemporalControl{Client: tc}, PendingBound: k.pendingBound, Logger: a.logger()})
 	if err != nil {
 		return "", err
 	}
