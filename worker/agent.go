@@ -131,12 +131,23 @@ func StartAgent(ctx context.Context, c client.Client, opts AgentOptions) (*Agent
 	}
 	a.worker = sdkworker.New(c, api.AgentTaskQueue(reg.WorkerID), sdkworker.Options{})
 	a.worker.RegisterActivityWithOptions(&activities.Agent{WorkerID: reg.WorkerID, Launcher: launcher}, activity.RegisterOptions{SkipInvalidStructFunctions: true})
+	if hb.adopter != nil {
+		// Register before polling: a launch taken meanwhile (one queued
+		// for the previous incarnation) would start a Job the
+		// registration's list of running attempts does not see, and its
+		// reservation would be dropped under it.
+		if err := hb.register(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err := a.worker.Start(); err != nil {
 		return nil, fmt.Errorf("start agent worker: %w", err)
 	}
-	if err := hb.register(ctx); err != nil {
-		a.worker.Stop()
-		return nil, err
+	if hb.adopter == nil {
+		if err := hb.register(ctx); err != nil {
+			a.worker.Stop()
+			return nil, err
+		}
 	}
 	go hb.loop()
 	return a, nil
