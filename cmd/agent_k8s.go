@@ -144,7 +144,8 @@ var _ worker.Adopter = (*k8s.Launcher)(nil)
 // the cluster, fills the worker's capacity from the namespace's
 // ResourceQuota when --cpu/--memory/--gpus were not given, adds the
 // launcher capability, and gates heartbeats on the API server's
-// readiness.
+// readiness. The launcher answers lease queries, so that a restarted
+// agent adopts the Jobs still running (worker.Adopter).
 func (a *app) k8sAgentSetup(ctx context.Context, c *cobra.Command, k *k8sFlags, reg *fleet.Registration, tc client.Client,
 	store *blobstore.Store, storeURL func() (string, error), execBin string, opts *worker.AgentOptions) (string, error) {
 	cfg, ns, err := a.k8sRESTConfig(k)

@@ -167,7 +167,7 @@ func (h *Heartbeater) register(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if h.adopter != nil {
+	if h.adopter != nil && len(claims) > 0 {
 		adopted, refused := splitAdopted(claims, res.Adopted)
 		h.log.Info("adopted running attempts", "adopted", len(adopted), "refused", len(refused))
 		h.adopter.Adopt(ctx, adopted, refused)
