@@ -40,6 +40,10 @@ type RegisterInput = fleet.Registration
 type RegisterResult struct {
 	WorkerID    string `json:"worker_id"`
 	Incarnation int64  `json:"incarnation"`
+	// Adopted are the reservations of RegisterInput.Adopt the registry
+	// kept for the new incarnation (fleet.Worker.Register); an adoption
+	// not listed was refused: its attempt must be stopped.
+	Adopted []ReservationRef `json:"adopted,omitempty"`
 }
 
 // WorkerHeartbeatSignal is fleet.Heartbeat on the wire.

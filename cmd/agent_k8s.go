@@ -137,11 +137,15 @@ func (k *k8sFlags) spec(ns string, target func() (string, error), a *app, execBi
 	return s, nil
 }
 
+// A restarted Kubernetes agent adopts the Jobs still running.
+var _ worker.Adopter = (*k8s.Launcher)(nil)
+
 // k8sAgentSetup builds the agent's Kubernetes launcher: it connects to
 // the cluster, fills the worker's capacity from the namespace's
 // ResourceQuota when --cpu/--memory/--gpus were not given, adds the
 // launcher capability, and gates heartbeats on the API server's
-// readiness.
+// readiness. The launcher answers lease queries, so that a restarted
+// agent adopts the Jobs still running (worker.Adopter).
 func (a *app) k8sAgentSetup(ctx context.Context, c *cobra.Command, k *k8sFlags, reg *fleet.Registration, tc client.Client,
 	store *blobstore.Store, storeURL func() (string, error), execBin string, opts *worker.AgentOptions) (string, error) {
 	cfg, ns, err := a.k8sRESTConfig(k)
@@ -174,7 +178,7 @@ func (a *app) k8sAgentSetup(ctx context.Context, c *cobra.Command, k *k8sFlags, 
 	}
 	declareLauncher(reg, envelope.LauncherK8s)
 	l, err := k8s.New(sctx, k8s.Options{WorkerID: reg.WorkerID, Client: cs, Spec: spec, Apply: k.apply, Blobs: store,
-		Reporter: &executor.TemporalControl{Client: tc}, PendingBound: k.pendingBound, Logger: a.logger()})
+		Reporter: &executor.TemporalControl{Client: tc}, Control: &executor.TemporalControl{Client: tc}, PendingBound: k.pendingBound, Logger: a.logger()})
 	if err != nil {
 		return "", err
 	}

@@ -65,6 +65,9 @@ func (f *rayAgentFlags) validate(c *cobra.Command, launcher string) error {
 	return nil
 }
 
+// A restarted Ray agent adopts the jobs still running.
+var _ worker.Adopter = (*ray.Launcher)(nil)
+
 // rayAgent connects to the dashboard, reads its Ray version once (which
 // fixes the submit fields for the agent's life) and returns the launcher,
 // the liveness check the worker heartbeats depend on, and a line saying

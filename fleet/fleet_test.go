@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -496,4 +497,37 @@ func TestForTaskLeavesOutTheTasksOwnReservations(t *testing.T) {
 	require.Len(t, got.Reservations, 1)
 	assert.Equal(t, "t2", got.Reservations[0].TaskID)
 	assert.Len(t, w.Reservations, 2, "the record itself is unchanged")
+}
+
+func TestReRegistrationKeepsAdoptedReservations(t *testing.T) {
+	var w Worker
+	w.Register(reg("w-1"), t0)
+	require.NoError(t, w.Reserve("t1", 4, Requirements{}, t0))
+	require.NoError(t, w.Reserve("t2", 1, Requirements{}, t0))
+	require.NoError(t, w.Reserve("t3", 2, Requirements{}, t0))
+	r := reg("w-1")
+	r.Adopt = []Adoption{
+		{TaskID: "t1", Attempt: 3, Fence: 4},
+		{TaskID: "t3", Attempt: 1, Fence: 1}, // a fence the record does not hold
+		{TaskID: "t9", Attempt: 1, Fence: 1}, // a task it holds nothing for
+	}
+	require.NoError(t, r.Validate())
+	lost := w.Register(r, t0.Add(time.Second))
+	assert.Equal(t, int64(2), w.Incarnation)
+	assert.Equal(t, []Reservation{{TaskID: "t1", Fence: 4, Resources: resource.List{Slots: DefaultSlotRequest}, ReservedAt: t0}}, w.Reservations, "only the adopted fence is kept")
+	var lostRefs []string
+	for _, l := range lost {
+		lostRefs = append(lostRefs, l.TaskID+"/"+strconv.FormatInt(l.Fence, 10))
+	}
+	assert.Equal(t, []string{"t2/1", "t3/2"}, lostRefs)
+}
+
+func TestRegistrationValidatesAdoptions(t *testing.T) {
+	r := reg("w-1")
+	r.Adopt = []Adoption{{TaskID: "t1", Attempt: 1, Fence: 1}, {TaskID: "bad id", Attempt: 1, Fence: 1}, {TaskID: "t2", Attempt: 0, Fence: 1}, {TaskID: "t1", Attempt: 2, Fence: 2}}
+	err := r.Validate()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "adopt[1].task_id")
+	assert.Contains(t, err.Error(), "adopt[2]: attempt and fence must be ≥ 1")
+	assert.Contains(t, err.Error(), `adopt[3]: task "t1" adopted twice`)
 }

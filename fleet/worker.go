@@ -158,7 +158,22 @@ type Registration struct {
 	// it went STALE or OFFLINE needs no lock-delay. Otherwise the next
 	// attempt waits a lease TTL after the revocation.
 	LivenessFenced bool `json:"liveness_fenced,omitempty"`
+	// Adopt names the attempts the registering process still runs and
+	// takes over from the previous incarnation (a restarted Kubernetes or
+	// Ray agent whose Jobs kept running); see Worker.Register.
+	Adopt []Adoption `json:"adopt,omitempty"`
 }
+
+// Adoption is one attempt a new incarnation claims to run still, named as
+// the registry's reservation names it (task and fence) plus its attempt.
+type Adoption struct {
+	TaskID  string `json:"task_id"`
+	Attempt int64  `json:"attempt"`
+	Fence   int64  `json:"fence"`
+}
+
+// MaxAdoptions bounds Registration.Adopt, which travels in one update.
+const MaxAdoptions = 10000
 
 // CapabilityPattern is what a capability name must match.
 var CapabilityPattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$`)
@@ -197,6 +212,23 @@ func (r Registration) Validate() error {
 		errs = append(errs, fmt.Errorf("heartbeat_interval: must not be negative (got %s)", r.HeartbeatInterval))
 	} else if r.HeartbeatInterval >= s {
 		errs = append(errs, fmt.Errorf("heartbeat_interval: %s must be shorter than stale_after %s", r.HeartbeatInterval, s))
+	}
+	if len(r.Adopt) > MaxAdoptions {
+		errs = append(errs, fmt.Errorf("adopt: %d attempts, at most %d", len(r.Adopt), MaxAdoptions))
+	}
+	seen := make(map[string]bool, len(r.Adopt))
+	for i, a := range r.Adopt {
+		field := fmt.Sprintf("adopt[%d]", i)
+		if err := ValidateID(field+".task_id", a.TaskID); err != nil {
+			errs = append(errs, err)
+		}
+		if a.Attempt < 1 || a.Fence < 1 {
+			errs = append(errs, fmt.Errorf("%s: attempt and fence must be ≥ 1 (got %d, %d)", field, a.Attempt, a.Fence))
+		}
+		if seen[a.TaskID] {
+			errs = append(errs, fmt.Errorf("%s: task %q adopted twice (a task has one current attempt)", field, a.TaskID))
+		}
+		seen[a.TaskID] = true
 	}
 	return joinProblems(errs)
 }
@@ -265,11 +297,22 @@ type Worker struct {
 }
 
 // Register applies a (re-)registration at now: a new incarnation, ACTIVE,
-// not draining, the declared capacity/labels/capabilities. Reservations of
-// the previous incarnation are returned as lost (its attempts died with it)
-// and cleared. Call Registration.Validate first.
+// not draining, the declared capacity/labels/capabilities. A reservation of
+// the previous incarnation that r.Adopt names by task and fence is kept
+// (the new incarnation runs that attempt still: w.Reservations holds
+// exactly the adopted ones afterwards); every other one is returned as
+// lost (its attempt died with the old process) and cleared. An adoption
+// of a fence the record does not hold is ignored. Call
+// Registration.Validate first.
 func (w *Worker) Register(r Registration, now time.Time) (lost []Reservation) {
-	lost = w.Reservations
+	var kept []Reservation
+	for _, res := range w.Reservations {
+		if adopts(r.Adopt, res) {
+			kept = append(kept, res)
+		} else {
+			lost = append(lost, res)
+		}
+	}
 	stale, offline := r.windows()
 	*w = Worker{
 		WorkerID:           r.WorkerID,
@@ -287,8 +330,19 @@ func (w *Worker) Register(r Registration, now time.Time) (lost []Reservation) {
 		HeartbeatSeq:       0,
 		HeartbeatsAccepted: w.HeartbeatsAccepted,
 		StateChangedAt:     now,
+		Reservations:       kept,
 	}
 	return lost
+}
+
+// adopts reports whether adoptions name reservation r (task and fence).
+func adopts(adoptions []Adoption, r Reservation) bool {
+	for _, a := range adoptions {
+		if a.TaskID == r.TaskID && a.Fence == r.Fence {
+			return true
+		}
+	}
+	return false
 }
 
 // Heartbeat is a liveness message from a worker process.

@@ -66,8 +66,12 @@ type k8sEnv struct {
 	admin   kubernetes.Interface
 	blobs   *blobstore.Store
 	secret  map[string]string // the executor Secret's values
-	// launcher is the RBAC manifest's service account's client config.
-	launcher *rest.Config
+	// launcher is the RBAC manifest's service account's client config,
+	// kubeconfig the file that holds it.
+	launcher   *rest.Config
+	kubeconfig string
+	// spawned counts the agents started per worker ID.
+	spawned map[string]int
 }
 
 // k8sWorker is the agent's worker ID.
@@ -79,7 +83,7 @@ const unboundPrefix = "k8s-unbound"
 func startK8sEnv(t *testing.T) *k8sEnv {
 	t.Helper()
 	ctx := context.Background()
-	e := &k8sEnv{ns: "wdc-jobs"}
+	e := &k8sEnv{ns: "wdc-jobs", spawned: map[string]int{}}
 	e.s = newS3Setup(t, nsK8s)
 	e.s.startControlPlane(t)
 	var err error
@@ -112,7 +116,7 @@ func startK8sEnv(t *testing.T) *k8sEnv {
 	_, err = e.admin.CoreV1().Secrets(e.ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "wdc-executor"}, StringData: e.secret}, metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	kubeconfig := e.launcherKubeconfig(t)
+	e.kubeconfig = e.launcherKubeconfig(t)
 	e.kubelet, err = kubetest.StartKubelet(e.admin, kubetest.KubeletOptions{Namespace: e.ns, Dir: filepath.Join(t.TempDir(), "pods"),
 		Bind: func(p *corev1.Pod) bool {
 			return !strings.HasPrefix(p.Annotations[k8s.AnnotationPrefix+"task"], unboundPrefix)
@@ -120,23 +124,25 @@ func startK8sEnv(t *testing.T) *k8sEnv {
 	require.NoError(t, err)
 	t.Cleanup(e.kubelet.Stop)
 
-	e.spawnAgent(t, k8sWorker, kubeconfig, "k8s")
+	e.spawnAgent(t, k8sWorker, e.kubeconfig, "k8s")
 	return e
 }
 
 // spawnAgent runs `wdc agent --launcher k8s` as worker id, labelled
 // suite-test=label, and waits until it is ACTIVE.
-func (e *k8sEnv) spawnAgent(t *testing.T, id, kubeconfig, label string, extra ...string) {
+func (e *k8sEnv) spawnAgent(t *testing.T, id, kubeconfig, label string, extra ...string) *exec.Cmd {
 	t.Helper()
+	e.spawned[id]++ // a restarted agent gets a data directory of its own
 	args := append([]string{"agent", "--worker-id", id, "--launcher", "k8s", "--kubeconfig", kubeconfig,
 		"--k8s-apply", "--k8s-image", "wdc:test", "--exec-binary", os.Args[0], "--k8s-executor-secret", "wdc-executor",
-		"--k8s-pending-bound", "4s", "--blob-url", e.s.url, "--data-dir", e.s.dir(t, id),
+		"--k8s-pending-bound", "4s", "--blob-url", e.s.url, "--data-dir", e.s.dir(t, id+"-"+strconv.Itoa(e.spawned[id])),
 		"--label", "suite-test=" + label, "--cpu", "4", "--memory", "4Gi"}, extra...)
-	e.s.spawn(t, id, args...)
+	agent, _ := e.s.spawn(t, id, args...)
 	waitFor(t, 30*time.Second, id+" ACTIVE", func() bool {
 		v, err := e.s.wc.Worker(context.Background(), id)
 		return err == nil && v.State == fleet.Active
 	})
+	return agent
 }
 
 // launcherKubeconfig applies deploy/k8s/launcher/rbac.yaml to the test
@@ -492,6 +498,7 @@ func TestKubernetesLauncher(t *testing.T) {
 		assert.Empty(t, reports.Got(), "nothing was reported for a cancelled attempt")
 	})
 
+	t.Run("a restarted agent adopts the Jobs still running", e.testAdoptAfterRestart)
 	t.Run("a launch target is a fleet worker like any other", e.testWorkerLikeAnyOther)
 	t.Run("the kustomize base passes a server-side dry run", e.testBaseDryRun)
 }
@@ -542,6 +549,90 @@ func (e *k8sEnv) testWorkerLikeAnyOther(t *testing.T) {
 		v, err := e.s.wc.Worker(context.Background(), "k8s-proxied")
 		return err == nil && v.State == fleet.Active
 	})
+}
+
+// A Kubernetes agent killed (SIGKILL) while its Jobs run, and started
+// again: its new incarnation adopts the Jobs still running, so their
+// attempts keep their leases and complete on attempt 1; the adopted Jobs
+// are followed again (their Leases renewed, a cancel deletes the Job).
+// A Job deleted while no agent ran is not adopted: its reservation is
+// lost on the re-registration and its task retries on attempt 2.
+func (e *k8sEnv) testAdoptAfterRestart(t *testing.T) {
+	const id = "k8s-restart"
+	ctx := context.Background()
+	extra := []string{"--stale-after", "20s", "--offline-after", "60s"}
+	first := e.spawnAgent(t, id, e.kubeconfig, id, extra...)
+	v, err := e.s.wc.Worker(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), v.Incarnation)
+
+	release := filepath.Join(t.TempDir(), "release")
+	defer os.WriteFile(release, nil, 0o644)
+	wait := `while [ ! -e "$RELEASE" ]; do sleep 0.1; done; echo "attempt $WDC_ATTEMPT" > outputs/done.txt`
+	kept, gone, cancelled := []string{"k8s-adopt-1", "k8s-adopt-2"}, "k8s-adopt-gone", "k8s-adopt-cancel"
+	for _, task := range append(append([]string{}, kept...), gone, cancelled) {
+		env := e.envelopeFor(t, id, task, wait)
+		env.Env["RELEASE"] = release
+		e.submit(t, env, api.TaskOptions{LeaseTTL: 6 * time.Second, MaxAttempts: 3, Backoff: lease.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}})
+	}
+	pods := map[string]corev1.Pod{}
+	for _, task := range append(append([]string{}, kept...), gone, cancelled) {
+		pods[task] = e.pod(t, task, 1, true)
+	}
+
+	// The agent dies; the Jobs run on. One of them is deleted meanwhile
+	// (its pod and process go with it).
+	require.NoError(t, first.Process.Kill())
+	_, _ = first.Process.Wait()
+	killedAt := time.Now()
+	require.NoError(t, e.admin.BatchV1().Jobs(e.ns).Delete(ctx, "wdc-"+gone+"-a1-f1", metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}))
+	waitFor(t, 30*time.Second, "the deleted Job's process killed", func() bool { return e.kubelet.Exited(pods[gone].Name) })
+
+	e.spawnAgent(t, id, e.kubeconfig, id, extra...)
+	waitFor(t, 30*time.Second, id+" registered again", func() bool {
+		v, err = e.s.wc.Worker(ctx, id)
+		return err == nil && v.Incarnation == 2 && v.State == fleet.Active
+	})
+	held := map[string]int64{}
+	for _, r := range v.Reservations {
+		held[r.TaskID] = r.Fence
+	}
+	assert.Equal(t, int64(1), held[kept[0]], "adopted: %+v", v.Reservations)
+	assert.Equal(t, int64(1), held[kept[1]], "adopted: %+v", v.Reservations)
+	for _, task := range kept {
+		lv, err := e.s.wc.Task(ctx, task)
+		require.NoError(t, err)
+		require.Len(t, lv.Leases, 1, "%s: no retry", task)
+		assert.Equal(t, lease.Active, lv.Leases[0].State, "%s keeps its lease", task)
+	}
+
+	// Followed again: the Lease is renewed by the new agent (every
+	// TTL/3), and a cancel reaches the adopted Job.
+	waitFor(t, 20*time.Second, "an adopted Job's Lease renewed after the restart", func() bool {
+		lz, err := e.admin.CoordinationV1().Leases(e.ns).Get(ctx, "wdc-"+kept[0]+"-a1-f1", metav1.GetOptions{})
+		return err == nil && lz.Spec.RenewTime != nil && lz.Spec.RenewTime.After(killedAt)
+	})
+	_, err = e.s.wc.CancelTask(ctx, cancelled, "test")
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "the cancelled task's adopted Job deleted", func() bool { return len(e.jobs(t, cancelled)) == 0 })
+
+	require.NoError(t, os.WriteFile(release, nil, 0o644))
+	for _, task := range kept {
+		out, view := e.outcome(t, task)
+		require.Equal(t, api.TaskCompleted, out.State, "%+v", view)
+		require.Len(t, view.Leases, 1, "%s: completed on attempt 1, no retry", task)
+		assert.Empty(t, view.Directives)
+		assert.Equal(t, id, view.Result.WorkerID)
+		assert.Equal(t, "attempt 1\n", e.artifact(t, view.Result, "done.txt"))
+	}
+	out, view := e.outcome(t, gone)
+	require.Equal(t, api.TaskCompleted, out.State, "%+v", view)
+	require.GreaterOrEqual(t, len(view.Directives), 1)
+	assert.Contains(t, []lease.RetryReason{lease.ReasonWorkerLost, lease.ReasonLeaseExpired}, view.Directives[0].Reason, view.Directives[0].Detail)
+	// Retried: on attempt 2, or 3 when attempt 2 was granted while no
+	// agent ran and the re-registration found no Job of it either.
+	assert.Greater(t, view.Result.Fence, int64(1))
+	assert.NotEqual(t, "attempt 1\n", e.artifact(t, view.Result, "done.txt"))
 }
 
 func jobCondition(j batchv1.Job, typ batchv1.JobConditionType) bool {

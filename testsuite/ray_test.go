@@ -173,7 +173,10 @@ while [ ! -e "$STOP" ]; do sleep 0.1; done; echo "attempt $WDC_ATTEMPT" > output
 	require.Len(t, view.Directives, 1)
 	assert.Equal(t, lease.ReasonLeaseExpired, view.Directives[0].Reason)
 	assert.Equal(t, int64(2), view.Result.Fence)
-	assert.Equal(t, "attempt 2\n", readArtifact(t, view.Result, "done.txt"))
+	// Retried: on attempt 2, or 3 when attempt 2 was granted while no
+	// agent ran and the re-registration found no job of it either.
+	assert.Greater(t, view.Result.Fence, int64(1))
+	assert.NotEqual(t, "attempt 1\n", readArtifact(t, view.Result, "done.txt"))
 }
 
 // The emulator creates the job and cuts the connection before answering
@@ -255,4 +258,91 @@ func TestRayAgentNeedsAnAnsweringDashboard(t *testing.T) {
 	assert.Contains(t, stderr, "ray version 1.13.0: older than 2.0")
 	_, err := suite.wdc.Worker(context.Background(), "ray-old")
 	assert.Error(t, err, "never registered")
+}
+
+// A Ray agent killed (SIGKILL) while its jobs run, and started again: its
+// new incarnation adopts the jobs still running, so their attempts keep
+// their leases and complete on attempt 1, and a cancel reaches an adopted
+// job. A job stopped while no agent ran is not adopted: its task retries.
+func TestRestartedRayAgentAdoptsItsRunningJobs(t *testing.T) {
+	const id = "ray-restart"
+	ctx := context.Background()
+	emu := startRay(t, raytest.Options{})
+	args := []string{"--launcher", "ray", "--ray-address", emu.URL(), "--exec-binary", os.Args[0], "--ray-poll-interval", "200ms",
+		"--cpu", "4", "--stale-after", "20s", "--offline-after", "60s"}
+	first := spawnAgentArgs(t, id, args...)
+	waitWorkersActive(t, id)
+
+	release := filepath.Join(t.TempDir(), "release")
+	defer os.WriteFile(release, nil, 0o644)
+	wait := `while [ ! -e "$RELEASE" ]; do sleep 0.1; done; echo "attempt $WDC_ATTEMPT" > outputs/done.txt`
+	kept, gone, cancelled := []string{"ray-adopt-1", "ray-adopt-2"}, "ray-adopt-gone", "ray-adopt-cancel"
+	all := append(append([]string{}, kept...), gone, cancelled)
+	for _, task := range all {
+		env := rayEnvelope(t, task, wait)
+		env.Env["RELEASE"] = release
+		submit(t, env, api.TaskOptions{LeaseTTL: 6 * time.Second, MaxAttempts: 3, Backoff: lease.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}})
+	}
+	for _, task := range all {
+		sid := ray.SubmissionID(lease.Claim{TaskID: task, Attempt: 1, Fence: 1})
+		waitFor(t, 30*time.Second, task+"'s command running", func() bool {
+			j, ok := emu.Job(sid)
+			return ok && j.Status == raytest.Running && strings.Contains(j.Logs(), "started pid")
+		})
+	}
+
+	// The agent dies; the jobs run on. One is stopped meanwhile.
+	require.NoError(t, first.Process.Kill())
+	_, _ = first.Process.Wait()
+	rc, err := ray.NewClient(ray.ClientOptions{Address: emu.URL()})
+	require.NoError(t, err)
+	goneID := ray.SubmissionID(lease.Claim{TaskID: gone, Attempt: 1, Fence: 1})
+	_, err = rc.Stop(ctx, goneID)
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, gone+"'s job stopped", func() bool { return jobOf(t, emu, gone, 1, 1).Status == raytest.Stopped })
+
+	spawnAgentArgs(t, id, args...)
+	var v api.WorkerView
+	waitFor(t, 30*time.Second, id+" registered again", func() bool {
+		v, err = suite.wdc.Worker(ctx, id)
+		return err == nil && v.Incarnation == 2 && v.State == fleet.Active
+	})
+	held := map[string]int64{}
+	for _, r := range v.Reservations {
+		held[r.TaskID] = r.Fence
+	}
+	for _, task := range append(append([]string{}, kept...), cancelled) {
+		assert.Equal(t, int64(1), held[task], "%s adopted: %+v", task, v.Reservations)
+		lv, err := suite.wdc.Task(ctx, task)
+		require.NoError(t, err)
+		require.Len(t, lv.Leases, 1, "%s: no retry", task)
+		assert.Equal(t, lease.Active, lv.Leases[0].State, "%s keeps its lease", task)
+	}
+
+	_, err = suite.wdc.CancelTask(ctx, cancelled, "test")
+	require.NoError(t, err)
+	// The agent's stop, or the job's own `wdc exec` finding its lease
+	// revoked first (then the job FAILED), whichever comes first.
+	waitFor(t, 30*time.Second, "the cancelled task's adopted job ended", func() bool {
+		return raytest.Terminal(jobOf(t, emu, cancelled, 1, 1).Status)
+	})
+
+	require.NoError(t, os.WriteFile(release, nil, 0o644))
+	for _, task := range kept {
+		out, view := waitOutcome(t, task)
+		require.Equal(t, api.TaskCompleted, out.State, "%+v", view)
+		require.Len(t, view.Leases, 1, "%s: completed on attempt 1, no retry", task)
+		assert.Empty(t, view.Directives)
+		assert.Equal(t, "attempt 1\n", readArtifact(t, view.Result, "done.txt"))
+	}
+	out, view := waitOutcome(t, gone)
+	require.Equal(t, api.TaskCompleted, out.State, "%+v", view)
+	require.GreaterOrEqual(t, len(view.Directives), 1)
+	// worker_lost (the re-registration did not adopt it), or the
+	// executor's own report of its stop, or the lease's expiry.
+	assert.Contains(t, []lease.RetryReason{lease.ReasonWorkerLost, lease.ReasonInfraKilled, lease.ReasonLeaseExpired}, view.Directives[0].Reason, view.Directives[0].Detail)
+	// Retried: on attempt 2, or 3 when attempt 2 was granted while no
+	// agent ran and the re-registration found no job of it either.
+	assert.Greater(t, view.Result.Fence, int64(1))
+	assert.NotEqual(t, "attempt 1\n", readArtifact(t, view.Result, "done.txt"))
 }

@@ -54,7 +54,8 @@ type AgentOptions struct {
 	// Launcher, when set, runs the agent's attempts instead of Local or
 	// HandOff (launchers/ray: a cluster as one fleet worker; launchers/k8s:
 	// Jobs in a namespace), built by the caller; Limits, Faults and
-	// OnReport then do not apply.
+	// OnReport then do not apply. One that is also an Adopter has every
+	// registration adopt its attempts still running.
 	Launcher AgentLauncher
 	// Healthy, when set, gates every worker heartbeat
 	// (HeartbeaterOptions.Healthy): a cluster's worker heartbeats only
@@ -131,14 +132,28 @@ func StartAgent(ctx context.Context, c client.Client, opts AgentOptions) (*Agent
 	}
 	a.launcher = launcher
 	hb.running = launcher.Running
+	if ad, ok := launcher.(Adopter); ok {
+		hb.adopter = ad
+	}
 	a.worker = sdkworker.New(c, api.AgentTaskQueue(reg.WorkerID), sdkworker.Options{})
 	a.worker.RegisterActivityWithOptions(&activities.Agent{WorkerID: reg.WorkerID, Launcher: launcher}, activity.RegisterOptions{SkipInvalidStructFunctions: true})
+	if hb.adopter != nil {
+		// Register before polling: a launch taken meanwhile (one queued
+		// for the previous incarnation) would start a Job the
+		// registration's list of running attempts does not see, and its
+		// reservation would be dropped under it.
+		if err := hb.register(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err := a.worker.Start(); err != nil {
 		return nil, fmt.Errorf("start agent worker: %w", err)
 	}
-	if err := hb.register(ctx); err != nil {
-		a.worker.Stop()
-		return nil, err
+	if hb.adopter == nil {
+		if err := hb.register(ctx); err != nil {
+			a.worker.Stop()
+			return nil, err
+		}
 	}
 	go hb.loop()
 	return a, nil

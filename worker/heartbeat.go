@@ -14,6 +14,7 @@ import (
 	"github.com/wdc-runtime/wdc/api"
 	wdcclient "github.com/wdc-runtime/wdc/client"
 	"github.com/wdc-runtime/wdc/fleet"
+	"github.com/wdc-runtime/wdc/lease"
 )
 
 // Heartbeater is a fleet worker's registration and worker-heartbeat loop:
@@ -33,6 +34,9 @@ type Heartbeater struct {
 	// every heartbeat (an agent's launcher).
 	running func() int
 	healthy func(context.Context) error
+	// adopter, when set, names the attempts each registration adopts
+	// (an agent's cluster launcher; worker/adopt.go).
+	adopter Adopter
 
 	mu          sync.Mutex
 	incarnation int64
@@ -184,10 +188,24 @@ func (h *Heartbeater) accepted(sent time.Time) {
 }
 
 func (h *Heartbeater) register(ctx context.Context) error {
+	reg := h.reg
+	var claims []lease.Claim
+	if h.adopter != nil {
+		var err error
+		if claims, err = h.adopter.Adoptable(ctx); err != nil {
+			return fmt.Errorf("list the attempts to adopt: %w", err)
+		}
+		reg.Adopt = adoptions(claims)
+	}
 	sent := time.Now()
-	res, err := h.client.RegisterWorker(ctx, h.reg)
+	res, err := h.client.RegisterWorker(ctx, reg)
 	if err != nil {
 		return err
+	}
+	if h.adopter != nil && len(claims) > 0 {
+		adopted, refused := splitAdopted(claims, res.Adopted)
+		h.log.Info("adopted running attempts", "adopted", len(adopted), "refused", len(refused))
+		h.adopter.Adopt(ctx, adopted, refused)
 	}
 	h.registrations.Add(1)
 	h.mu.Lock()

@@ -468,7 +468,15 @@ func (w *workerWorkflow) register(ctx workflow.Context, in api.RegisterInput) (a
 	w.registered = true
 	w.noteLost(lost, api.WorkerReregistered)
 	w.wake.SendAsync(true)
-	return api.RegisterResult{WorkerID: w.id, Incarnation: w.rec.Incarnation}, nil
+	res := api.RegisterResult{WorkerID: w.id, Incarnation: w.rec.Incarnation}
+	for _, r := range w.rec.Reservations {
+		res.Adopted = append(res.Adopted, api.ReservationRef{TaskID: r.TaskID, Fence: r.Fence})
+	}
+	if len(in.Adopt) > 0 {
+		workflow.GetLogger(ctx).Info("registered with adoptions", "worker", w.id, "incarnation", w.rec.Incarnation,
+			"claimed", len(in.Adopt), "adopted", len(res.Adopted), "lost", len(lost))
+	}
+	return res, nil
 }
 
 func (w *workerWorkflow) validateReserve(ctx workflow.Context, in api.ReserveInput) error {

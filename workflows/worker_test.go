@@ -67,6 +67,8 @@ type updateOutcome struct {
 	result                        converter.EncodedValue
 	// submitted is a submit-result update's answer.
 	submitted *api.SubmitResultResult
+	// value is what the update handler returned.
+	value any
 }
 
 func (s *workerSuite) update(delay time.Duration, name string, arg any) *updateOutcome {
@@ -77,6 +79,7 @@ func (s *workerSuite) update(delay time.Duration, name string, arg any) *updateO
 			OnReject: func(err error) { out.rejected = true; out.err = err },
 			OnComplete: func(v any, err error) {
 				out.completed = true
+				out.value = v
 				if err != nil {
 					out.err = err
 				}
@@ -232,6 +235,52 @@ func (s *workerSuite) TestStaleWorkerReportsLostReservations() {
 	s.run(20 * time.Second)
 	s.Require().Len(s.lost, 1)
 	s.Equal(api.WorkerLostSignal{WorkerID: "w1", Incarnation: 1, TaskID: "t1", Fence: 3, State: "STALE"}, s.lost[0])
+}
+
+// A re-registration that adopts attempts keeps exactly the reservations
+// it names by task and fence; every other one is lost (REREGISTERED), and
+// a claim for a fence or task the registry does not hold keeps nothing.
+func (s *workerSuite) TestReRegistrationKeepsOnlyAdoptedReservations() {
+	s.update(0, api.UpdateRegister, testRegistration("w1"))
+	s.update(time.Second, api.UpdateReserve, api.ReserveInput{TaskID: "t1", Fence: 1})
+	s.update(time.Second, api.UpdateReserve, api.ReserveInput{TaskID: "t2", Fence: 2})
+	s.update(time.Second, api.UpdateReserve, api.ReserveInput{TaskID: "t3", Fence: 1})
+	again := testRegistration("w1")
+	again.Adopt = []fleet.Adoption{
+		{TaskID: "t1", Attempt: 1, Fence: 1},
+		{TaskID: "t2", Attempt: 1, Fence: 1}, // the registry holds fence 2
+		{TaskID: "t9", Attempt: 1, Fence: 1}, // and nothing of t9
+	}
+	reg := s.update(2*time.Second, api.UpdateRegister, again)
+	var v api.WorkerView
+	s.query(3*time.Second, &v)
+	s.run(4 * time.Second)
+	s.Require().True(reg.completed)
+	s.Require().NoError(reg.err)
+	res, ok := reg.value.(api.RegisterResult)
+	s.Require().True(ok, "%T", reg.value)
+	s.Equal(api.RegisterResult{WorkerID: "w1", Incarnation: 2, Adopted: []api.ReservationRef{{TaskID: "t1", Fence: 1}}}, res)
+	s.Equal(int64(2), v.Incarnation)
+	s.Require().Len(v.Reservations, 1)
+	s.Equal("t1", v.Reservations[0].TaskID)
+	s.ElementsMatch([]api.WorkerLostSignal{
+		{WorkerID: "w1", Incarnation: 2, TaskID: "t2", Fence: 2, State: "REREGISTERED"},
+		{WorkerID: "w1", Incarnation: 2, TaskID: "t3", Fence: 1, State: "REREGISTERED"},
+	}, s.lost)
+}
+
+// An adoption claim that is not well formed refuses the registration.
+func (s *workerSuite) TestRegisterValidatorRejectsBadAdoption() {
+	s.update(0, api.UpdateRegister, testRegistration("w1"))
+	bad := testRegistration("w1")
+	bad.Adopt = []fleet.Adoption{{TaskID: "t1", Attempt: 1, Fence: 0}}
+	r := s.update(time.Second, api.UpdateRegister, bad)
+	var v api.WorkerView
+	s.query(2*time.Second, &v)
+	s.run(3 * time.Second)
+	s.True(r.rejected)
+	s.ErrorContains(r.err, "adopt[0]")
+	s.Equal(int64(1), v.Incarnation, "no new incarnation")
 }
 
 func (s *workerSuite) TestSweepEvaluatesNow() {

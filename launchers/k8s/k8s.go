@@ -25,6 +25,7 @@ import (
 
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
+	"github.com/wdc-runtime/wdc/internal/executor"
 	"github.com/wdc-runtime/wdc/launchers"
 	"github.com/wdc-runtime/wdc/lease"
 )
@@ -62,6 +63,9 @@ type Options struct {
 	Blobs *blobstore.Store
 	// Reporter receives launch_failed and infra_killed reports. Required.
 	Reporter Reporter
+	// Control answers the lease queries of Adoptable (executor.CheckLease);
+	// nil: a restarted agent adopts nothing.
+	Control executor.Control
 	// PendingBound is how long a pod may stay unscheduled or unable to
 	// pull its image (default DefaultPendingBound).
 	PendingBound time.Duration
@@ -432,8 +436,9 @@ func (l *Launcher) Running() int {
 }
 
 // Shutdown stops the informers and the Lease renewals. Jobs keep running:
-// they are not this process's to kill. When the agent stops, its worker
-// goes STALE and its leases are revoked (worker_lost); each pod's `wdc
+// they are not this process's to kill. An agent restarted within the
+// stale-after window adopts them (Adoptable, Adopt); otherwise its worker
+// goes STALE and their leases are revoked (worker_lost), each pod's `wdc
 // exec` then fences itself, and its Job's TTL (if any) removes it.
 func (l *Launcher) Shutdown(ctx context.Context, reason string) {
 	l.mu.Lock()
@@ -639,4 +644,101 @@ func podCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodConditi
 		}
 	}
 	return nil
+}
+
+// Adoptable lists the worker's Jobs (from the informer's cache) that have
+// not finished and whose lease is current, or cannot be verified; a Job
+// whose lease is no longer current (executor.NotCurrent) is deleted. A
+// Job whose annotations do not name a claim of this worker is left alone.
+// Without Options.Control it lists nothing.
+func (l *Launcher) Adoptable(ctx context.Context) ([]lease.Claim, error) {
+	if l.opts.Control == nil {
+		return nil, nil
+	}
+	jobs, err := l.jobs.Jobs(l.opts.Spec.Namespace).List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	var out []lease.Claim
+	for _, job := range jobs {
+		if job.DeletionTimestamp != nil || finishedCondition(job) != nil {
+			continue
+		}
+		c, err := ClaimOfJob(job)
+		if err != nil || c.WorkerID != l.opts.WorkerID {
+			l.opts.Logger.Warn("job not adopted: it names no attempt of this worker", "job", job.Namespace+"/"+job.Name, "error", err)
+			continue
+		}
+		err = executor.CheckLease(ctx, l.opts.Control, c)
+		switch {
+		case executor.NotCurrent(err):
+			l.opts.Logger.Info("job not adopted: its lease is no longer current; deleting it", "job", job.Namespace+"/"+job.Name, "why", err)
+			if l.opts.Apply {
+				if derr := l.deleteJob(ctx, c, &attempt{claim: c, jobUID: job.UID}, "lease no longer current"); derr != nil {
+					l.opts.Logger.Warn("could not delete the job", "job", job.Name, "error", derr)
+				}
+			}
+			continue
+		case err != nil:
+			l.opts.Logger.Warn("job's lease could not be verified; claiming it, the registry decides", "job", job.Namespace+"/"+job.Name, "error", err)
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// Adopt follows the adopted attempts' Jobs again, as Submit does (Lease
+// renewals, the pod and Job watch that reports their end, Cancel), and
+// deletes the refused ones' Jobs.
+func (l *Launcher) Adopt(ctx context.Context, adopted, refused []lease.Claim) {
+	ns := l.opts.Spec.Namespace
+	for _, c := range adopted {
+		name := JobName(c)
+		job, err := l.jobs.Jobs(ns).Get(name)
+		if err != nil {
+			l.opts.Logger.Warn("adopted job is gone", "job", ns+"/"+name, "error", err)
+			continue
+		}
+		lz, err := l.opts.Client.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+		var ttl time.Duration
+		if err != nil {
+			l.opts.Logger.Warn("adopted job's Lease could not be read; not renewing it", "lease", ns+"/"+name, "error", err)
+			lz = nil
+		} else if d := lz.Spec.LeaseDurationSeconds; d != nil {
+			ttl = time.Duration(*d) * time.Second
+		}
+		l.track(c, job.UID, lz, ttl)
+		l.opts.Logger.Info("attempt adopted", "task", c.TaskID, "attempt", c.Attempt, "fence", c.Fence, "job", ns+"/"+name, "uid", job.UID)
+		// What happened while no agent followed it.
+		l.onJob(job, false)
+		if pods, err := l.pods.List(labels.SelectorFromSet(labels.Set{LabelLease: LabelValue(name)})); err == nil {
+			for _, p := range pods {
+				l.onPod(p)
+			}
+		}
+	}
+	for _, c := range refused {
+		l.opts.Logger.Info("adoption refused by the registry; deleting the job", "task", c.TaskID, "attempt", c.Attempt, "fence", c.Fence, "job", ns+"/"+JobName(c))
+		if err := l.Cancel(ctx, c, "adoption refused by the registry"); err != nil {
+			l.opts.Logger.Warn("could not delete the job", "job", JobName(c), "error", err)
+		}
+	}
+}
+
+// ClaimOfJob is the claim an attempt's Job was created for, read from its
+// annotations (the full values: AnnotationPrefix + worker, task, attempt,
+// fence; AnnotationDigest). Errors: an annotation missing or not a number.
+func ClaimOfJob(job *batchv1.Job) (lease.Claim, error) {
+	a := job.Annotations
+	c := lease.Claim{TaskID: a[AnnotationPrefix+"task"], WorkerID: a[AnnotationPrefix+"worker"], EnvelopeDigest: a[AnnotationDigest]}
+	var err1, err2 error
+	c.Attempt, err1 = strconv.ParseInt(a[AnnotationPrefix+"attempt"], 10, 64)
+	c.Fence, err2 = strconv.ParseInt(a[AnnotationPrefix+"fence"], 10, 64)
+	if err := errors.Join(err1, err2); err != nil || c.TaskID == "" || c.WorkerID == "" || c.EnvelopeDigest == "" {
+		return c, fmt.Errorf("job %s/%s: annotations name no complete claim (%v)", job.Namespace, job.Name, err)
+	}
+	if JobName(c) != job.Name {
+		return c, fmt.Errorf("job %s/%s: its annotations name the job %s", job.Namespace, job.Name, JobName(c))
+	}
+	return c, nil
 }

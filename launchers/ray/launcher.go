@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -415,6 +416,75 @@ func (l *Launcher) Cancel(ctx context.Context, c lease.Claim, reason string) err
 		l.deleteWhenTerminal(id, log)
 	}()
 	return nil
+}
+
+// Adoptable lists the cluster's jobs of this worker (metadata wdc_worker)
+// that are PENDING or RUNNING and whose lease is current, or cannot be
+// verified; a job whose lease is no longer current (executor.NotCurrent)
+// is stopped and deleted instead. Errors: the job list could not be read.
+func (l *Launcher) Adoptable(ctx context.Context) ([]lease.Claim, error) {
+	jobs, err := l.opts.Client.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("ray: list jobs: %w", err)
+	}
+	var out []lease.Claim
+	for _, job := range jobs {
+		if job.Metadata[MetaWorker] != l.opts.WorkerID || Terminal(job.Status) {
+			continue
+		}
+		c, err := ClaimOfJob(job)
+		if err != nil {
+			l.opts.Logger.Warn("ray job not adopted", "job", job.SubmissionID, "error", err)
+			continue
+		}
+		err = executor.CheckLease(ctx, l.opts.Control, c)
+		switch {
+		case executor.NotCurrent(err):
+			l.opts.Logger.Info("ray job not adopted: its lease is no longer current; stopping it", "job", job.SubmissionID, "why", err)
+			if cerr := l.Cancel(ctx, c, "lease no longer current"); cerr != nil {
+				l.opts.Logger.Warn("stop ray job", "job", job.SubmissionID, "error", cerr)
+			}
+			continue
+		case err != nil:
+			l.opts.Logger.Warn("ray job's lease could not be verified; claiming it, the registry decides", "job", job.SubmissionID, "error", err)
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// Adopt watches the adopted attempts' jobs again, as Submit does (their
+// end is judged and reported, Cancel stops them; the pending bound counts
+// from now), and stops the refused ones.
+func (l *Launcher) Adopt(ctx context.Context, adopted, refused []lease.Claim) {
+	for _, c := range adopted {
+		l.opts.Logger.Info("attempt adopted", "task", c.TaskID, "attempt", c.Attempt, "fence", c.Fence, "job", SubmissionID(c))
+		l.follow(c, SubmissionID(c))
+	}
+	for _, c := range refused {
+		l.opts.Logger.Info("adoption refused by the registry; stopping the ray job", "task", c.TaskID, "attempt", c.Attempt, "fence", c.Fence, "job", SubmissionID(c))
+		if err := l.Cancel(ctx, c, "adoption refused by the registry"); err != nil {
+			l.opts.Logger.Warn("stop ray job", "job", SubmissionID(c), "error", err)
+		}
+	}
+}
+
+// ClaimOfJob is the claim a job was submitted for, read from its metadata
+// (MetaTask, MetaWorker, MetaAttempt, MetaFence, MetaEnvelope). Errors: a
+// key missing or not a number, or a submission ID that is not the claim's.
+func ClaimOfJob(job JobDetails) (lease.Claim, error) {
+	m := job.Metadata
+	c := lease.Claim{TaskID: m[MetaTask], WorkerID: m[MetaWorker], EnvelopeDigest: m[MetaEnvelope]}
+	var err1, err2 error
+	c.Attempt, err1 = strconv.ParseInt(m[MetaAttempt], 10, 64)
+	c.Fence, err2 = strconv.ParseInt(m[MetaFence], 10, 64)
+	if err := errors.Join(err1, err2); err != nil || c.TaskID == "" || c.WorkerID == "" || c.EnvelopeDigest == "" {
+		return c, fmt.Errorf("ray job %s: metadata names no complete claim (%v)", job.SubmissionID, err)
+	}
+	if id := SubmissionID(c); id != job.SubmissionID {
+		return c, fmt.Errorf("ray job %s: its metadata names the job %s", job.SubmissionID, id)
+	}
+	return c, nil
 }
 
 // Running counts the jobs being watched (submitted, not yet ended).

@@ -373,3 +373,34 @@ func TestPlacementGroupJobRunsTheDriver(t *testing.T) {
 	assert.NotContains(t, j.Logs(), "wdc exec ran")
 	assert.Contains(t, j.Logs(), `stub-ray ["remove_placement_group"]`)
 }
+
+// A launcher started after another one (the agent restarted) finds the
+// worker's running job: while its lease is current it is adoptable and
+// watched once adopted; once the lease moved on it is stopped and
+// deleted, not adopted.
+func TestRunningJobIsAdoptableAfterARestart(t *testing.T) {
+	r := newRig(t, "sleep 30", raytest.Options{}, nil)
+	r.submit(t)
+	r.waitJob(t, "running", func(j raytest.Job) bool { return j.Status == raytest.Running })
+	ctx := context.Background()
+
+	again, err := New(r.l.opts)
+	require.NoError(t, err)
+	defer again.Shutdown(ctx, "test over")
+	claims, err := again.Adoptable(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []lease.Claim{r.att.Claim()}, claims)
+	again.Adopt(ctx, claims, nil)
+	assert.Equal(t, 1, again.Running(), "the adopted job is watched")
+
+	r.ctl.mu.Lock()
+	r.ctl.lease.Fence, r.ctl.lease.Attempt = 2, 2
+	r.ctl.mu.Unlock()
+	third, err := New(r.l.opts)
+	require.NoError(t, err)
+	defer third.Shutdown(ctx, "test over")
+	claims, err = third.Adoptable(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, claims, "a job whose lease moved on is not adoptable")
+	r.waitJob(t, "stopped and deleted", func(j raytest.Job) bool { return j.Status == raytest.Stopped && j.Deleted })
+}
