@@ -923,3 +923,16 @@ func touches(pid int, dir string) bool {
 	}
 	return false
 }
+
+// killFile is the cgroup.kill file of the attempt's cgroup ("" when it
+// has none: cgroup v1, or subreaper mode).
+func (c *cell) killFile() string {
+	if c == nil || c.tracker == "" {
+		return ""
+	}
+	f := filepath.Join(c.tracker, "cgroup.kill")
+	if _, err := os.Stat(f); err != nil {
+		return ""
+	}
+	return f
+}

@@ -491,7 +491,7 @@ func (e *Execution) supervise() {
 	waited := make(chan error, 1)
 	go func() { waited <- e.cmd.Wait() }()
 	first, _, _ := e.fenceDeadline()
-	wd, err := startWatchdog(e.cmd.Process.Pid, first)
+	wd, err := startWatchdog(e.cmd.Process.Pid, first, e.cell.killFile())
 	if err != nil {
 		e.log.Warn("no fence watchdog: the command is fenced only while the executor runs", "error", err)
 	}

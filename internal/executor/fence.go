@@ -16,12 +16,14 @@ import (
 const fenceKeeperPeriod = 100 * time.Millisecond
 
 // watchdogShell runs the watchdog: it reads deadlines (seconds from now,
-// one per line) from its standard input and kills the process group $1
-// when one passes with no newer line, or when its input ends (the executor
-// died). bash's read -t takes fractional seconds; POSIX sh has no -t.
+// one per line) from its standard input and kills the process group $1,
+// and the attempt's cgroup through its cgroup.kill file $3 when there is
+// one, when a deadline passes with no newer line or when its input ends
+// (the executor died). bash's read -t takes fractional seconds; POSIX sh
+// has no -t.
 const watchdogShell = "/bin/bash"
 
-const watchdogScript = `d=$2; while IFS= read -r -t "$d" d; do :; done; kill -KILL -- "-$1" 2>/dev/null`
+const watchdogScript = `d=$2; while IFS= read -r -t "$d" d; do :; done; kill -KILL -- "-$1" 2>/dev/null; [ -z "$3" ] || echo 1 > "$3"`
 
 // fenceDeadline is when the running command must be dead at the latest:
 // a lease TTL after the send time of the last accepted heartbeat, and —
@@ -58,11 +60,12 @@ type watchdog struct {
 	deadline time.Time
 }
 
-// startWatchdog starts the watchdog of process group pgid with deadline.
+// startWatchdog starts the watchdog of process group pgid (and of the
+// cgroup whose cgroup.kill file is killFile, "" none) with deadline.
 // Errors: bash missing, or the process could not start; the executor then
 // fences in-process only.
-func startWatchdog(pgid int, deadline time.Time) (*watchdog, error) {
-	cmd := exec.Command(watchdogShell, "-c", watchdogScript, "wdc-fence-watchdog", strconv.Itoa(pgid), seconds(time.Until(deadline)))
+func startWatchdog(pgid int, deadline time.Time, killFile string) (*watchdog, error) {
+	cmd := exec.Command(watchdogShell, "-c", watchdogScript, "wdc-fence-watchdog", strconv.Itoa(pgid), seconds(time.Until(deadline)), killFile)
 	cmd.Env = []string{}
 	cmd.Dir = "/"
 	// Its own process group, so the command's group kill spares it.

@@ -41,7 +41,7 @@ func TestTheWatchdogKillsAtItsDeadline(t *testing.T) {
 	t.Run("deadline passes", func(t *testing.T) {
 		cmd := startGroup(t)
 		first := time.Now().Add(300 * time.Millisecond)
-		wd, err := startWatchdog(cmd.Process.Pid, first)
+		wd, err := startWatchdog(cmd.Process.Pid, first, "")
 		require.NoError(t, err)
 		defer wd.stop()
 		time.Sleep(100 * time.Millisecond)
@@ -53,7 +53,7 @@ func TestTheWatchdogKillsAtItsDeadline(t *testing.T) {
 	})
 	t.Run("executor gone", func(t *testing.T) {
 		cmd := startGroup(t)
-		wd, err := startWatchdog(cmd.Process.Pid, time.Now().Add(time.Minute))
+		wd, err := startWatchdog(cmd.Process.Pid, time.Now().Add(time.Minute), "")
 		require.NoError(t, err)
 		closed := time.Now()
 		wd.in.Close()
@@ -63,7 +63,7 @@ func TestTheWatchdogKillsAtItsDeadline(t *testing.T) {
 	})
 	t.Run("stopped", func(t *testing.T) {
 		cmd := startGroup(t)
-		wd, err := startWatchdog(cmd.Process.Pid, time.Now().Add(200*time.Millisecond))
+		wd, err := startWatchdog(cmd.Process.Pid, time.Now().Add(200*time.Millisecond), "")
 		require.NoError(t, err)
 		wd.stop()
 		time.Sleep(500 * time.Millisecond)
