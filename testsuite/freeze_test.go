@@ -176,7 +176,7 @@ echo ok > outputs/ok`)
 	assert.Equal(t, string(lease.ReasonWorkerLost), view.Leases[0].EndReason)
 	// Stay stopped past the cancel's 30 s schedule-to-close: the fence
 	// owes nothing to it.
-	time.Sleep(time.Until(stoppedAt.Add(35 * time.Second)))
+	time.Sleep(time.Until(stoppedAt.Add(45 * time.Second)))
 	require.NoError(t, syscall.Kill(holder.Process.Pid, syscall.SIGCONT))
 
 	starts := readTrace(t, trace)
