@@ -59,6 +59,9 @@ type runWorkflow struct {
 	// carryTooLarge is set when the state, compacted, was too large to
 	// carry into a continue-as-new; it is tried again after a commit.
 	carryTooLarge bool
+	// endedAs is the outcome each task that ended in this run ended with
+	// (endedKey), so a later, differing report is told from a repeat.
+	endedAs map[string]string
 }
 
 // childDoneBuffer is the capacity of the channel of child outcomes: more
@@ -514,12 +517,28 @@ func (r *runWorkflow) onTaskEnded(ctx workflow.Context, out api.TaskEndedSignal)
 }
 
 // onTaskEndedDetail is onTaskEnded with a note on how the task ended, kept
-// for tasks that ended without reporting.
+// for tasks that ended without reporting. The first outcome of a task is
+// the one kept: a later one that differs (another state or result) is
+// logged and counted (api.MetricTaskReportsConflicting), never applied.
 func (r *runWorkflow) onTaskEndedDetail(ctx workflow.Context, out api.TaskEndedSignal, detail string) {
 	t := r.task(out.TaskID)
-	if t == nil || t.State.Terminal() || !out.State.Terminal() {
+	if t == nil || !out.State.Terminal() {
 		return
 	}
+	key := endedKey(out)
+	if t.State.Terminal() {
+		first, known := r.endedAs[t.TaskID]
+		if (known && first != key) || (!known && t.State != out.State) {
+			workflow.GetLogger(ctx).Error("task reported a second, different outcome; keeping the first", "run", r.st.RunID, "task", t.TaskID,
+				"first", first, "state", t.State, "second", key)
+			count(ctx, api.MetricTaskReportsConflicting, "")
+		}
+		return
+	}
+	if r.endedAs == nil {
+		r.endedAs = map[string]string{}
+	}
+	r.endedAs[t.TaskID] = key
 	r.st.TaskCounts.Open--
 	countEnded(&r.st.TaskCounts, out.State, 1)
 	r.st.PendingBytes -= api.PendingTaskBytes(t.TaskID)
@@ -552,6 +571,21 @@ func (r *runWorkflow) onTaskEndedDetail(ctx workflow.Context, out api.TaskEndedS
 	}
 	r.refreshStatus()
 	r.publish(ctx)
+}
+
+// endedKey identifies a task's outcome: its state and, for a completed
+// task, the result's digest (api.ResultRef.ResultDigest).
+func endedKey(out api.TaskEndedSignal) string {
+	ref := out.Ref
+	if ref == nil && out.Result != nil {
+		if r, err := api.ResultRefOf(*out.Result); err == nil {
+			ref = &r
+		}
+	}
+	if ref == nil {
+		return string(out.State)
+	}
+	return string(out.State) + " " + ref.ResultDigest
 }
 
 func (r *runWorkflow) validateCommit(ctx workflow.Context, in api.CommitInput) error {
