@@ -305,7 +305,7 @@ func (r *runWorkflow) validateAddTask(ctx workflow.Context, in api.AddTaskInput)
 	if err := r.validateTask(in); err != nil {
 		return err
 	}
-	if r.task(in.Envelope.TaskID) != nil {
+	if t := r.task(in.Envelope.TaskID); t != nil && t.State != api.TaskAborted {
 		return nil // idempotent re-add
 	}
 	return r.checkRoom(api.PendingTaskBytes(in.Envelope.TaskID), 1)
@@ -339,7 +339,11 @@ func (r *runWorkflow) validateTask(in api.AddTaskInput) error {
 		if t.EnvelopeDigest != digest {
 			return temporal.NewApplicationError(fmt.Sprintf("task_id %q is already in run %s with envelope %s", t.TaskID, r.st.RunID, t.EnvelopeDigest), api.ErrTypeConflict)
 		}
-		return nil // idempotent re-add
+		if t.State != api.TaskAborted {
+			return nil // idempotent re-add
+		}
+		// An ABORTED task added again starts again, unless the run is
+		// closed.
 	}
 	if r.st.Closed {
 		return temporal.NewApplicationError(fmt.Sprintf("run %s is closed", r.st.RunID), api.ErrTypeConflict)
@@ -412,7 +416,7 @@ func (r *runWorkflow) validateAddTasks(ctx workflow.Context, in api.AddTasksInpu
 			}
 			return fmt.Errorf("tasks[%d]: %w", i, err)
 		}
-		if r.task(t.Envelope.TaskID) == nil {
+		if e := r.task(t.Envelope.TaskID); e == nil || e.State == api.TaskAborted {
 			added++
 			bytes += api.PendingTaskBytes(t.Envelope.TaskID)
 		}
@@ -471,19 +475,35 @@ func TaskStart(runID string, in api.AddTaskInput) (workflow.ChildWorkflowOptions
 type startedTask struct {
 	res   api.AddTaskResult
 	child workflow.ChildWorkflowFuture
+	// rerun is set when an ABORTED task is started again.
+	rerun bool
 }
 
 // startTask records the task in the run and requests its child; the
 // caller awaits it (awaitStart) and then decrements r.starting.
+//
+// A task that ended ABORTED (its workflow closed without an outcome: an
+// operator terminated it) is started again when it is added again: a new
+// execution of its workflow, whose selection reserves above every fence
+// the terminated one published (activities.Control.SelectWorker), so its
+// fences still only increase.
 func (r *runWorkflow) startTask(ctx workflow.Context, in api.AddTaskInput) startedTask {
 	res := api.AddTaskResult{TaskID: in.Envelope.TaskID, WorkflowID: api.TaskWorkflowID(in.Envelope.TaskID), EnvelopeDigest: in.EnvelopeDigest}
-	if r.task(in.Envelope.TaskID) != nil {
+	t := r.task(in.Envelope.TaskID)
+	rerun := t != nil && t.State == api.TaskAborted
+	switch {
+	case t != nil && !rerun:
 		res.Existing = true
 		return startedTask{res: res}
+	case rerun:
+		r.st.TaskCounts.Aborted--
+		t.State, t.EndDetail = api.TaskPending, ""
+		delete(r.endedAs, t.TaskID)
+	default:
+		r.index[in.Envelope.TaskID] = len(r.st.Tasks)
+		r.st.Tasks = append(r.st.Tasks, api.RunTask{TaskID: in.Envelope.TaskID, EnvelopeDigest: in.EnvelopeDigest, State: api.TaskPending})
+		r.st.TaskCounts.Total++
 	}
-	r.index[in.Envelope.TaskID] = len(r.st.Tasks)
-	r.st.Tasks = append(r.st.Tasks, api.RunTask{TaskID: in.Envelope.TaskID, EnvelopeDigest: in.EnvelopeDigest, State: api.TaskPending})
-	r.st.TaskCounts.Total++
 	r.st.TaskCounts.Open++
 	r.st.PendingBytes += api.PendingTaskBytes(in.Envelope.TaskID)
 	// Watched from now on: a task still starting is never looked up (and
@@ -491,15 +511,29 @@ func (r *runWorkflow) startTask(ctx workflow.Context, in api.AddTaskInput) start
 	r.watched[in.Envelope.TaskID] = true
 	r.starting++
 	opts, input := TaskStart(r.st.RunID, in)
+	if rerun {
+		// The terminated execution's ID may be reused; a completed one's
+		// never is.
+		opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY
+	}
 	child := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, opts), WdcTask, input)
-	return startedTask{res: res, child: child}
+	return startedTask{res: res, child: child, rerun: rerun}
 }
 
 // awaitStart waits for a requested child to start and watches it; a child
 // that cannot start (its ID was used before) is taken out of the run.
 func (r *runWorkflow) awaitStart(ctx workflow.Context, st startedTask) error {
 	if err := st.child.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
-		r.removeTask(st.res.TaskID)
+		if st.rerun {
+			// Still the ABORTED task it was.
+			t := r.task(st.res.TaskID)
+			t.State = api.TaskAborted
+			r.st.TaskCounts.Open--
+			r.st.TaskCounts.Aborted++
+			r.st.PendingBytes -= api.PendingTaskBytes(t.TaskID)
+		} else {
+			r.removeTask(st.res.TaskID)
+		}
 		delete(r.watched, st.res.TaskID)
 		return temporal.NewApplicationError(
 			fmt.Sprintf("start task %s: %v (task IDs cannot be reused)", st.res.TaskID, err), api.ErrTypeConflict)
