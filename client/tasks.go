@@ -323,16 +323,17 @@ type TaskSummary struct {
 }
 
 // ListTasks lists tasks from visibility, optionally filtered by state
-// and/or run, newest first.
+// (TaskStateQuery) and/or run, newest first. A workflow that closed
+// without an outcome (an operator's terminate, a reset's old run) is
+// listed ABORTED, whatever its last WdcTaskState said; the runs a task
+// continued as new from are left out.
 func (c *Client) ListTasks(ctx context.Context, state, runID string) ([]TaskSummary, error) {
-	q := fmt.Sprintf(`%s = %q`, api.SAKind.GetName(), api.KindTask)
-	if state != "" {
-		q += fmt.Sprintf(` AND %s = %q`, api.SATaskState.GetName(), state)
-	}
+	q := fmt.Sprintf(`%s = %q AND %s`, api.SAKind.GetName(), api.KindTask, TaskStateQuery(api.TaskState(state)))
 	if runID != "" {
 		q += fmt.Sprintf(` AND %s = %q`, api.SARunID.GetName(), runID)
 	}
 	var out []TaskSummary
+	at := map[string]int{} // task ID → its row: one per task
 	var token []byte
 	for {
 		resp, err := c.C.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, NextPageToken: token, PageSize: 1000})
@@ -347,9 +348,21 @@ func (c *Client) ListTasks(ctx context.Context, state, runID string) ([]TaskSumm
 			}
 			s.RunID = keyword(sa, api.SARunID.GetName())
 			s.State = api.TaskState(keyword(sa, api.SATaskState.GetName()))
+			if closedWithoutOutcome(ex.GetStatus()) {
+				s.State = api.TaskAborted
+			}
 			s.WorkerID = keyword(sa, api.SAWorkerID.GetName())
 			s.Attempt = intAttr(sa, api.SAAttempt.GetName())
 			s.Fence = intAttr(sa, api.SAFence.GetName())
+			// A reset leaves the old run beside the new one: the running
+			// run is the task's row.
+			if i, seen := at[s.TaskID]; seen {
+				if ex.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+					out[i] = s
+				}
+				continue
+			}
+			at[s.TaskID] = len(out)
 			out = append(out, s)
 		}
 		token = resp.GetNextPageToken()
@@ -357,6 +370,27 @@ func (c *Client) ListTasks(ctx context.Context, state, runID string) ([]TaskSumm
 			return out, nil
 		}
 	}
+}
+
+// TaskStateQuery is the visibility filter for task workflows in state
+// ("" for all): WdcTaskState together with ExecutionStatus, since a
+// closed workflow cannot update its search attributes — one an operator
+// terminated, or a reset's old run, still says LEASED. A state that has
+// not ended is Running; COMPLETED, RETRIES_EXHAUSTED and CANCELLED are
+// Completed; ABORTED is any close without an outcome (Terminated,
+// Failed, TimedOut, Canceled). A run that continued as new is never
+// matched.
+func TaskStateQuery(state api.TaskState) string {
+	const notContinued = `ExecutionStatus != "ContinuedAsNew"`
+	switch {
+	case state == "":
+		return notContinued
+	case state == api.TaskAborted:
+		return `ExecutionStatus IN ("Terminated", "Failed", "TimedOut", "Canceled")`
+	case state.Terminal():
+		return fmt.Sprintf(`%s = %q AND ExecutionStatus = "Completed"`, api.SATaskState.GetName(), state)
+	}
+	return fmt.Sprintf(`%s = %q AND ExecutionStatus = "Running"`, api.SATaskState.GetName(), state)
 }
 
 // CancelTask cancels a task; the answer is its view after the request.
