@@ -322,11 +322,9 @@ type TaskSummary struct {
 	Started  time.Time     `json:"started"`
 }
 
-// ListTasks lists tasks from visibility, optionally filtered by state
-// (TaskStateQuery) and/or run, newest first. A workflow that closed
-// without an outcome (an operator's terminate, a reset's old run) is
-// listed ABORTED, whatever its last WdcTaskState said; the runs a task
-// continued as new from are left out.
+// ListTasks lists tasks from visibility, one row per task, optionally
+// filtered by state (TaskStateQuery) and/or run, newest first; a workflow
+// that closed without an outcome is listed ABORTED.
 func (c *Client) ListTasks(ctx context.Context, state, runID string) ([]TaskSummary, error) {
 	q := fmt.Sprintf(`%s = %q AND %s`, api.SAKind.GetName(), api.KindTask, TaskStateQuery(api.TaskState(state)))
 	if runID != "" {
@@ -372,14 +370,9 @@ func (c *Client) ListTasks(ctx context.Context, state, runID string) ([]TaskSumm
 	}
 }
 
-// TaskStateQuery is the visibility filter for task workflows in state
-// ("" for all): WdcTaskState together with ExecutionStatus, since a
-// closed workflow cannot update its search attributes — one an operator
-// terminated, or a reset's old run, still says LEASED. A state that has
-// not ended is Running; COMPLETED, RETRIES_EXHAUSTED and CANCELLED are
-// Completed; ABORTED is any close without an outcome (Terminated,
-// Failed, TimedOut, Canceled). A run that continued as new is never
-// matched.
+// TaskStateQuery is the visibility filter for task workflows in state ("":
+// all, never a run continued as new): WdcTaskState with ExecutionStatus, as
+// a closed workflow keeps its last WdcTaskState (docs/operations.md).
 func TaskStateQuery(state api.TaskState) string {
 	const notContinued = `ExecutionStatus != "ContinuedAsNew"`
 	switch {
