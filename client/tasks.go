@@ -400,13 +400,34 @@ func (c *Client) CancelTask(ctx context.Context, taskID, reason string) (api.Tas
 	return v, err
 }
 
-// WaitTask blocks until the task workflow ends and returns its outcome. It
-// is not bounded by CallTimeout (a task may run for days); bound ctx, or
-// use WaitEnded after a cancel.
+// WaitTask blocks until the task workflow ends and returns its outcome,
+// following an operator's reset to its new run. It is not bounded by
+// CallTimeout (a task may run for days); bound ctx, or use WaitEnded.
 func (c *Client) WaitTask(ctx context.Context, taskID string) (api.TaskOutcome, error) {
-	var out api.TaskOutcome
-	err := c.C.GetWorkflow(ctx, api.TaskWorkflowID(taskID), "").Get(ctx, &out)
-	return out, wrap("task "+taskID, err)
+	wfID := api.TaskWorkflowID(taskID)
+	for {
+		waited := c.currentRun(ctx, wfID)
+		var out api.TaskOutcome
+		err := c.C.GetWorkflow(ctx, wfID, "").Get(ctx, &out)
+		var term *temporal.TerminatedError
+		if !errors.As(err, &term) || waited == "" {
+			return out, wrap("task "+taskID, err)
+		}
+		// A reset terminates the run and starts its successor at once.
+		if now := c.currentRun(ctx, wfID); now == "" || now == waited || ctx.Err() != nil {
+			return out, wrap("task "+taskID, err)
+		}
+	}
+}
+
+// currentRun is the run ID of the workflow's current execution while it
+// runs, "" otherwise (closed, or not found).
+func (c *Client) currentRun(ctx context.Context, wfID string) string {
+	desc, err := c.C.DescribeWorkflowExecution(ctx, wfID, "")
+	if err != nil || desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return ""
+	}
+	return desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()
 }
 
 // WaitEnded waits, within CallTimeout, for a task that was told to end

@@ -182,9 +182,24 @@ func TestOperatorResetToTheLastWorkflowTaskKeepsTheRunningAttempt(t *testing.T) 
 		return err == nil && v.LeaseActivity != ""
 	})
 	old := currentRunID(t, suite.client, api.TaskWorkflowID(env.TaskID))
+	type waited struct {
+		out api.TaskOutcome
+		err error
+	}
+	waiting := make(chan waited, 1) // `tasks wait`, from before the reset
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		out, err := suite.wdc.WaitTask(ctx, env.TaskID)
+		waiting <- waited{out, err}
+	}()
+	time.Sleep(500 * time.Millisecond)
 	resetTask(t, env.TaskID, old, lastWorkflowTask(runHistory(t, api.TaskWorkflowID(env.TaskID), old)))
 	require.NotEqual(t, old, currentRunID(t, suite.client, api.TaskWorkflowID(env.TaskID)), "a new run")
 
+	w := <-waiting
+	require.NoError(t, w.err, "a wait follows the reset to the new run")
+	assert.Equal(t, api.TaskCompleted, w.out.State)
 	out, view := waitOutcome(t, env.TaskID)
 	require.Equal(t, api.TaskCompleted, out.State, "waiting: %s", view.Waiting)
 	require.Len(t, view.Leases, 1, "no fence granted again")
