@@ -374,7 +374,9 @@ func WaitingMessage(active int, passed []fleet.Ineligible) string {
 // Ingest is parent ingest: each declared artifact is re-hashed from the
 // attempt's staging keys while it is streamed into the blob store, and
 // promoted only when the hash matches. The attempt's staging is removed
-// afterwards.
+// afterwards and the holder's reservation released. It tells the run
+// nothing: the task reports a result once it has kept it. A repeat of an
+// ingest that finished returns the same artifacts (alreadyIngested).
 //
 // Errors: a non-retryable artifact_mismatch ApplicationError when an
 // object is missing or hashes differently; nothing of that result is then
@@ -387,9 +389,9 @@ func (c *Control) Ingest(ctx context.Context, in api.IngestInput) (api.IngestRes
 	} else if done {
 		// A repeat of an ingest that finished (its completion, or the
 		// workflow task that recorded a local ingest, was lost): the
-		// result is in the store already, and the hand-on is idempotent.
+		// result is in the store already, and the release is idempotent.
 		activity.GetLogger(ctx).Info("ingest already done", "task", in.TaskID, "attempt", in.Attempt, "fence", in.Fence)
-		c.handOn(ctx, in, in.Artifacts, in.Logs)
+		c.releaseHolder(ctx, in)
 		return api.IngestResult{Artifacts: in.Artifacts, Logs: in.Logs}, nil
 	}
 	arts, err := c.promoteAll(ctx, blobstore.StagingPrefix(in.TaskID, in.Attempt, in.Fence), in.Artifacts)
@@ -404,7 +406,7 @@ func (c *Control) Ingest(ctx context.Context, in api.IngestInput) (api.IngestRes
 		activity.GetLogger(ctx).Warn("remove staging", "error", err)
 	}
 	countIngested(ctx, arts, logs)
-	c.handOn(ctx, in, arts, logs)
+	c.releaseHolder(ctx, in)
 	return api.IngestResult{Artifacts: arts, Logs: logs}, nil
 }
 
@@ -432,30 +434,15 @@ func (c *Control) alreadyIngested(ctx context.Context, in api.IngestInput) (bool
 	return true, nil
 }
 
-// handOn sends what a task leaves to its ingest once the
-// result is stored: the release of the holder's reservation and the
-// task-ended report (with the result's reference) to the run. Both are
-// best effort and never fail the ingest, which cannot be repeated once
-// the staging is gone: each is tried for at most releaseTimeout, and a
-// message that does not arrive has its backstop — the registry's
-// reservation check releases a reservation whose task ended, and the run
-// watches its child's completion (or reconciles tasks it cannot watch).
-func (c *Control) handOn(ctx context.Context, in api.IngestInput, arts, logs []api.Artifact) {
-	log := activity.GetLogger(ctx)
+// releaseHolder releases the holder's reservation once its result is in
+// the store, so the task's history records no release signal. Best
+// effort, for at most releaseTimeout: it never fails the ingest, which
+// cannot be repeated once the staging is gone; the registry's reservation
+// check releases a reservation whose task ended. A result the task then
+// abandons leaves its lease ACTIVE, and that lease's end releases again
+// (a release is idempotent).
+func (c *Control) releaseHolder(ctx context.Context, in api.IngestInput) {
 	c.release(ctx, in.WorkerID, api.SelectWorkerInput{TaskID: in.TaskID, Fence: in.Fence})
-	res := in.Report.Result
-	res.Artifacts, res.Logs = arts, logs
-	ref, err := api.ResultRefOf(res)
-	if err != nil {
-		log.Error("result reference", "task", in.TaskID, "error", err)
-		return
-	}
-	report := api.TaskEndedSignal{TaskID: in.TaskID, RunID: res.RunID, State: api.TaskCompleted, Attempts: in.Report.Attempts, Ref: &ref}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-	defer cancel()
-	if err := c.Client.SignalWorkflow(rctx, api.RunWorkflowID(res.RunID), "", api.SignalTaskEnded, report); err != nil {
-		log.Warn("could not report to run", "run", res.RunID, "task", in.TaskID, "error", err)
-	}
 }
 
 // promoteAll re-hashes each staged object under prefix into the blob store.

@@ -57,28 +57,23 @@ func (s *signalLog) SignalWorkflow(_ context.Context, workflowID, _, name string
 	return nil
 }
 
-// The ingest hands the stored result on: the release of the holder's
-// reservation, then the task-ended report (with the stored result's
-// reference) to the run.
-func TestIngestHandsTheStoredResultOn(t *testing.T) {
+// The ingest releases the holder's reservation once the result is stored,
+// and tells the run nothing (the task reports the result it keeps); a
+// repeat of a finished ingest releases again and returns the same
+// artifacts.
+func TestIngestReleasesTheHolderAndReportsNothingToTheRun(t *testing.T) {
 	env, store, sent := ingestEnvSignals(t)
 	a := stage(t, store, blobstore.StagingPrefix("t1", 2, 3), "r.csv", []byte("1,2\n"))
-	report := api.IngestReport{Result: api.TaskResult{TaskID: "t1", RunID: "r1", WorkerID: "w", Attempt: 2, Fence: 3}, Attempts: 2}
-	_, err := env.ExecuteActivity("Ingest", api.IngestInput{Claim: claim, Artifacts: []api.Artifact{a}, Report: report})
-	require.NoError(t, err)
-	require.Len(t, sent.sent, 2)
-	assert.Equal(t, sentSignal{api.WorkerWorkflowID("w"), api.SignalRelease, api.ReleaseSignal{TaskID: "t1", Fence: 3}}, sent.sent[0])
-	assert.Equal(t, api.RunWorkflowID("r1"), sent.sent[1].workflowID)
-	assert.Equal(t, api.SignalTaskEnded, sent.sent[1].name)
-	ended := sent.sent[1].arg.(api.TaskEndedSignal)
-	assert.Equal(t, api.TaskCompleted, ended.State)
-	assert.EqualValues(t, 2, ended.Attempts)
-	require.NotNil(t, ended.Ref)
-	want := report.Result
-	want.Artifacts = []api.Artifact{a}
-	ref, err := api.ResultRefOf(want)
-	require.NoError(t, err)
-	assert.Equal(t, ref, *ended.Ref)
+	in := api.IngestInput{Claim: claim, Artifacts: []api.Artifact{a}}
+	release := sentSignal{api.WorkerWorkflowID("w"), api.SignalRelease, api.ReleaseSignal{TaskID: "t1", Fence: 3}}
+	for _, try := range []string{"first", "repeat"} {
+		val, err := env.ExecuteActivity("Ingest", in)
+		require.NoError(t, err, try)
+		var res api.IngestResult
+		require.NoError(t, val.Get(&res))
+		assert.Equal(t, []api.Artifact{a}, res.Artifacts, try)
+	}
+	assert.Equal(t, []sentSignal{release, release}, sent.sent, "a release per ingest, no task-ended")
 }
 
 func stage(t *testing.T, store *blobstore.Store, prefix, name string, content []byte) api.Artifact {

@@ -71,26 +71,14 @@ type CancelAttemptInput struct {
 }
 
 // IngestInput asks parent ingest to verify and promote a result's staged
-// artifacts into the blob store.
+// artifacts into the blob store. The ingest also releases the holder's
+// reservation (Claim's worker and fence); the task, once it keeps the
+// result, is the one that reports it to the run.
 type IngestInput struct {
 	Claim
 	Artifacts []Artifact `json:"artifacts"`
 	// Logs are staged in the attempt's log staging dir.
 	Logs []Artifact `json:"logs,omitempty"`
-	// Report is what the ingest hands on once the result is in the store,
-	// so the task's own history records neither message: the release of
-	// the worker's reservation (Claim's worker and fence) and the
-	// task-ended report to the run.
-	Report IngestReport `json:"report"`
-}
-
-// IngestReport is what an Ingest sends on.
-type IngestReport struct {
-	// Result is the accepted result without its artifacts and logs (the
-	// ingest fills them in with what it stored).
-	Result TaskResult `json:"result"`
-	// Attempts is the task's attempt count for the report.
-	Attempts int64 `json:"attempts"`
 }
 
 // IngestResult lists the artifacts and logs now in the blob store.

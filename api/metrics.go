@@ -43,6 +43,10 @@ const (
 	// MetricIngest is one Ingest activity, staged outputs to stored artifacts
 	// (control plane; timer).
 	MetricIngest = "wdc_ingest"
+	// MetricTaskReportsConflicting counts outcomes a run received for a
+	// task that had already ended differently (another state or result):
+	// the run keeps the first (control plane). Any count is a bug.
+	MetricTaskReportsConflicting = "wdc_task_reports_conflicting"
 )
 
 // MetricTagReason is the tag (Prometheus label) that carries a reason.

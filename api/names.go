@@ -148,8 +148,9 @@ const (
 	// batch, nothing added), then started together.
 	UpdateAddTasks = "add-tasks"
 	// SignalTaskEnded (TaskEndedSignal) is how a task hands its outcome to
-	// the run: parent ingest appends a worker_result event for an accepted
-	// result.
+	// the run, once it decided it (for an accepted result: after the ingest
+	// succeeded); the run appends a worker_result event for an accepted
+	// result and keeps a task's first outcome.
 	SignalTaskEnded = "task-ended"
 	// UpdateCommit (CommitInput → CommitResult) is the only way evidence,
 	// parent_time and the TCD digest change.

@@ -322,17 +322,16 @@ type TaskSummary struct {
 	Started  time.Time     `json:"started"`
 }
 
-// ListTasks lists tasks from visibility, optionally filtered by state
-// and/or run, newest first.
+// ListTasks lists tasks from visibility, one row per task, optionally
+// filtered by state (TaskStateQuery) and/or run, newest first; a workflow
+// that closed without an outcome is listed ABORTED.
 func (c *Client) ListTasks(ctx context.Context, state, runID string) ([]TaskSummary, error) {
-	q := fmt.Sprintf(`%s = %q`, api.SAKind.GetName(), api.KindTask)
-	if state != "" {
-		q += fmt.Sprintf(` AND %s = %q`, api.SATaskState.GetName(), state)
-	}
+	q := fmt.Sprintf(`%s = %q AND %s`, api.SAKind.GetName(), api.KindTask, TaskStateQuery(api.TaskState(state)))
 	if runID != "" {
 		q += fmt.Sprintf(` AND %s = %q`, api.SARunID.GetName(), runID)
 	}
 	var out []TaskSummary
+	at := map[string]int{} // task ID → its row: one per task
 	var token []byte
 	for {
 		resp, err := c.C.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, NextPageToken: token, PageSize: 1000})
@@ -347,9 +346,21 @@ func (c *Client) ListTasks(ctx context.Context, state, runID string) ([]TaskSumm
 			}
 			s.RunID = keyword(sa, api.SARunID.GetName())
 			s.State = api.TaskState(keyword(sa, api.SATaskState.GetName()))
+			if closedWithoutOutcome(ex.GetStatus()) {
+				s.State = api.TaskAborted
+			}
 			s.WorkerID = keyword(sa, api.SAWorkerID.GetName())
 			s.Attempt = intAttr(sa, api.SAAttempt.GetName())
 			s.Fence = intAttr(sa, api.SAFence.GetName())
+			// A reset leaves the old run beside the new one: the running
+			// run is the task's row.
+			if i, seen := at[s.TaskID]; seen {
+				if ex.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+					out[i] = s
+				}
+				continue
+			}
+			at[s.TaskID] = len(out)
 			out = append(out, s)
 		}
 		token = resp.GetNextPageToken()
@@ -357,6 +368,22 @@ func (c *Client) ListTasks(ctx context.Context, state, runID string) ([]TaskSumm
 			return out, nil
 		}
 	}
+}
+
+// TaskStateQuery is the visibility filter for task workflows in state ("":
+// all, never a run continued as new): WdcTaskState with ExecutionStatus, as
+// a closed workflow keeps its last WdcTaskState (docs/operations.md).
+func TaskStateQuery(state api.TaskState) string {
+	const notContinued = `ExecutionStatus != "ContinuedAsNew"`
+	switch {
+	case state == "":
+		return notContinued
+	case state == api.TaskAborted:
+		return `ExecutionStatus IN ("Terminated", "Failed", "TimedOut", "Canceled")`
+	case state.Terminal():
+		return fmt.Sprintf(`%s = %q AND ExecutionStatus = "Completed"`, api.SATaskState.GetName(), state)
+	}
+	return fmt.Sprintf(`%s = %q AND ExecutionStatus = "Running"`, api.SATaskState.GetName(), state)
 }
 
 // CancelTask cancels a task; the answer is its view after the request.
@@ -373,13 +400,34 @@ func (c *Client) CancelTask(ctx context.Context, taskID, reason string) (api.Tas
 	return v, err
 }
 
-// WaitTask blocks until the task workflow ends and returns its outcome. It
-// is not bounded by CallTimeout (a task may run for days); bound ctx, or
-// use WaitEnded after a cancel.
+// WaitTask blocks until the task workflow ends and returns its outcome,
+// following an operator's reset to its new run. It is not bounded by
+// CallTimeout (a task may run for days); bound ctx, or use WaitEnded.
 func (c *Client) WaitTask(ctx context.Context, taskID string) (api.TaskOutcome, error) {
-	var out api.TaskOutcome
-	err := c.C.GetWorkflow(ctx, api.TaskWorkflowID(taskID), "").Get(ctx, &out)
-	return out, wrap("task "+taskID, err)
+	wfID := api.TaskWorkflowID(taskID)
+	for {
+		waited := c.currentRun(ctx, wfID)
+		var out api.TaskOutcome
+		err := c.C.GetWorkflow(ctx, wfID, "").Get(ctx, &out)
+		var term *temporal.TerminatedError
+		if !errors.As(err, &term) || waited == "" {
+			return out, wrap("task "+taskID, err)
+		}
+		// A reset terminates the run and starts its successor at once.
+		if now := c.currentRun(ctx, wfID); now == "" || now == waited || ctx.Err() != nil {
+			return out, wrap("task "+taskID, err)
+		}
+	}
+}
+
+// currentRun is the run ID of the workflow's current execution while it
+// runs, "" otherwise (closed, or not found).
+func (c *Client) currentRun(ctx context.Context, wfID string) string {
+	desc, err := c.C.DescribeWorkflowExecution(ctx, wfID, "")
+	if err != nil || desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return ""
+	}
+	return desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()
 }
 
 // WaitEnded waits, within CallTimeout, for a task that was told to end

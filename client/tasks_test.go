@@ -174,3 +174,18 @@ func TestTaskViewRenewsALeaseHeldByItsLeaseActivity(t *testing.T) {
 	assert.True(t, v.Lease.ExpiresAt.Equal(beat.Add(30*time.Second)))
 	assert.True(t, v.Leases[0].ExpiresAt.Equal(beat.Add(30*time.Second)))
 }
+
+// A state filter also names the execution status: a terminated task (or
+// a reset's old run) keeps its last WdcTaskState, LEASED, for ever.
+func TestTaskStateQueryTakesTheExecutionStatusIntoAccount(t *testing.T) {
+	for state, want := range map[api.TaskState]string{
+		"":                       `ExecutionStatus != "ContinuedAsNew"`,
+		api.TaskLeased:           `WdcTaskState = "LEASED" AND ExecutionStatus = "Running"`,
+		api.TaskPending:          `WdcTaskState = "PENDING" AND ExecutionStatus = "Running"`,
+		api.TaskCompleted:        `WdcTaskState = "COMPLETED" AND ExecutionStatus = "Completed"`,
+		api.TaskRetriesExhausted: `WdcTaskState = "RETRIES_EXHAUSTED" AND ExecutionStatus = "Completed"`,
+		api.TaskAborted:          `ExecutionStatus IN ("Terminated", "Failed", "TimedOut", "Canceled")`,
+	} {
+		assert.Equal(t, want, TaskStateQuery(state), state)
+	}
+}

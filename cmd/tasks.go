@@ -617,9 +617,9 @@ func (a *app) newTasksListCommand() *cobra.Command {
 		RunE: func(c *cobra.Command, _ []string) error {
 			state = strings.ToUpper(state)
 			switch api.TaskState(state) {
-			case "", api.TaskPending, api.TaskLeased, api.TaskIngesting, api.TaskBackoff, api.TaskCompleted, api.TaskRetriesExhausted, api.TaskCancelled:
+			case "", api.TaskPending, api.TaskLeased, api.TaskIngesting, api.TaskBackoff, api.TaskCompleted, api.TaskRetriesExhausted, api.TaskCancelled, api.TaskAborted:
 			default:
-				return usagef("--state %q: want PENDING, LEASED, INGESTING, BACKOFF, COMPLETED, RETRIES_EXHAUSTED or CANCELLED", state)
+				return usagef("--state %q: want PENDING, LEASED, INGESTING, BACKOFF, COMPLETED, RETRIES_EXHAUSTED, CANCELLED or ABORTED", state)
 			}
 			return a.withClient(c.Context(), func(wc *wdcclient.Client) error {
 				tasks, err := wc.ListTasks(c.Context(), state, run)
@@ -632,7 +632,7 @@ func (a *app) newTasksListCommand() *cobra.Command {
 			})
 		},
 	}
-	c.Flags().StringVar(&state, "state", "", "only tasks in this state")
+	c.Flags().StringVar(&state, "state", "", "only tasks in this state (ABORTED: closed without an outcome, e.g. terminated)")
 	c.Flags().StringVar(&run, "run", "", "only tasks of this run")
 	return c
 }

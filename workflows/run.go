@@ -59,6 +59,9 @@ type runWorkflow struct {
 	// carryTooLarge is set when the state, compacted, was too large to
 	// carry into a continue-as-new; it is tried again after a commit.
 	carryTooLarge bool
+	// endedAs is the outcome each task that ended in this run ended with
+	// (endedKey), so a later, differing report is told from a repeat.
+	endedAs map[string]string
 }
 
 // childDoneBuffer is the capacity of the channel of child outcomes: more
@@ -302,7 +305,7 @@ func (r *runWorkflow) validateAddTask(ctx workflow.Context, in api.AddTaskInput)
 	if err := r.validateTask(in); err != nil {
 		return err
 	}
-	if r.task(in.Envelope.TaskID) != nil {
+	if t := r.task(in.Envelope.TaskID); t != nil && t.State != api.TaskAborted {
 		return nil // idempotent re-add
 	}
 	return r.checkRoom(api.PendingTaskBytes(in.Envelope.TaskID), 1)
@@ -336,7 +339,11 @@ func (r *runWorkflow) validateTask(in api.AddTaskInput) error {
 		if t.EnvelopeDigest != digest {
 			return temporal.NewApplicationError(fmt.Sprintf("task_id %q is already in run %s with envelope %s", t.TaskID, r.st.RunID, t.EnvelopeDigest), api.ErrTypeConflict)
 		}
-		return nil // idempotent re-add
+		if t.State != api.TaskAborted {
+			return nil // idempotent re-add
+		}
+		// An ABORTED task added again starts again, unless the run is
+		// closed.
 	}
 	if r.st.Closed {
 		return temporal.NewApplicationError(fmt.Sprintf("run %s is closed", r.st.RunID), api.ErrTypeConflict)
@@ -409,7 +416,7 @@ func (r *runWorkflow) validateAddTasks(ctx workflow.Context, in api.AddTasksInpu
 			}
 			return fmt.Errorf("tasks[%d]: %w", i, err)
 		}
-		if r.task(t.Envelope.TaskID) == nil {
+		if e := r.task(t.Envelope.TaskID); e == nil || e.State == api.TaskAborted {
 			added++
 			bytes += api.PendingTaskBytes(t.Envelope.TaskID)
 		}
@@ -468,19 +475,35 @@ func TaskStart(runID string, in api.AddTaskInput) (workflow.ChildWorkflowOptions
 type startedTask struct {
 	res   api.AddTaskResult
 	child workflow.ChildWorkflowFuture
+	// rerun is set when an ABORTED task is started again.
+	rerun bool
 }
 
 // startTask records the task in the run and requests its child; the
 // caller awaits it (awaitStart) and then decrements r.starting.
+//
+// A task that ended ABORTED (its workflow closed without an outcome: an
+// operator terminated it) is started again when it is added again: a new
+// execution of its workflow, whose selection reserves above every fence
+// the terminated one published (activities.Control.SelectWorker), so its
+// fences still only increase.
 func (r *runWorkflow) startTask(ctx workflow.Context, in api.AddTaskInput) startedTask {
 	res := api.AddTaskResult{TaskID: in.Envelope.TaskID, WorkflowID: api.TaskWorkflowID(in.Envelope.TaskID), EnvelopeDigest: in.EnvelopeDigest}
-	if r.task(in.Envelope.TaskID) != nil {
+	t := r.task(in.Envelope.TaskID)
+	rerun := t != nil && t.State == api.TaskAborted
+	switch {
+	case t != nil && !rerun:
 		res.Existing = true
 		return startedTask{res: res}
+	case rerun:
+		r.st.TaskCounts.Aborted--
+		t.State, t.EndDetail = api.TaskPending, ""
+		delete(r.endedAs, t.TaskID)
+	default:
+		r.index[in.Envelope.TaskID] = len(r.st.Tasks)
+		r.st.Tasks = append(r.st.Tasks, api.RunTask{TaskID: in.Envelope.TaskID, EnvelopeDigest: in.EnvelopeDigest, State: api.TaskPending})
+		r.st.TaskCounts.Total++
 	}
-	r.index[in.Envelope.TaskID] = len(r.st.Tasks)
-	r.st.Tasks = append(r.st.Tasks, api.RunTask{TaskID: in.Envelope.TaskID, EnvelopeDigest: in.EnvelopeDigest, State: api.TaskPending})
-	r.st.TaskCounts.Total++
 	r.st.TaskCounts.Open++
 	r.st.PendingBytes += api.PendingTaskBytes(in.Envelope.TaskID)
 	// Watched from now on: a task still starting is never looked up (and
@@ -488,15 +511,29 @@ func (r *runWorkflow) startTask(ctx workflow.Context, in api.AddTaskInput) start
 	r.watched[in.Envelope.TaskID] = true
 	r.starting++
 	opts, input := TaskStart(r.st.RunID, in)
+	if rerun {
+		// The terminated execution's ID may be reused; a completed one's
+		// never is.
+		opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY
+	}
 	child := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, opts), WdcTask, input)
-	return startedTask{res: res, child: child}
+	return startedTask{res: res, child: child, rerun: rerun}
 }
 
 // awaitStart waits for a requested child to start and watches it; a child
 // that cannot start (its ID was used before) is taken out of the run.
 func (r *runWorkflow) awaitStart(ctx workflow.Context, st startedTask) error {
 	if err := st.child.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
-		r.removeTask(st.res.TaskID)
+		if st.rerun {
+			// Still the ABORTED task it was.
+			t := r.task(st.res.TaskID)
+			t.State = api.TaskAborted
+			r.st.TaskCounts.Open--
+			r.st.TaskCounts.Aborted++
+			r.st.PendingBytes -= api.PendingTaskBytes(t.TaskID)
+		} else {
+			r.removeTask(st.res.TaskID)
+		}
 		delete(r.watched, st.res.TaskID)
 		return temporal.NewApplicationError(
 			fmt.Sprintf("start task %s: %v (task IDs cannot be reused)", st.res.TaskID, err), api.ErrTypeConflict)
@@ -514,12 +551,28 @@ func (r *runWorkflow) onTaskEnded(ctx workflow.Context, out api.TaskEndedSignal)
 }
 
 // onTaskEndedDetail is onTaskEnded with a note on how the task ended, kept
-// for tasks that ended without reporting.
+// for tasks that ended without reporting. The first outcome of a task is
+// the one kept: a later one that differs (another state or result) is
+// logged and counted (api.MetricTaskReportsConflicting), never applied.
 func (r *runWorkflow) onTaskEndedDetail(ctx workflow.Context, out api.TaskEndedSignal, detail string) {
 	t := r.task(out.TaskID)
-	if t == nil || t.State.Terminal() || !out.State.Terminal() {
+	if t == nil || !out.State.Terminal() {
 		return
 	}
+	key := endedKey(out)
+	if t.State.Terminal() {
+		first, known := r.endedAs[t.TaskID]
+		if (known && first != key) || (!known && t.State != out.State) {
+			workflow.GetLogger(ctx).Error("task reported a second, different outcome; keeping the first", "run", r.st.RunID, "task", t.TaskID,
+				"first", first, "state", t.State, "second", key)
+			count(ctx, api.MetricTaskReportsConflicting, "")
+		}
+		return
+	}
+	if r.endedAs == nil {
+		r.endedAs = map[string]string{}
+	}
+	r.endedAs[t.TaskID] = key
 	r.st.TaskCounts.Open--
 	countEnded(&r.st.TaskCounts, out.State, 1)
 	r.st.PendingBytes -= api.PendingTaskBytes(t.TaskID)
@@ -552,6 +605,21 @@ func (r *runWorkflow) onTaskEndedDetail(ctx workflow.Context, out api.TaskEndedS
 	}
 	r.refreshStatus()
 	r.publish(ctx)
+}
+
+// endedKey identifies a task's outcome: its state and, for a completed
+// task, the result's digest (api.ResultRef.ResultDigest).
+func endedKey(out api.TaskEndedSignal) string {
+	ref := out.Ref
+	if ref == nil && out.Result != nil {
+		if r, err := api.ResultRefOf(*out.Result); err == nil {
+			ref = &r
+		}
+	}
+	if ref == nil {
+		return string(out.State)
+	}
+	return string(out.State) + " " + ref.ResultDigest
 }
 
 func (r *runWorkflow) validateCommit(ctx workflow.Context, in api.CommitInput) error {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/wdc-runtime/wdc/activities"
 	"github.com/wdc-runtime/wdc/api"
@@ -131,5 +132,58 @@ func TestRunReconcileSkipsTasksBeingStarted(t *testing.T) {
 	require.NoError(t, h.env.GetWorkflowResult(&final))
 	require.NotContains(t, asked, "t3", "a task being started is not looked up")
 	require.Equal(t, api.TaskCompleted, final.Tasks[1].State)
+	require.Equal(t, int64(1), final.WorkerResultEvents)
+}
+
+// A task whose workflow closed without an outcome (an operator terminated
+// it: ABORTED) starts again when it is added again, as a new execution of
+// its workflow; a task that ended with an outcome is not started again.
+func TestRunStartsAnAbortedTaskAgainWhenItIsAddedAgain(t *testing.T) {
+	h := newRunHarness(t)
+	e1, d1 := runEnvelope(t, "t1")
+	add := api.AddTaskInput{Envelope: e1, EnvelopeDigest: d1}
+	var first, again, third updateOutcome
+	var againRes api.AddTaskResult
+	h.update(time.Second, api.UpdateAddTask, add, &first, nil)
+	h.env.RegisterDelayedCallback(func() {
+		require.NoError(t, h.env.SignalWorkflowByID(api.TaskWorkflowID("t1"), "finish", api.TaskOutcome{State: "fail"}))
+	}, 2*time.Second)
+	var aborted, rerun api.RunView
+	h.query(3*time.Second, &aborted)
+	h.env.RegisterDelayedCallback(func() {
+		h.env.UpdateWorkflow(api.UpdateAddTask, "again", &testsuite.TestUpdateCallback{
+			OnAccept: func() {}, OnReject: func(err error) { again.err = err },
+			OnComplete: func(v any, err error) {
+				again.completed, again.err = true, err
+				if err == nil {
+					againRes = v.(api.AddTaskResult)
+				}
+			},
+		}, add)
+	}, 4*time.Second)
+	h.query(5*time.Second, &rerun)
+	h.finishTask(6*time.Second, "t1", api.TaskOutcome{State: api.TaskCompleted, Attempts: 1, Ref: &api.ResultRef{TaskID: "t1", Fence: 2}})
+	h.update(7*time.Second, api.UpdateAddTask, add, &third, nil)
+	var closed updateOutcome
+	h.update(8*time.Second, api.UpdateCloseRun, api.CloseRunInput{}, &closed, nil)
+	h.env.ExecuteWorkflow(api.RunWorkflowType, api.RunInput{RunID: "r1", WorldID: "w1"})
+	require.True(t, h.env.IsWorkflowCompleted())
+	require.NoError(t, h.env.GetWorkflowError())
+	require.NoError(t, first.err)
+
+	require.Equal(t, api.TaskAborted, aborted.Tasks[0].State)
+	require.Equal(t, int64(1), aborted.TaskCounts.Aborted)
+	require.True(t, again.completed)
+	require.NoError(t, again.err)
+	require.False(t, againRes.Existing, "started again")
+	require.Equal(t, api.TaskPending, rerun.Tasks[0].State)
+	require.Equal(t, api.RunTaskCounts{Total: 1, Open: 1}, rerun.TaskCounts)
+	require.NoError(t, third.err, "a completed task's re-add is idempotent")
+
+	var final api.RunState
+	require.NoError(t, h.env.GetWorkflowResult(&final))
+	require.Equal(t, api.RunCompleted, final.Status)
+	require.Len(t, final.Tasks, 1)
+	require.Equal(t, api.RunTaskCounts{Total: 1, Completed: 1}, final.TaskCounts)
 	require.Equal(t, int64(1), final.WorkerResultEvents)
 }

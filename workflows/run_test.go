@@ -12,6 +12,7 @@ import (
 
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/envelope"
+	"github.com/wdc-runtime/wdc/internal/telemetry"
 )
 
 // fakeTask stands in for WdcTask as the run's child: it runs until the
@@ -202,6 +203,57 @@ func TestRunIgnoresRepeatedAndUnknownReports(t *testing.T) {
 	h.env.RegisterDelayedCallback(func() { h.env.CancelWorkflow() }, 6*time.Second)
 	h.env.ExecuteWorkflow(api.RunWorkflowType, api.RunInput{RunID: "r1", WorldID: "w1"})
 	require.Equal(t, int64(1), v.WorkerResultEvents)
+}
+
+// A task's first outcome is the run's: a later report that differs (an
+// abandoned attempt's result, another state) is counted and never flips
+// the recorded result; a repeat of the same outcome (the task's signal,
+// then its child's completion) is not counted.
+func TestRunKeepsATasksFirstOutcome(t *testing.T) {
+	m := telemetry.NewMetrics(nil)
+	var ts testsuite.WorkflowTestSuite
+	ts.SetMetricsHandler(m.Handler)
+	h := &runHarness{t: t, env: ts.NewTestWorkflowEnvironment()}
+	h.env.SetTestTimeout(20 * time.Second)
+	h.env.RegisterWorkflowWithOptions(WdcRun, workflow.RegisterOptions{Name: api.RunWorkflowType})
+	h.env.RegisterWorkflowWithOptions(fakeTask, workflow.RegisterOptions{Name: api.TaskWorkflowType})
+	e1, d1 := runEnvelope(t, "t1")
+	var add updateOutcome
+	h.update(time.Second, api.UpdateAddTask, api.AddTaskInput{Envelope: e1, EnvelopeDigest: d1}, &add, nil)
+	kept := &api.TaskResult{TaskID: "t1", RunID: "r1", WorkerID: "w-b", Attempt: 2, Fence: 2, EnvelopeDigest: d1}
+	h.finishTask(2*time.Second, "t1", api.TaskOutcome{State: api.TaskCompleted, Attempts: 2, Result: kept})
+	abandoned := &api.TaskResult{TaskID: "t1", RunID: "r1", WorkerID: "w-a", Attempt: 1, Fence: 1, EnvelopeDigest: d1}
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(api.SignalTaskEnded, api.TaskOutcome{TaskID: "t1", RunID: "r1", State: api.TaskCompleted, Attempts: 1, Result: abandoned})
+		h.env.SignalWorkflow(api.SignalTaskEnded, api.TaskOutcome{TaskID: "t1", RunID: "r1", State: api.TaskAborted})
+	}, 3*time.Second)
+	var v api.RunView
+	h.query(4*time.Second, &v)
+	h.env.RegisterDelayedCallback(func() { h.env.CancelWorkflow() }, 5*time.Second)
+	h.env.ExecuteWorkflow(api.RunWorkflowType, api.RunInput{RunID: "r1", WorldID: "w1"})
+	require.NoError(t, add.err)
+
+	want, err := api.ResultRefOf(*kept)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), v.WorkerResultEvents)
+	require.Len(t, v.Events, 1)
+	require.Equal(t, &want, v.Events[0].Result, "the first outcome's result")
+	require.Equal(t, api.TaskCompleted, v.Tasks[0].State)
+	require.EqualValues(t, 2, v.Tasks[0].Attempts)
+	require.Equal(t, int64(1), v.TaskCounts.Completed)
+
+	require.NoError(t, m.Close())
+	fams, err := m.Registry.Gather()
+	require.NoError(t, err)
+	var conflicting float64
+	for _, f := range fams {
+		if f.GetName() == api.MetricTaskReportsConflicting+"_total" {
+			for _, s := range f.GetMetric() {
+				conflicting += s.GetCounter().GetValue()
+			}
+		}
+	}
+	require.Equal(t, float64(2), conflicting, "the two differing reports, not the repeat")
 }
 
 func requireAppErrType(t *testing.T, err error, typ string) {

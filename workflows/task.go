@@ -36,7 +36,7 @@ var (
 //
 // It returns COMPLETED, RETRIES_EXHAUSTED or CANCELLED — never a failure for
 // an attempt's fate (invariant 1) — and tells its run through the
-// task-ended signal. Its input is validated by whoever starts it (the run's
+// task-ended signal, once, after it decided. Its input is validated by whoever starts it (the run's
 // add-task validator), never again here, so a stricter rule in a later
 // version cannot change what a replayed history did.
 func WdcTask(ctx workflow.Context, in api.TaskInput) (api.TaskOutcome, error) {
@@ -502,19 +502,17 @@ func (t *taskWorkflow) backoff(ctx workflow.Context) {
 	t.carry.Pending = nil
 }
 
-// finish is the Ended phase: cleans the staging area, reports to the run
-// (a compact result reference, not the full result) unless the ingest
-// did, waits for the reservation releases and every update handler, and
-// returns the outcome.
+// finish is the Ended phase: cleans the staging area, reports the outcome
+// to the run (a compact result reference, not the full result) — the one
+// report, sent once the task has decided it — waits for the reservation
+// releases and every update handler, and returns the outcome.
 //
-// A completed task's ingest reported to the run, and its lease watch ends
-// with the workflow. A task completed by its first attempt has nothing
-// staged any more (ingest removed that attempt's staging) and skips the
-// cleanup activity; every other ending cleans up, so refused and
-// abandoned attempts leave nothing behind.
+// A completed task's lease watch ends with the workflow. A task completed
+// by its first attempt has nothing staged any more (ingest removed that
+// attempt's staging) and skips the cleanup activity; every other ending
+// cleans up, so refused and abandoned attempts leave nothing behind.
 func (t *taskWorkflow) finish(ctx workflow.Context, state api.TaskState) (api.TaskOutcome, error) {
-	reported := state == api.TaskCompleted
-	if !reported {
+	if state != api.TaskCompleted {
 		t.lease.stop()
 	}
 	t.waiting = ""
@@ -534,11 +532,8 @@ func (t *taskWorkflow) finish(ctx workflow.Context, state api.TaskState) (api.Ta
 			report.Result, report.Ref = nil, &ref
 		}
 	}
-	if !reported {
-		err := workflow.SignalExternalWorkflow(ctx, api.RunWorkflowID(t.env.RunID), "", api.SignalTaskEnded, report).Get(ctx, nil)
-		if err != nil {
-			workflow.GetLogger(ctx).Warn("could not report to run", "run", t.env.RunID, "error", err)
-		}
+	if err := workflow.SignalExternalWorkflow(ctx, api.RunWorkflowID(t.env.RunID), "", api.SignalTaskEnded, report).Get(ctx, nil); err != nil {
+		workflow.GetLogger(ctx).Warn("could not report to run", "run", t.env.RunID, "error", err)
 	}
 	if err := workflow.Await(ctx, func() bool {
 		return t.releasesDone() && workflow.AllHandlersFinished(ctx)

@@ -27,11 +27,10 @@ func (s *taskSuite) started() (local, remote *[]string) {
 }
 
 // A task selects and ingests in its workflow tasks (local
-// activities); the launch is its one activity. The ingest hands the result
-// on (the report carries the accepted result without its files and the
-// attempt count), so the workflow itself sends neither the reservation's
-// release nor the report to the run, and runs no cleanup.
-func (s *taskSuite) TestSelectsAndIngestsLocallyAndLeavesTheReportsToTheIngest() {
+// activities); the launch is its one activity. The ingest releases the
+// reservation, so the workflow itself sends no release; it runs no
+// cleanup, and reports the result it kept to the run, once.
+func (s *taskSuite) TestSelectsAndIngestsLocallyAndReportsTheKeptResultOnce() {
 	local, remote := s.started()
 	sub := s.submit(time.Second, "t1/1/1", s.claim("worker-a", 1))
 	out := s.execute(api.TaskOptions{})
@@ -41,14 +40,13 @@ func (s *taskSuite) TestSelectsAndIngestsLocallyAndLeavesTheReportsToTheIngest()
 	s.Equal([]string{"SelectWorker", "Ingest"}, *local)
 	s.Equal([]string{"LaunchAttempt"}, *remote)
 	s.Require().Len(s.ingests, 1)
-	rep := s.ingests[0].Report
-	s.Equal(int64(1), rep.Attempts)
-	s.Equal("r1", rep.Result.RunID)
-	s.Equal("worker-a", rep.Result.WorkerID)
-	s.Equal(int64(1), rep.Result.Fence)
-	s.Empty(rep.Result.Artifacts, "the ingest fills in what it stored")
-	s.Len(s.ended, 1, "the ingest reports to the run")
-	s.Empty(s.signalled, "no task-ended or release signal from the workflow")
+	s.Len(s.releases, 1, "the ingest releases")
+	s.Equal(map[string]int{api.SignalTaskEnded: 1}, s.signalled, "one report, no release, from the workflow")
+	s.Require().Len(s.ended, 1)
+	s.Require().NotNil(out.Result)
+	ref, err := api.ResultRefOf(*out.Result)
+	s.Require().NoError(err)
+	s.Equal(api.TaskOutcome{TaskID: "t1", RunID: "r1", State: api.TaskCompleted, Attempts: 1, Ref: &ref}, s.ended[0])
 	s.Zero(s.cleanups)
 	s.Equal(api.TaskCompleted, s.lastView().State)
 }
@@ -80,7 +78,7 @@ func (s *taskSuite) TestFailedIngestKeepsTheLeaseWhichThenExpires() {
 }
 
 // A result larger than LocalIngestMaxBytes is ingested by an activity of
-// its own (it heartbeats by bytes), still handing the result on.
+// its own (it heartbeats by bytes).
 func (s *taskSuite) TestIngestsALargeResultInAnActivity() {
 	local, remote := s.started()
 	out := &updateOutcome{}
@@ -96,5 +94,27 @@ func (s *taskSuite) TestIngestsALargeResultInAnActivity() {
 	s.Equal([]string{"SelectWorker"}, *local)
 	s.Equal([]string{"LaunchAttempt", "Ingest"}, *remote)
 	s.Require().Len(s.ingests, 1)
-	s.Equal(int64(1), s.ingests[0].Report.Result.Fence, "handing the result on")
+	s.Equal(int64(1), s.ingests[0].Fence)
+}
+
+// Attempt 1's ingest did its work, but its completion was lost and every
+// retry failed (a store outage): the task abandons the result and attempt
+// 2 completes. The run hears of the task's outcome once, from the task,
+// after it kept a result: attempt 2's, the task's own result.
+func (s *taskSuite) TestAbandonedIngestIsNeverReportedToTheRun() {
+	s.ingestLost = func(in api.IngestInput) bool { return in.Fence == 1 }
+	first := s.submit(time.Second, "t1/1/1", s.claim("worker-a", 1))
+	second := s.submit(70*time.Second, "t1/2/2", s.claim("worker-b", 2))
+	out := s.execute(api.TaskOptions{LeaseTTL: 30 * time.Second, Backoff: lease.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}})
+	s.Equal(api.TaskCompleted, out.State)
+	s.ErrorContains(first.err, "ingest failed")
+	s.NoError(second.err)
+	s.Require().NotNil(out.Result)
+	s.Equal(int64(2), out.Result.Fence)
+	want, err := api.ResultRefOf(*out.Result)
+	s.Require().NoError(err)
+	s.Require().Len(s.ended, 1, "one report to the run")
+	s.Equal(api.TaskCompleted, s.ended[0].State)
+	s.Equal(&want, s.ended[0].Ref, "the kept result's reference")
+	s.Equal(int64(2), s.ended[0].Attempts)
 }

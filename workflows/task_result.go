@@ -70,13 +70,13 @@ func (t *taskWorkflow) submitResult(ctx workflow.Context, in api.SubmitResultInp
 const LocalIngestMaxBytes = 8 << 20
 
 // ingest is the Ingesting phase: parent ingest of the pending submission.
-// The ingest hands the stored result on (the release of the reservation,
-// the task-ended report to the run: api.IngestInput.Report). The lease
+// The ingest promotes the result and releases the holder's reservation;
+// it tells the run nothing, since the result is not the task's until
+// ingested decides to keep it (finish then reports it, once). The lease
 // watch is left to the workflow's end (a result pending is never
-// expired), so a single-attempt task ends in the workflow task that
-// accepted its result. On success the lease completes; on failure the
-// result is abandoned and the lease stays ACTIVE. Either way the
-// submission gets its answer.
+// expired). On success the lease completes; on failure the result is
+// abandoned and the lease stays ACTIVE. Either way the submission gets
+// its answer.
 func (t *taskWorkflow) ingest(ctx workflow.Context) {
 	sub := t.sub
 	in := sub.in
@@ -84,8 +84,7 @@ func (t *taskWorkflow) ingest(ctx workflow.Context) {
 	for _, a := range slices.Concat(in.Artifacts, in.Logs) {
 		size += a.SizeBytes
 	}
-	input := api.IngestInput{Claim: in.Claim, Artifacts: in.Artifacts, Logs: in.Logs,
-		Report: api.IngestReport{Result: t.resultOf(in, api.IngestResult{}), Attempts: t.ledger.Attempt}}
+	input := api.IngestInput{Claim: in.Claim, Artifacts: in.Artifacts, Logs: in.Logs}
 	var ingested api.IngestResult
 	var err error
 	t.state = api.TaskIngesting

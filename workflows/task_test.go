@@ -47,9 +47,10 @@ type taskSuite struct {
 	ingests    []api.IngestInput
 	cancels    []api.CancelAttemptInput
 	releases   []api.ReleaseSignal
-	// ended and releases are the task-ended reports and releases sent, by
-	// the workflow or (as the real Ingest does) by the Ingest mock;
-	// signalled counts the ones the workflow sent itself, by signal name.
+	// ended are the task-ended reports the workflow sent; releases the
+	// releases sent, by the workflow or (as the real Ingest does) by the
+	// Ingest mock; signalled counts the ones the workflow sent itself, by
+	// signal name.
 	ended     []api.TaskOutcome
 	signalled map[string]int
 	cleanups  int
@@ -61,6 +62,10 @@ type taskSuite struct {
 	ingestAfter, selectAfter time.Duration
 	// ingestErr, when set, decides the Ingest mock's error per input.
 	ingestErr func(api.IngestInput) error
+	// ingestLost, when set, says per input that the ingest did its work
+	// but its completion was lost and every retry failed (a store outage):
+	// the mock then returns an error after the work.
+	ingestLost func(api.IngestInput) bool
 	// waits are answered by the SelectWorker mock first, one per call
 	// (no worker: the task waits).
 	waits []api.SelectWorkerResult
@@ -70,7 +75,7 @@ func TestTaskWorkflow(t *testing.T) { suite.Run(t, new(taskSuite)) }
 
 func (s *taskSuite) SetupTest() {
 	s.env = s.NewTestWorkflowEnvironment()
-	s.ingestAfter, s.selectAfter, s.ingestErr, s.waits = 0, 0, nil, nil
+	s.ingestAfter, s.selectAfter, s.ingestErr, s.ingestLost, s.waits = 0, 0, nil, nil, nil
 	s.SetupTestWith(nil)
 	s.env.SetTestTimeout(20 * time.Second)
 }
@@ -138,15 +143,11 @@ func (s *taskSuite) SetupTestWith(launch func(env *testsuite.TestWorkflowEnviron
 					return api.IngestResult{}, err
 				}
 			}
-			// What the real Ingest hands on once the result is stored.
+			// What the real Ingest sends once the result is stored.
 			s.releases = append(s.releases, api.ReleaseSignal{TaskID: in.TaskID, Fence: in.Fence})
-			res := in.Report.Result
-			res.Artifacts, res.Logs = in.Artifacts, in.Logs
-			ref, err := api.ResultRefOf(res)
-			if err != nil {
-				return api.IngestResult{}, err
+			if s.ingestLost != nil && s.ingestLost(in) {
+				return api.IngestResult{}, errors.New("blob store unreachable")
 			}
-			s.ended = append(s.ended, api.TaskOutcome{TaskID: in.TaskID, RunID: res.RunID, State: api.TaskCompleted, Attempts: in.Report.Attempts, Ref: &ref})
 			return api.IngestResult{Artifacts: in.Artifacts, Logs: in.Logs}, nil
 		})
 	s.env.OnActivity(controlActs.CleanupStaging, mock.Anything, mock.Anything).Return(

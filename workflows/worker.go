@@ -503,6 +503,9 @@ func (w *workerWorkflow) reserve(ctx workflow.Context, in api.ReserveInput) (api
 	if err := w.rec.Reserve(in.TaskID, in.Fence, in.Requirements, workflow.Now(ctx)); err != nil {
 		return api.ReserveResult{}, temporal.NewApplicationError(err.Error(), api.ErrTypeIneligible)
 	}
+	// The loop arms the reservation check for it: nothing else may wake
+	// the loop (heartbeats by ID reach the liveness activity, not it).
+	w.wake.SendAsync(true)
 	return api.ReserveResult{WorkerID: w.id, Incarnation: w.rec.Incarnation}, nil
 }
 

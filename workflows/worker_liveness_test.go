@@ -96,8 +96,14 @@ var heartbeatTimeout = temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, 
 // window as its heartbeat timeout.
 func TestLivenessActivityKeepsAWorkerActiveWithoutSignals(t *testing.T) {
 	l := newLivenessEnv(t)
-	timers := 0
-	l.env.SetOnTimerScheduledListener(func(string, time.Duration) { timers++ })
+	timers, checks := 0, 0
+	l.env.SetOnTimerScheduledListener(func(_ string, d time.Duration) {
+		if d > ReservationCheckAfter/2 { // the windows are 15 s and 60 s
+			checks++ // the reservation check's
+			return
+		}
+		timers++
+	})
 	l.update(0, api.UpdateRegister, testRegistration("w1"))
 	l.update(time.Second, api.UpdateReserve, api.ReserveInput{TaskID: "t1", Fence: 1})
 	var v api.WorkerView
@@ -112,6 +118,7 @@ func TestLivenessActivityKeepsAWorkerActiveWithoutSignals(t *testing.T) {
 	require.Len(t, v.Reservations, 1, "nothing revoked")
 	require.Empty(t, l.lost)
 	require.Zero(t, timers, "no liveness timer while Temporal keeps the window")
+	require.NotZero(t, checks, "the reservation is checked")
 }
 
 // A heartbeat timeout makes the worker STALE at once (its reservations are
