@@ -81,7 +81,7 @@ func TestLeaseLoopPhasesOnTheRealServer(t *testing.T) {
 	require.NoError(t, err)
 	first := waitLaunched(t, wc, env.TaskID, 1)
 	require.NoError(t, c.SignalWorkflow(ctx, api.TaskWorkflowID(env.TaskID), "", api.SignalWorkerLost,
-		api.WorkerLostSignal{WorkerID: first.WorkerID, TaskID: env.TaskID, Fence: first.Fence, State: "STALE"}))
+		api.WorkerLostSignal{WorkerID: first.WorkerID, TaskID: env.TaskID, Fence: first.Fence, State: "STALE", LivenessFenced: true}))
 	second := waitLaunched(t, wc, env.TaskID, 2)
 	require.NotEqual(t, first.WorkerID, second.WorkerID, "the retry avoids the lost worker")
 	// runs status shows the live state and attempt of a task still running.
