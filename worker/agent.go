@@ -105,7 +105,7 @@ func StartAgent(ctx context.Context, c client.Client, opts AgentOptions) (*Agent
 	// Local attempts die by their worker's liveness deadline (their
 	// executors run in this process), so a STALE revocation needs no
 	// lock-delay.
-	reg.LivenessFenced = runsLocal
+	reg.LivenessFenced = runsLocal && executor.WatchdogAvailable()
 	hb, err := newHeartbeater(c, HeartbeaterOptions{Registration: reg, Interval: opts.HeartbeatInterval, Logger: log, OnTakenOver: a.giveWay, Metrics: opts.Metrics, Healthy: opts.Healthy})
 	if err != nil {
 		return nil, err

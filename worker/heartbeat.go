@@ -306,7 +306,7 @@ func (h *Heartbeater) loop() {
 			case e.Unprocessed > h.interval:
 				h.unanswered.Add(1)
 				err = fmt.Errorf("heartbeats delivered, but the registry has not processed its messages for %s (is the control plane running?)", e.Unprocessed.Round(time.Second))
-			case e.State == fleet.Active && mine == h.Incarnation() && e.Unprocessed == 0:
+			case (e.State == fleet.Active || e.State == fleet.Draining) && mine == h.Incarnation() && e.Unprocessed == 0:
 				// The registry processed the signal (nothing waits) and
 				// holds this incarnation ACTIVE: it counted it.
 				h.accepted(began)

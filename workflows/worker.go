@@ -389,10 +389,16 @@ func (w *workerWorkflow) onHeartbeat(ctx workflow.Context, hb api.WorkerHeartbea
 }
 
 func (w *workerWorkflow) noteLost(lost []fleet.Reservation, state string) {
+	w.noteLostOf(w.rec, lost, state)
+}
+
+// noteLostOf queues the lost reservations of the incarnation in rec, with
+// its liveness fencing.
+func (w *workerWorkflow) noteLostOf(rec fleet.Worker, lost []fleet.Reservation, state string) {
 	for _, r := range lost {
 		w.lost = append(w.lost, api.WorkerLostSignal{
-			WorkerID: w.id, Incarnation: w.rec.Incarnation, TaskID: r.TaskID, Fence: r.Fence, State: state,
-			LivenessFenced: w.rec.LivenessFenced,
+			WorkerID: w.id, Incarnation: rec.Incarnation, TaskID: r.TaskID, Fence: r.Fence, State: state,
+			LivenessFenced: rec.LivenessFenced,
 		})
 	}
 }
@@ -464,9 +470,10 @@ func (w *workerWorkflow) validateRegister(ctx workflow.Context, in api.RegisterI
 }
 
 func (w *workerWorkflow) register(ctx workflow.Context, in api.RegisterInput) (api.RegisterResult, error) {
+	prev := w.rec // the lost reservations are the previous incarnation's
 	lost := w.rec.Register(in, workflow.Now(ctx))
 	w.registered = true
-	w.noteLost(lost, api.WorkerReregistered)
+	w.noteLostOf(prev, lost, api.WorkerReregistered)
 	w.wake.SendAsync(true)
 	res := api.RegisterResult{WorkerID: w.id, Incarnation: w.rec.Incarnation}
 	for _, r := range w.rec.Reservations {

@@ -260,6 +260,13 @@ func Start(opts Options) (*Execution, error) {
 			return nil, err
 		}
 	}
+	// A launch that staged (or was stopped) past its fence deadline
+	// starts nothing: the lease may have ended by then, and the retry may
+	// already run.
+	if d, why, _ := e.fenceDeadline(); time.Until(d) < minFenceLeft {
+		e.removeTaskDir()
+		return nil, fmt.Errorf("not started: its fence deadline is %s away (%s)", time.Until(d).Round(time.Millisecond), why)
+	}
 	if err := e.startCommand(); err != nil {
 		return nil, err
 	}
@@ -495,10 +502,12 @@ func (e *Execution) supervise() {
 	if err != nil {
 		e.log.Warn("no fence watchdog: the command is fenced only while the executor runs", "error", err)
 	}
+	kctx, stopKeeper := context.WithCancel(ctx)
+	defer stopKeeper()
 	keeperDone := make(chan struct{})
 	go func() {
 		defer close(keeperDone)
-		e.keepFence(ctx, wd)
+		e.keepFence(kctx, wd)
 	}()
 	hbDone := make(chan struct{})
 	go func() {
@@ -523,6 +532,13 @@ func (e *Execution) supervise() {
 		waitErr = <-waited
 	}
 	finished := time.Now()
+	// The command is reaped: its process group ID may be reused from now
+	// on, so its watchdog goes first.
+	stopKeeper()
+	<-keeperDone
+	if wd != nil {
+		wd.stop()
+	}
 	e.mu.Lock()
 	e.exited = true
 	e.mu.Unlock()
@@ -537,10 +553,6 @@ func (e *Execution) supervise() {
 	}
 	cancel()
 	<-hbDone
-	<-keeperDone
-	if wd != nil {
-		wd.stop()
-	}
 	if f := e.opts.Faults.Freeze; f != nil {
 		f(e.claim)
 	}

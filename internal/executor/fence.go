@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strconv"
 	"syscall"
@@ -25,6 +26,10 @@ const watchdogShell = "/bin/bash"
 
 const watchdogScript = `d=$2; while IFS= read -r -t "$d" d; do :; done; kill -KILL -- "-$1" 2>/dev/null; [ -z "$3" ] || echo 1 > "$3"`
 
+// livenessLost is why a command is killed at its worker's liveness
+// deadline.
+const livenessLost = "no worker heartbeat accepted for the worker's stale-after window: the registry may mark it STALE and revoke the lease"
+
 // fenceDeadline is when the running command must be dead at the latest:
 // a lease TTL after the send time of the last accepted heartbeat, and —
 // with Options.Liveness — the moment the worker's registry entry may go
@@ -43,7 +48,7 @@ func (e *Execution) fenceDeadline() (deadline time.Time, why string, byLiveness 
 	if e.opts.Liveness != nil {
 		if l := e.opts.Liveness(); !l.IsZero() && l.Before(deadline) {
 			deadline, byLiveness = l, true
-			why = "no worker heartbeat accepted for the worker's stale-after window: the registry may mark it STALE and revoke the lease"
+			why = livenessLost
 		}
 	}
 	return deadline, why, byLiveness
@@ -98,8 +103,21 @@ func (w *watchdog) stop() {
 }
 
 // watchdogMargin is how much earlier than the fence deadline the watchdog
-// kills: more than the time a deadline takes through the pipe.
-const watchdogMargin = 20 * time.Millisecond
+// kills: well over the time a deadline takes through the pipe and a
+// SIGKILL takes to end a process.
+const watchdogMargin = 100 * time.Millisecond
+
+// minFenceLeft is the least time before its fence deadline at which an
+// attempt's command may still start.
+const minFenceLeft = 2*watchdogMargin + fenceKeeperPeriod
+
+// WatchdogAvailable reports whether fence watchdogs can run here (bash
+// is installed); without them a command is fenced only while its
+// executor runs, so its worker must not declare itself liveness-fenced.
+func WatchdogAvailable() bool {
+	fi, err := os.Stat(watchdogShell)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+}
 
 // seconds renders the time until deadline, less watchdogMargin, for
 // read -t: at least a millisecond (-t 0 only polls).
@@ -111,14 +129,24 @@ func seconds(d time.Duration) string {
 // deadline equal to the fence deadline, and kills the command once the
 // worker's liveness deadline passes (the heartbeat loop does at the lease
 // TTL, naming the heartbeats' last error).
+//
+// A liveness deadline that passed counts though a later worker heartbeat
+// moved it on before the keeper looked: the registry may have marked the
+// worker STALE meanwhile.
 func (e *Execution) keepFence(ctx context.Context, wd *watchdog) {
 	t := time.NewTicker(fenceKeeperPeriod)
 	defer t.Stop()
+	var passed time.Time // the liveness deadline seen last
 	for {
-		deadline, why, byLiveness := e.fenceDeadline()
-		if byLiveness && !time.Now().Before(deadline) {
-			e.stop(OutcomeSelfFenced, why)
+		deadline, _, byLiveness := e.fenceDeadline()
+		now := time.Now()
+		if byLiveness && !now.Before(deadline) || !passed.IsZero() && !now.Before(passed) {
+			e.stop(OutcomeSelfFenced, livenessLost)
 			return
+		}
+		passed = time.Time{}
+		if byLiveness {
+			passed = deadline
 		}
 		if wd != nil {
 			wd.extend(deadline)

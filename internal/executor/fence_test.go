@@ -1,13 +1,18 @@
 package executor
 
 import (
+	"context"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/wdc-runtime/wdc/launchers"
+	"github.com/wdc-runtime/wdc/lease"
 )
 
 // startGroup starts `sleep 60` as the leader of its own process group.
@@ -89,4 +94,56 @@ func TestTheWorkersLivenessDeadlineFencesTheCommand(t *testing.T) {
 	_, byID := f.ctl.sent()
 	assert.Positive(t, byID, "its lease heartbeats were accepted meanwhile")
 	assertGroupDead(t, f, ex)
+}
+
+// A launch that reaches its command past the fence deadline (its inputs
+// staged, or its agent stopped, for longer than the window) starts
+// nothing: the lease may have ended and its retry may run.
+func TestNothingStartsPastTheFenceDeadline(t *testing.T) {
+	for name, mod := range map[string]func(*fixture, *Options){
+		"lease TTL": func(f *fixture, o *Options) {
+			o.Attempt.Lease.GrantedAt = time.Now().Add(-f.lease.TTL + 100*time.Millisecond)
+			o.Faults.Stall = func(context.Context, lease.Claim) { time.Sleep(300 * time.Millisecond) }
+		},
+		"worker liveness": func(f *fixture, o *Options) {
+			past := time.Now().Add(-time.Second)
+			o.Liveness = func() time.Time { return past }
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, `echo ran > "$WDC_TASK_DIR/../ran"; sleep 5`, nil)
+			opts := Options{
+				Attempt: launchers.Attempt{Envelope: f.env, Lease: f.lease, HeartbeatInterval: 100 * time.Millisecond},
+				Root:    f.root, Blobs: f.blobs, Control: f.ctl,
+			}
+			mod(f, &opts)
+			_, err := Start(opts)
+			require.ErrorContains(t, err, "fence deadline")
+			time.Sleep(200 * time.Millisecond)
+			assert.NoFileExists(t, filepath.Join(f.root, "t1", "ran"))
+		})
+	}
+}
+
+// A liveness deadline that passes between two of the keeper's looks and
+// is then moved on by a late worker heartbeat still fences the command:
+// the registry may have marked the worker STALE meanwhile.
+func TestALapsedLivenessDeadlineIsNotRevived(t *testing.T) {
+	cmd := startGroup(t)
+	start := time.Now()
+	e := &Execution{cmd: cmd, log: discardLogger(), lastAccepted: start}
+	e.opts.Attempt.Lease.TTL = time.Minute
+	e.opts.Liveness = func() time.Time {
+		if time.Since(start) < 170*time.Millisecond {
+			return start.Add(150 * time.Millisecond)
+		}
+		return start.Add(10 * time.Second)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go e.keepFence(ctx, nil)
+	time.Sleep(400 * time.Millisecond)
+	cause, msg := e.stopped()
+	assert.Equal(t, OutcomeSelfFenced, cause)
+	assert.Equal(t, livenessLost, msg)
 }

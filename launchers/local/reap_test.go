@@ -100,6 +100,12 @@ func TestARestartedAgentKillsWhatTheDeadOneLeft(t *testing.T) {
 	t.Cleanup(func() { _ = syscall.Kill(gc, syscall.SIGKILL) })
 	time.Sleep(200 * time.Millisecond)
 
+	// The whole agent dies at once, its fence watchdogs with it (they
+	// would kill the attempt's process group and cgroup when their agent
+	// dies alone).
+	for _, w := range watchdogsOf(t, agent.Process.Pid) {
+		require.NoError(t, syscall.Kill(w, syscall.SIGKILL))
+	}
 	require.NoError(t, agent.Process.Kill())
 	_ = agent.Wait()
 	time.Sleep(200 * time.Millisecond)
@@ -141,4 +147,29 @@ func openBlobs(t *testing.T) *blobstore.Store {
 	blobs, err := blobstore.OpenDir(context.Background(), t.TempDir())
 	require.NoError(t, err)
 	return blobs
+}
+
+// watchdogsOf lists the fence watchdog processes whose parent is pid.
+func watchdogsOf(t *testing.T, pid int) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	var out []int
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err1 := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		cmdline, err2 := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) && strings.Contains(string(cmdline), "wdc-fence-watchdog") {
+			out = append(out, p)
+		}
+	}
+	require.NotEmpty(t, out, "the attempt's fence watchdog")
+	return out
 }
