@@ -155,7 +155,7 @@ func (s *taskSuite) TestRevocationCancelsTheLeaseActivity() {
 	held, cancelled := s.holdLeases()
 	s.heartbeat(10*time.Second, s.claim("worker-a", 1), 1)
 	s.env.RegisterDelayedCallback(func() {
-		s.env.SignalWorkflow(api.SignalWorkerLost, api.WorkerLostSignal{WorkerID: "worker-a", TaskID: "t1", Fence: 1, State: "STALE"})
+		s.env.SignalWorkflow(api.SignalWorkerLost, api.WorkerLostSignal{WorkerID: "worker-a", TaskID: "t1", Fence: 1, State: "STALE", LivenessFenced: true})
 	}, 20*time.Second)
 	s.submit(40*time.Second, "t1/2/2", s.claim("worker-b", 2))
 	out := s.execute(api.TaskOptions{LeaseTTL: 30 * time.Second, Backoff: lease.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}})

@@ -89,7 +89,7 @@ func (s *metricsSuite) TestRejectionsByReason() {
 // A revoked lease is counted with its retry reason.
 func (s *metricsSuite) TestRevokedByReason() {
 	s.env.RegisterDelayedCallback(func() {
-		s.env.SignalWorkflow(api.SignalWorkerLost, api.WorkerLostSignal{WorkerID: "worker-a", TaskID: "t1", Fence: 1, State: "STALE"})
+		s.env.SignalWorkflow(api.SignalWorkerLost, api.WorkerLostSignal{WorkerID: "worker-a", TaskID: "t1", Fence: 1, State: "STALE", LivenessFenced: true})
 	}, 2*time.Second)
 	s.submit(10*time.Second, "t1/2/2", s.claim("worker-b", 2))
 	s.execute(api.TaskOptions{LeaseTTL: time.Hour})

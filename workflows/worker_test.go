@@ -264,8 +264,8 @@ func (s *workerSuite) TestReRegistrationKeepsOnlyAdoptedReservations() {
 	s.Require().Len(v.Reservations, 1)
 	s.Equal("t1", v.Reservations[0].TaskID)
 	s.ElementsMatch([]api.WorkerLostSignal{
-		{WorkerID: "w1", Incarnation: 2, TaskID: "t2", Fence: 2, State: "REREGISTERED"},
-		{WorkerID: "w1", Incarnation: 2, TaskID: "t3", Fence: 1, State: "REREGISTERED"},
+		{WorkerID: "w1", Incarnation: 1, TaskID: "t2", Fence: 2, State: "REREGISTERED"}, // the lost incarnation
+		{WorkerID: "w1", Incarnation: 1, TaskID: "t3", Fence: 1, State: "REREGISTERED"},
 	}, s.lost)
 }
 
