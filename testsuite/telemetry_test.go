@@ -288,6 +288,9 @@ func TestControlPlaneAndAgentTelemetry(t *testing.T) {
 	assert.Equal(t, 0.0, sample(cpFams, "wdc_leases_expired_total"))
 	assert.Equal(t, 1.0, sample(cpFams, "wdc_worker_selection_seconds"), "one selection")
 	assert.Equal(t, 1.0, sample(cpFams, "wdc_ingest_seconds"), "one ingest, on the zero series")
+	for _, name := range []string{"wdc_leases_granted_total", "wdc_results_accepted_total", "wdc_worker_selection_seconds", "wdc_ingest_seconds", "wdc_ingest_bytes_total"} {
+		assert.Len(t, cpFams[name].GetMetric(), 1, "%s: the events landed on the zero series (same labels)", name)
+	}
 	waitFor(t, 2*telemetry.WorkersCountInterval, "the agent counted ACTIVE in wdc_workers", func() bool {
 		return sample(scrape(t, cp.metrics), "wdc_workers", "state=ACTIVE") >= 1
 	})

@@ -22,11 +22,8 @@ const (
 )
 
 // sdkTags are the tags of a metric emitted on the control plane's task
-// queue by workflowType (and activityType, "" outside an activity).
+// queue by workflowType and activityType (sdkNone: none).
 func sdkTags(namespace, workflowType, activityType string) map[string]string {
-	if activityType == "" {
-		activityType = sdkNone
-	}
 	return map[string]string{
 		tagNamespace: namespace, tagClientName: sdkClientName, tagWorkerType: sdkNone,
 		tagWorkflowType: workflowType, tagActivityType: activityType, tagTaskQueue: api.ControlTaskQueue,
@@ -48,7 +45,7 @@ func withReason(tags map[string]string, reason string) map[string]string {
 // them from the start and rate() and absent() work. h is the handler
 // given to the control plane's client (Metrics.Handler).
 func ExportControlPlaneZeros(h client.MetricsHandler, namespace string) {
-	task := sdkTags(namespace, api.TaskWorkflowType, "")
+	task := sdkTags(namespace, api.TaskWorkflowType, sdkNone)
 	th := h.WithTags(task)
 	th.Counter(api.MetricLeasesGranted)
 	th.Counter(api.MetricLeasesExpired)
@@ -59,10 +56,13 @@ func ExportControlPlaneZeros(h client.MetricsHandler, namespace string) {
 	for _, r := range api.MetricRejectedReasons() {
 		h.WithTags(withReason(task, r)).Counter(api.MetricResultsRejected)
 	}
-	h.WithTags(sdkTags(namespace, api.TaskWorkflowType, "SelectWorker")).Timer(api.MetricWorkerSelection)
-	ingest := h.WithTags(sdkTags(namespace, api.TaskWorkflowType, "Ingest"))
-	ingest.Timer(api.MetricIngest)
-	ingest.Counter(api.MetricIngestBytes)
+	// SelectWorker and (up to workflows.LocalIngestMaxBytes) Ingest run
+	// as local activities, whose handler carries no workflow or activity
+	// type (a larger Ingest, a regular activity, adds its own series).
+	local := h.WithTags(sdkTags(namespace, sdkNone, sdkNone))
+	local.Timer(api.MetricWorkerSelection)
+	local.Timer(api.MetricIngest)
+	local.Counter(api.MetricIngestBytes)
 	for _, st := range WorkerStates {
 		h.WithTags(map[string]string{api.MetricTagState: string(st)}).Gauge(api.MetricWorkers).Update(0)
 	}
