@@ -1,5 +1,7 @@
 package api
 
+import "github.com/wdc-runtime/wdc/lease"
+
 // Names of wdc's metrics, as given to a metrics handler. The Prometheus
 // names add the suffix of their kind: "_total" to counters, "_seconds" to
 // timers (histograms in seconds); gauges keep their name. Every metric
@@ -47,7 +49,40 @@ const (
 	// task that had already ended differently (another state or result):
 	// the run keeps the first (control plane). Any count is a bug.
 	MetricTaskReportsConflicting = "wdc_task_reports_conflicting"
+	// MetricWorkers is the fleet's registry entries in each state, tagged
+	// MetricTagState, as one control plane counts them in visibility every
+	// WorkersCountInterval (control plane; gauge: take the max over
+	// replicas, not the sum).
+	MetricWorkers = "wdc_workers"
 )
+
+// MetricTagState is the tag (Prometheus label) that carries a worker
+// state (MetricWorkers).
+const MetricTagState = "state"
 
 // MetricTagReason is the tag (Prometheus label) that carries a reason.
 const MetricTagReason = "reason"
+
+// MetricReasonIngestFailed tags a result refused because its ingest
+// failed (MetricResultsRejected).
+const MetricReasonIngestFailed = "ingest_failed"
+
+// MetricRevokedReasons are the reason values of MetricLeasesRevoked: every
+// retry reason but lease_expired, which MetricLeasesExpired counts.
+var MetricRevokedReasons = []lease.RetryReason{lease.ReasonWorkerLost, lease.ReasonLaunchFailed, lease.ReasonInfraKilled, lease.ReasonOOMKilled}
+
+// MetricFenceReasons are the fence check's reasons, the reason values of
+// the MetricResultsRejected that an agent's executor counts.
+var MetricFenceReasons = []lease.RejectReason{lease.RejectStaleFence, lease.RejectWrongWorker, lease.RejectWrongAttempt,
+	lease.RejectWrongTask, lease.RejectDigestMismatch, lease.RejectLeaseNotActive}
+
+// MetricRejectedReasons are the reason values of the MetricResultsRejected
+// that a control plane counts: the fence check's, invalid_argument and
+// ingest_failed.
+func MetricRejectedReasons() []string {
+	out := make([]string, 0, len(MetricFenceReasons)+2)
+	for _, r := range MetricFenceReasons {
+		out = append(out, string(r))
+	}
+	return append(out, ErrTypeInvalidArgument, MetricReasonIngestFailed)
+}

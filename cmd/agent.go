@@ -142,6 +142,9 @@ an earlier agent of this work directory left behind.`,
 				return err
 			}
 			defer stopMetrics()
+			if a.metrics != nil {
+				telemetry.ExportAgentZeros(a.metrics)
+			}
 			// Registering is an update the control plane answers: without
 			// one the agent would hang before it says anything.
 			tc, store, err := a.connectExecutor(ctx, dataDir, blobURL)
@@ -328,6 +331,9 @@ describe-version' shows it drained (docs/upgrading.md).`,
 				return err
 			}
 			defer stopMetrics()
+			if a.metrics != nil {
+				telemetry.ExportControlPlaneZeros(a.metrics, a.global.namespace)
+			}
 			tc, store, err := a.connect(ctx, dataDir, blobURL, worker.DialOptions()...)
 			if err != nil {
 				return err
@@ -350,6 +356,9 @@ describe-version' shows it drained (docs/upgrading.md).`,
 				return fmt.Errorf("start control plane: %w", err)
 			}
 			msrv.SetReady(telemetry.TemporalReady(tc))
+			if a.metrics != nil {
+				go telemetry.CountWorkers(ctx, tc, a.metrics, telemetry.WorkersCountInterval)
+			}
 			fmt.Fprintf(a.deps.Stdout, "control plane polling wdc-control on %s (namespace %s); blob store %s\n", a.global.address, a.global.namespace, store)
 			fmt.Fprintf(a.deps.Stdout, "control plane %s\n", w.Status().Describe(a.temporalFlags()))
 			<-ctx.Done()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -62,8 +63,12 @@ across restarts; in memory mode they are new each time and the data is removed
 on exit. --s3-access-key and --s3-secret-key (env WDC_DEV_S3_ACCESS_KEY,
 WDC_DEV_S3_SECRET_KEY) choose them instead (not stored).
 
-With --ip 0.0.0.0 every service listens on all interfaces and the printed URL
-names this machine's first non-loopback IPv4 address.
+With --ip 0.0.0.0 every service (frontend, Web UI, S3 endpoint) listens on all
+interfaces and the printed URL names this machine's first non-loopback IPv4
+address. With --ip set to one address, they listen on that address only, not
+on 127.0.0.1: start-dev then prints the --address (and TEMPORAL_ADDRESS) every
+other wdc command needs, on this host too. --db-filename's directory is created
+if absent.
 Stop with Ctrl-C (SIGINT) or SIGTERM.`,
 		Example: `  wdc server start-dev --db-filename wdc.db
   wdc server start-dev --port 7233 --ui-port 8233 --namespace science
@@ -85,7 +90,7 @@ Stop with Ctrl-C (SIGINT) or SIGTERM.`,
 	}
 	f := c.Flags()
 	f.StringVarP(&o.dbFilename, "db-filename", "f", "", "SQLite file for all state (created if absent); empty keeps state in memory")
-	f.StringVar(&o.ip, "ip", "127.0.0.1", "IP address the frontend and UI bind to")
+	f.StringVar(&o.ip, "ip", "127.0.0.1", "IP address the frontend, the Web UI and the S3 endpoint bind to (0.0.0.0: every interface); on any other than 127.0.0.1 or 0.0.0.0, other commands on this host need the --address start-dev prints")
 	f.IntVarP(&o.port, "port", "p", 7233, "frontend gRPC port")
 	f.IntVar(&o.uiPort, "ui-port", 0, "Web UI port (default: --port + 1000)")
 	f.BoolVar(&o.headless, "headless", false, "do not serve the Web UI")
@@ -143,6 +148,17 @@ func (o *startDevOptions) validate() error {
 	return nil
 }
 
+// addressHint is what start-dev says when the frontend it serves (on ip
+// and port, reached at frontend) is not at the default --address: the
+// flag every other wdc command needs, or "" when the default reaches it.
+func addressHint(ip string, port int, frontend string) string {
+	def := net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) == defaultAddress
+	if p := net.ParseIP(ip); def && p != nil && (p.IsUnspecified() || p.Equal(net.IPv4(127, 0, 0, 1))) {
+		return ""
+	}
+	return fmt.Sprintf("Not on the default %s: give every other wdc command (on this host too) --address %s\n  export TEMPORAL_ADDRESS=%s", defaultAddress, frontend, frontend)
+}
+
 func (a *app) runStartDev(ctx context.Context, o *startDevOptions) error {
 	if a.deps.StartDevServer == nil {
 		return errors.New("this build has no embedded server")
@@ -177,6 +193,9 @@ func (a *app) runStartDev(ctx context.Context, o *startDevOptions) error {
 	if err := a.emit(info, func(w io.Writer) error {
 		fmt.Fprintf(w, "Temporal server ready in %s\n", srv.StartupDuration().Round(time.Millisecond))
 		fmt.Fprintf(w, "  frontend   %s\n", srv.FrontendHostPort())
+		if hint := addressHint(o.ip, o.port, srv.FrontendHostPort()); hint != "" {
+			fmt.Fprintf(w, "%s\n", hint)
+		}
 		if srv.UIAddress() != "" {
 			fmt.Fprintf(w, "  web ui     %s\n", srv.UIAddress())
 		}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wdc-runtime/wdc/cmd"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 )
 
@@ -259,4 +261,39 @@ func TestStartDevS3RefusalsNameTheFlag(t *testing.T) {
 			assert.Equal(t, 1, strings.Count(srv.stderr.String(), "\n"), "one line: %q", srv.stderr.String())
 		})
 	}
+}
+
+// The two-machine steps on a fresh machine: --db-filename in a directory
+// that does not exist yet is created; with --ip set to one address (here
+// 127.0.0.2, not 127.0.0.1) start-dev prints the --address other
+// commands need, and a command given it reaches the server.
+func TestStartDevOnOneAddressPrintsTheAddressToUse(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "var", "lib", "wdc", "dev.db")
+	srv := startDevProcess(t, "--ip", "127.0.0.2", "--db-filename", db, "--no-s3")
+	var out strings.Builder
+	done := make(chan error, 1)
+	go func() {
+		for {
+			line, err := srv.stdout.ReadString('\n')
+			out.WriteString(line)
+			if err != nil || strings.HasPrefix(line, "Stop with Ctrl-C") {
+				done <- err
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "stdout: %s\nstderr: %s", out.String(), srv.stderr.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("start-dev not ready within 60s; stderr: %s", srv.stderr.String())
+	}
+	assert.FileExists(t, db, "the database's directory was created")
+	m := regexp.MustCompile(`--address (127\.0\.0\.2:\d+)\n  export TEMPORAL_ADDRESS=127\.0\.0\.2:\d+\n`).FindStringSubmatch(out.String())
+	require.NotNil(t, m, "start-dev names the --address to use:\n%s", out.String())
+
+	var stdout, stderr bytes.Buffer
+	code := cmd.Main(cmd.Deps{Stdout: &stdout, Stderr: &stderr, Getenv: cliGetenv}, []string{"workers", "list", "--address", m[1]})
+	assert.Equal(t, cmd.ExitOK, code, "%s%s", stdout.String(), stderr.String())
+	assert.Equal(t, 0, srv.stop(t), srv.stderr.String())
 }

@@ -257,6 +257,16 @@ func TestControlPlaneAndAgentTelemetry(t *testing.T) {
 	ag := spawnTelemetry(t, "agent", "agent", "--worker-id", "telemetry-a", "--cpu", "1", "--memory", "1Gi",
 		"--label", "suite-test="+testLabel(t), "--data-dir", dataDir, "--log-level", "info")
 	waitFor(t, 30*time.Second, "the agent ready (registered)", func() bool { return httpStatus(ag.metrics, "/readyz") == http.StatusOK })
+	// Every wdc series is there from the start, at zero (one per reason).
+	cpFams, agFams := scrape(t, cp.metrics), scrape(t, ag.metrics)
+	for _, name := range []string{"wdc_leases_granted_total", "wdc_leases_expired_total", "wdc_leases_revoked_total",
+		"wdc_results_accepted_total", "wdc_results_rejected_total", "wdc_worker_selection_seconds", "wdc_ingest_seconds", "wdc_ingest_bytes_total"} {
+		assert.Equal(t, 0.0, sample(cpFams, name), "control plane: %s at zero before any task", name)
+	}
+	assert.Equal(t, 0.0, sample(cpFams, "wdc_leases_revoked_total", "reason=worker_lost"))
+	assert.Equal(t, 0.0, sample(cpFams, "wdc_results_rejected_total", "reason=stale_fence"))
+	assert.Equal(t, 0.0, sample(agFams, "wdc_results_rejected_total", "reason=stale_fence"), "agent: its executors' refusals")
+	assert.Equal(t, 0.0, sample(agFams, "wdc_attempts_running"))
 
 	dir := t.TempDir()
 	env := filepath.Join(dir, "task.json")
@@ -269,15 +279,21 @@ func TestControlPlaneAndAgentTelemetry(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, view.Result)
 
-	var cpFams, agFams map[string]*dto.MetricFamily
 	waitFor(t, 15*time.Second, "the task's counters and the agent's heartbeats on /metrics", func() bool {
 		cpFams, agFams = scrape(t, cp.metrics), scrape(t, ag.metrics)
 		return sample(cpFams, "wdc_results_accepted_total") == 1 && sample(agFams, "wdc_heartbeat_round_trip_seconds") > 0 &&
 			sample(agFams, "wdc_attempts_running") == 0
 	})
 	assert.Equal(t, 1.0, sample(cpFams, "wdc_leases_granted_total"))
-	assert.Equal(t, -1.0, sample(cpFams, "wdc_leases_expired_total"))
+	assert.Equal(t, 0.0, sample(cpFams, "wdc_leases_expired_total"))
 	assert.Equal(t, 1.0, sample(cpFams, "wdc_worker_selection_seconds"), "one selection")
+	assert.Equal(t, 1.0, sample(cpFams, "wdc_ingest_seconds"), "one ingest, on the zero series")
+	for _, name := range []string{"wdc_leases_granted_total", "wdc_results_accepted_total", "wdc_worker_selection_seconds", "wdc_ingest_seconds", "wdc_ingest_bytes_total"} {
+		assert.Len(t, cpFams[name].GetMetric(), 1, "%s: the events landed on the zero series (same labels)", name)
+	}
+	waitFor(t, 2*telemetry.WorkersCountInterval, "the agent counted ACTIVE in wdc_workers", func() bool {
+		return sample(scrape(t, cp.metrics), "wdc_workers", "state=ACTIVE") >= 1
+	})
 	for _, name := range sdkFamilies {
 		assert.Contains(t, cpFams, name, "control plane: the SDK's metrics go through the same registry")
 	}
@@ -285,8 +301,14 @@ func TestControlPlaneAndAgentTelemetry(t *testing.T) {
 	assert.Contains(t, agFams, "go_goroutines", "the Go runtime collector")
 
 	cpLines := logLines(t, cp.stderr)
+	for _, l := range cpLines {
+		assert.NotEqual(t, "metric not registered", l["msg"], "control plane: %v", l)
+	}
 	assertAttemptLines(t, "control plane", cpLines, "telemetry-task", "lease granted", "result accepted")
 	agLines := logLines(t, ag.stderr)
+	for _, l := range agLines {
+		assert.NotEqual(t, "metric not registered", l["msg"], "agent: %v", l)
+	}
 	assertAttemptLines(t, "agent", agLines, "telemetry-task", "attempt started", "attempt ended")
 	sdkLine := false
 	for _, l := range cpLines {

@@ -14,6 +14,7 @@ import (
 	"github.com/wdc-runtime/wdc/api"
 	wdcclient "github.com/wdc-runtime/wdc/client"
 	"github.com/wdc-runtime/wdc/fleet"
+	"github.com/wdc-runtime/wdc/internal/logrepeat"
 	"github.com/wdc-runtime/wdc/lease"
 )
 
@@ -37,6 +38,9 @@ type Heartbeater struct {
 	// adopter, when set, names the attempts each registration adopts
 	// (an agent's cluster launcher; worker/adopt.go).
 	adopter Adopter
+	// beatLog and withheldLog log a run of failed or withheld heartbeats
+	// once at its start, every 30 s with a count, and once at its end.
+	beatLog, withheldLog *logrepeat.Failure
 
 	mu          sync.Mutex
 	incarnation int64
@@ -114,6 +118,8 @@ func newHeartbeater(c client.Client, opts HeartbeaterOptions) (*Heartbeater, err
 	return &Heartbeater{
 		reg: reg, interval: opts.Interval, client: &wdcclient.Client{C: c}, log: opts.Logger,
 		onTakenOver: opts.OnTakenOver, metrics: opts.Metrics, healthy: opts.Healthy, stop: make(chan struct{}), done: make(chan struct{}),
+		beatLog:     &logrepeat.Failure{Log: opts.Logger, Msg: "worker heartbeat", Recovered: "worker heartbeat delivered again"},
+		withheldLog: &logrepeat.Failure{Log: opts.Logger, Msg: "worker heartbeat withheld: what this worker runs on does not answer", Recovered: "worker heartbeats resumed: what this worker runs on answers again"},
 	}, nil
 }
 
@@ -245,11 +251,12 @@ func (h *Heartbeater) loop() {
 			if err := h.healthy(ctx); err != nil {
 				cancel()
 				h.skipped.Add(1)
-				h.log.Warn("worker heartbeat withheld: what this worker runs on does not answer", "error", err)
+				h.withheldLog.Fail(err)
 				tick.Reset(wait)
 				continue
 			}
 		}
+		h.withheldLog.OK()
 		seq++
 		began := time.Now()
 		signalled, err := h.client.Heartbeat(ctx, api.WorkerHeartbeatSignal{WorkerID: h.WorkerID(), Incarnation: h.Incarnation(), Seq: seq})
@@ -260,6 +267,7 @@ func (h *Heartbeater) loop() {
 			h.byActivity.Add(1)
 			h.accepted(began)
 			h.metrics.Timer(api.MetricHeartbeatRoundTrip).Record(time.Since(began))
+			h.beatLog.OK()
 			h.afterBeat()
 			cancel()
 			tick.Reset(wait)
@@ -313,7 +321,9 @@ func (h *Heartbeater) loop() {
 			}
 		}
 		if err != nil {
-			h.log.Warn("worker heartbeat", "error", err)
+			h.beatLog.Fail(err)
+		} else {
+			h.beatLog.OK()
 		}
 		h.afterBeat()
 		cancel()

@@ -26,7 +26,7 @@ func count(ctx workflow.Context, name, reason string) {
 }
 
 // rejectReasonIngestFailed tags a result whose parent ingest failed.
-const rejectReasonIngestFailed = "ingest_failed"
+const rejectReasonIngestFailed = api.MetricReasonIngestFailed
 
 // countRejected counts a result the validator refused, by the
 // application error's type (the fence check's reason, or

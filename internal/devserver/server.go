@@ -72,8 +72,8 @@ type Server struct {
 // creates its bucket.
 //
 // Errors: a port already in use (named as the CLI flag: port, ui-port,
-// s3-port), an invalid S3 bucket name, a DBFilename whose directory does not exist
-// or that is not a SQLite database, or more search attributes of one type
+// s3-port), an invalid S3 bucket name, a DBFilename whose directory cannot
+// be created (it is created if absent) or that is not a SQLite database, or more search attributes of one type
 // than SQLite visibility has slots for.
 func Start(ctx context.Context, opts Options) (*Server, error) {
 	began := time.Now()
@@ -260,8 +260,8 @@ func prepareStore(opts Options) (*config.SQL, error) {
 		}
 		sqlCfg.DatabaseName = path
 		sqlCfg.ConnectAttributes["mode"] = "rwc"
-		if dir := filepath.Dir(path); !isDir(dir) {
-			return nil, fmt.Errorf("db-filename %q: directory %s does not exist", opts.DBFilename, dir)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return nil, fmt.Errorf("db-filename %q: create its directory: %w", opts.DBFilename, err)
 		}
 		if fi, err := os.Stat(path); errors.Is(err, os.ErrNotExist) || (err == nil && fi.Size() == 0) {
 			if err := sqlite.SetupSchema(sqlCfg); err != nil {
@@ -363,11 +363,6 @@ func newLogger(level string) (log.Logger, error) {
 	default:
 		return nil, fmt.Errorf("log-level %q: want one of debug, info, warn, error, off", level)
 	}
-}
-
-func isDir(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.IsDir()
 }
 
 // freePort asks the kernel for an unused TCP port on ip.

@@ -24,6 +24,7 @@ import (
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
+	"github.com/wdc-runtime/wdc/internal/logrepeat"
 	"github.com/wdc-runtime/wdc/launchers"
 	"github.com/wdc-runtime/wdc/lease"
 )
@@ -734,13 +735,15 @@ func (e *Execution) closedTaskRejection(ctx context.Context, cause error) (reaso
 // phase keep the lease alive meanwhile (or cancel ctx when it is lost).
 func (e *Execution) submitWithRetry(ctx context.Context, in api.SubmitResultInput, onAccepted func()) (api.SubmitResultResult, error) {
 	wait := 200 * time.Millisecond
+	failLog := &logrepeat.Failure{Log: e.log, Msg: "submit failed; retrying", Recovered: "submit answered"}
 	for {
 		res, err := e.opts.Control.SubmitResult(ctx, in, onAccepted)
 		var rej *Rejected
 		if err == nil || errors.As(err, &rej) || errors.Is(err, ErrTaskGone) {
+			failLog.OK()
 			return res, err
 		}
-		e.log.Warn("submit failed; retrying", "error", err)
+		failLog.Fail(err)
 		select {
 		case <-ctx.Done():
 			return res, err

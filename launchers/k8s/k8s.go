@@ -26,6 +26,7 @@ import (
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/executor"
+	"github.com/wdc-runtime/wdc/internal/logrepeat"
 	"github.com/wdc-runtime/wdc/launchers"
 	"github.com/wdc-runtime/wdc/lease"
 )
@@ -292,6 +293,7 @@ func (l *Launcher) track(c lease.Claim, uid types.UID, lz *coordinationv1.Lease,
 	go func() {
 		t := time.NewTicker(every)
 		defer t.Stop()
+		renewLog := &logrepeat.Failure{Log: l.opts.Logger.With("lease", l.opts.Spec.Namespace+"/"+name), Msg: "lease renewal", Recovered: "lease renewed again"}
 		for {
 			select {
 			case <-ctx.Done():
@@ -299,10 +301,12 @@ func (l *Launcher) track(c lease.Claim, uid types.UID, lz *coordinationv1.Lease,
 			case <-t.C:
 			}
 			if err := l.RenewLease(ctx, c); err != nil && ctx.Err() == nil {
-				l.opts.Logger.Warn("lease renewal", "lease", l.opts.Spec.Namespace+"/"+name, "error", err)
+				renewLog.Fail(err)
 				if errors.Is(err, ErrLeaseTaken) || apierrors.IsNotFound(err) {
 					return // someone else's now, or deleted: nothing to renew
 				}
+			} else if err == nil {
+				renewLog.OK()
 			}
 		}
 	}()

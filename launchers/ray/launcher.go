@@ -13,6 +13,7 @@ import (
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/executor"
+	"github.com/wdc-runtime/wdc/internal/logrepeat"
 	"github.com/wdc-runtime/wdc/launchers"
 	"github.com/wdc-runtime/wdc/launchers/external"
 	"github.com/wdc-runtime/wdc/lease"
@@ -216,6 +217,7 @@ func (l *Launcher) watchJob(w *watch) {
 	tick := time.NewTicker(l.opts.PollInterval)
 	defer tick.Stop()
 	polls := 0
+	statusLog := &logrepeat.Failure{Log: log, Msg: "ray job status", Recovered: "ray job status answered again"}
 	for {
 		select {
 		case <-tick.C:
@@ -232,9 +234,10 @@ func (l *Launcher) watchJob(w *watch) {
 			l.report(w, lease.ReasonInfraKilled, fmt.Sprintf("ray job %s disappeared from the cluster", w.id), "", log)
 			return
 		case err != nil:
-			log.Warn("ray job status", "error", err)
+			statusLog.Fail(err)
 			continue
 		}
+		statusLog.OK()
 		switch job.Status {
 		case StatusPending:
 			if waited := time.Since(w.submitted); waited >= l.opts.PendingTimeout {
