@@ -158,14 +158,13 @@ echo "done on attempt $WDC_ATTEMPT" > outputs/done.txt`)
 	assert.NotContains(t, envTxt, "HOME=")
 	assert.Equal(t, "done on attempt 2\n", readArtifact(t, view.Result, "done.txt"))
 
-	// Attempt 1's shell died with its agent (Pdeathsig); the background
-	// sleep it started is orphaned until the worker's agent starts again,
-	// which kills it and registers a new incarnation.
+	// Attempt 1 died with its agent: its fence watchdog saw the agent go
+	// and killed the command's process group and cgroup, the background
+	// sleep included (the agent's next start would reap anything left).
 	attemptDir := filepath.Join(suite.dataDir, "work", victim, env.TaskID, "1-1")
 	require.DirExists(t, attemptDir)
-	require.NotEmpty(t, processesIn(attemptDir), "the background child of attempt 1 outlived its agent")
+	waitFor(t, 5*time.Second, "attempt 1's processes gone with its agent", func() bool { return len(processesIn(attemptDir)) == 0 })
 	spawnAgent(t, victim)
-	waitFor(t, 10*time.Second, "the orphan of attempt 1 reaped", func() bool { return len(processesIn(attemptDir)) == 0 })
 	waitFor(t, 10*time.Second, "the restarted agent's new incarnation", func() bool {
 		v, err := suite.wdc.Worker(context.Background(), victim)
 		return err == nil && v.Incarnation == 2 && v.State == fleet.Active
