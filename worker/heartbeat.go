@@ -314,10 +314,12 @@ func (h *Heartbeater) loop() {
 			case e.Unprocessed > h.interval:
 				h.unanswered.Add(1)
 				err = fmt.Errorf("heartbeats delivered, but the registry has not processed its messages for %s (is the control plane running?)", e.Unprocessed.Round(time.Second))
-			case (e.State == fleet.Active || e.State == fleet.Draining) && mine == h.Incarnation() && e.Unprocessed == 0:
-				// The registry processed the signal (nothing waits) and
-				// holds this incarnation ACTIVE: it counted it.
-				h.accepted(began)
+			default:
+				cctx, ccancel := context.WithTimeout(ctx, h.interval/2)
+				if h.confirmed(cctx, e) {
+					h.accepted(began)
+				}
+				ccancel()
 			}
 		}
 		if err != nil {
@@ -330,6 +332,37 @@ func (h *Heartbeater) loop() {
 		tick.Reset(wait)
 	}
 }
+
+// confirmed reports whether the registry counted the heartbeat signal
+// just delivered: it holds this incarnation ACTIVE (or DRAINING) with no
+// message left unprocessed. While the signal waits it describes the
+// entry again, every confirmPoll, until ctx ends.
+func (h *Heartbeater) confirmed(ctx context.Context, e wdcclient.WorkerEntry) bool {
+	for {
+		mine := int64(0)
+		if e.Profile != nil {
+			mine = e.Profile.Incarnation
+		}
+		if mine != h.Incarnation() {
+			return false
+		}
+		if e.Unprocessed == 0 {
+			return e.State == fleet.Active || e.State == fleet.Draining
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(confirmPoll):
+		}
+		var err error
+		if e, err = h.client.DescribeWorker(ctx, h.WorkerID()); err != nil {
+			return false
+		}
+	}
+}
+
+// confirmPoll is how often confirmed describes the registry entry again.
+const confirmPoll = 20 * time.Millisecond
 
 // afterBeat samples the launcher's running attempts after a heartbeat.
 func (h *Heartbeater) afterBeat() {

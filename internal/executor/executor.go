@@ -264,7 +264,7 @@ func Start(opts Options) (*Execution, error) {
 	// A launch that staged (or was stopped) past its fence deadline
 	// starts nothing: the lease may have ended by then, and the retry may
 	// already run.
-	if d, why, _ := e.fenceDeadline(); time.Until(d) < minFenceLeft {
+	if d, why := e.awaitFenceLeft(); time.Until(d) < minFenceLeft {
 		e.removeTaskDir()
 		return nil, fmt.Errorf("not started: its fence deadline is %s away (%s)", time.Until(d).Round(time.Millisecond), why)
 	}

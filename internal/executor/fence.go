@@ -26,6 +26,30 @@ const watchdogShell = "/bin/bash"
 
 const watchdogScript = `d=$2; while IFS= read -r -t "$d" d; do :; done; kill -KILL -- "-$1" 2>/dev/null; [ -z "$3" ] || echo 1 > "$3"`
 
+// awaitFenceLeft returns the fence deadline once at least minFenceLeft
+// remains, or the last one read. A worker liveness deadline may be
+// behind for a moment (the agent's worker heartbeat is being confirmed
+// after the worker was STALE), so while it binds it is read again for up
+// to livenessGrace.
+func (e *Execution) awaitFenceLeft() (time.Time, string) {
+	end := time.Now().Add(livenessGrace)
+	for {
+		d, why, byLiveness := e.fenceDeadline()
+		if time.Until(d) >= minFenceLeft || !byLiveness || time.Now().After(end) {
+			return d, why
+		}
+		select {
+		case <-e.ctx().Done():
+			return d, why
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// livenessGrace bounds how long a launch waits for its worker's liveness
+// deadline to move on.
+const livenessGrace = 2 * time.Second
+
 // livenessLost is why a command is killed at its worker's liveness
 // deadline.
 const livenessLost = "no worker heartbeat accepted for the worker's stale-after window: the registry may mark it STALE and revoke the lease"
