@@ -32,6 +32,7 @@ type registrationFlags struct {
 	capabilities []string
 	staleAfter   time.Duration
 	offlineAfter time.Duration
+	resCheck     time.Duration
 }
 
 func (r *registrationFlags) bind(f *pflag.FlagSet) {
@@ -45,6 +46,7 @@ func (r *registrationFlags) bind(f *pflag.FlagSet) {
 	f.StringArrayVar(&r.capabilities, "capability", nil, "capability a task may require, e.g. docker (repeatable)")
 	f.DurationVar(&r.staleAfter, "stale-after", fleet.DefaultStaleAfter, "no heartbeat for this long makes the worker STALE (its leases are revoked)")
 	f.DurationVar(&r.offlineAfter, "offline-after", fleet.DefaultOfflineAfter, "no heartbeat for this long makes the worker OFFLINE (it must register again)")
+	f.DurationVar(&r.resCheck, "reservation-check-after", fleet.DefaultReservationCheckAfter, "how old a reservation must be before the registry checks it against its task, and how often it checks again: a reservation left by a terminated or reset task is released within about twice this (at least "+fleet.MinReservationCheckAfter.String()+")")
 }
 
 // registration parses the flags into a validated fleet.Registration. Every
@@ -53,7 +55,7 @@ func (r *registrationFlags) registration() (fleet.Registration, error) {
 	if r.workerID == "" {
 		return fleet.Registration{}, usagef("--worker-id: required")
 	}
-	reg := fleet.Registration{WorkerID: r.workerID, StaleAfter: r.staleAfter, OfflineAfter: r.offlineAfter, Capabilities: r.capabilities}
+	reg := fleet.Registration{WorkerID: r.workerID, StaleAfter: r.staleAfter, OfflineAfter: r.offlineAfter, ReservationCheckAfter: r.resCheck, Capabilities: r.capabilities}
 	var err error
 	if reg.Capacity.CPUMillis, err = parseCPU(r.cpu); err != nil {
 		return reg, err

@@ -47,6 +47,8 @@ func TestRegistrationValidate(t *testing.T) {
 		{"negative heartbeat", func(r *Registration) { r.HeartbeatInterval = -time.Second }, "heartbeat_interval"},
 		{"heartbeat not below stale", func(r *Registration) { r.HeartbeatInterval = DefaultStaleAfter }, "heartbeat_interval"},
 		{"negative slots", func(r *Registration) { r.Capacity.Slots = -1 }, "capacity.slots"},
+		{"reservation check too short", func(r *Registration) { r.ReservationCheckAfter = time.Second }, "reservation_check_after"},
+		{"negative reservation check", func(r *Registration) { r.ReservationCheckAfter = -time.Minute }, "reservation_check_after"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

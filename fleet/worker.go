@@ -158,6 +158,10 @@ type Registration struct {
 	// it went STALE or OFFLINE needs no lock-delay. Otherwise the next
 	// attempt waits a lease TTL after the revocation.
 	LivenessFenced bool `json:"liveness_fenced,omitempty"`
+	// ReservationCheckAfter is how old a reservation must be before the
+	// registry checks it against its task, and how often it checks again
+	// (nanoseconds in JSON); zero means DefaultReservationCheckAfter.
+	ReservationCheckAfter time.Duration `json:"reservation_check_after,omitempty"`
 	// Adopt names the attempts the registering process still runs and
 	// takes over from the previous incarnation (a restarted Kubernetes or
 	// Ray agent whose Jobs kept running); see Worker.Register.
@@ -213,6 +217,9 @@ func (r Registration) Validate() error {
 	} else if r.HeartbeatInterval >= s {
 		errs = append(errs, fmt.Errorf("heartbeat_interval: %s must be shorter than stale_after %s", r.HeartbeatInterval, s))
 	}
+	if r.ReservationCheckAfter != 0 && r.ReservationCheckAfter < MinReservationCheckAfter {
+		errs = append(errs, fmt.Errorf("reservation_check_after: %s is below the minimum %s", r.ReservationCheckAfter, MinReservationCheckAfter))
+	}
 	if len(r.Adopt) > MaxAdoptions {
 		errs = append(errs, fmt.Errorf("adopt: %d attempts, at most %d", len(r.Adopt), MaxAdoptions))
 	}
@@ -231,6 +238,23 @@ func (r Registration) Validate() error {
 		seen[a.TaskID] = true
 	}
 	return joinProblems(errs)
+}
+
+// DefaultReservationCheckAfter is the reservation check period of a
+// registration that names none; MinReservationCheckAfter is the shortest
+// one accepted (each check is a query of every checked reservation's task).
+const (
+	DefaultReservationCheckAfter = 2 * time.Minute
+	MinReservationCheckAfter     = 5 * time.Second
+)
+
+// ReservationCheckPeriod is how old a reservation must be before the
+// registry checks it against its task, and how often it checks again.
+func (w *Worker) ReservationCheckPeriod() time.Duration {
+	if w.ReservationCheckAfter > 0 {
+		return w.ReservationCheckAfter
+	}
+	return DefaultReservationCheckAfter
 }
 
 func (r Registration) windows() (stale, offline time.Duration) {
@@ -268,6 +292,8 @@ type Worker struct {
 	HeartbeatInterval time.Duration `json:"heartbeat_interval,omitempty"`
 	// LivenessFenced is the registration's (see Registration).
 	LivenessFenced bool `json:"liveness_fenced,omitempty"`
+	// ReservationCheckAfter is the registration's; see ReservationCheckPeriod.
+	ReservationCheckAfter time.Duration `json:"reservation_check_after,omitempty"`
 
 	RegisteredAt time.Time `json:"registered_at"`
 	// LastHeartbeatAt is the last accepted heartbeat signal (or
@@ -315,22 +341,23 @@ func (w *Worker) Register(r Registration, now time.Time) (lost []Reservation) {
 	}
 	stale, offline := r.windows()
 	*w = Worker{
-		WorkerID:           r.WorkerID,
-		Incarnation:        w.Incarnation + 1,
-		State:              Active,
-		Capacity:           withDefaultSlots(r.Capacity),
-		Labels:             copyLabels(r.Labels),
-		Capabilities:       sortedUnique(r.Capabilities),
-		StaleAfter:         stale,
-		OfflineAfter:       offline,
-		HeartbeatInterval:  r.HeartbeatInterval,
-		LivenessFenced:     r.LivenessFenced,
-		RegisteredAt:       now,
-		LastHeartbeatAt:    now,
-		HeartbeatSeq:       0,
-		HeartbeatsAccepted: w.HeartbeatsAccepted,
-		StateChangedAt:     now,
-		Reservations:       kept,
+		WorkerID:              r.WorkerID,
+		Incarnation:           w.Incarnation + 1,
+		State:                 Active,
+		Capacity:              withDefaultSlots(r.Capacity),
+		Labels:                copyLabels(r.Labels),
+		Capabilities:          sortedUnique(r.Capabilities),
+		StaleAfter:            stale,
+		OfflineAfter:          offline,
+		HeartbeatInterval:     r.HeartbeatInterval,
+		LivenessFenced:        r.LivenessFenced,
+		ReservationCheckAfter: r.ReservationCheckAfter,
+		RegisteredAt:          now,
+		LastHeartbeatAt:       now,
+		HeartbeatSeq:          0,
+		HeartbeatsAccepted:    w.HeartbeatsAccepted,
+		StateChangedAt:        now,
+		Reservations:          kept,
 	}
 	return lost
 }

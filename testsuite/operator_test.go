@@ -19,7 +19,7 @@ import (
 	wdcclient "github.com/wdc-runtime/wdc/client"
 	"github.com/wdc-runtime/wdc/fleet"
 	"github.com/wdc-runtime/wdc/lease"
-	"github.com/wdc-runtime/wdc/workflows"
+	"github.com/wdc-runtime/wdc/worker"
 )
 
 // A running task that an operator terminates from Temporal's own tools
@@ -29,7 +29,7 @@ import (
 // exits with no result instead of following it for ever, and the agent
 // stops its command.
 func TestOperatorTerminateEndsTheTaskVisibly(t *testing.T) {
-	startAgent(t, "op-term-a")
+	startAgent(t, "op-term-a", quickReservationCheck)
 	waitWorkersActive(t, "op-term-a")
 	env := taskEnvelope(t, "op-term", "exec sleep 60")
 	submit(t, env, api.TaskOptions{LeaseTTL: 30 * time.Second})
@@ -63,7 +63,7 @@ func TestOperatorTerminateEndsTheTaskVisibly(t *testing.T) {
 // fence 2, a claim under fence 1 is refused as stale_fence, and the task
 // completes on the new fence.
 func TestOperatorResetNeverReusesAFence(t *testing.T) {
-	startAgent(t, "op-reset-a")
+	startAgent(t, "op-reset-a", quickReservationCheck)
 	waitWorkersActive(t, "op-reset-a")
 	env := taskEnvelope(t, "op-reset", `if [ "$WDC_FENCE" = 1 ]; then exec sleep 60; fi
 sleep 3; echo "fence $WDC_FENCE" > outputs/fence.txt`)
@@ -154,12 +154,22 @@ func resetTask(t *testing.T, taskID, runID string, id int64) {
 	require.NoError(t, err)
 }
 
-// waitNoReservation waits, at most the registry's reservation check period
-// and a margin, until worker holds no reservation of the task.
+// opReservationCheck is the reservation check period of the operator
+// tests' agents (fleet.Registration.ReservationCheckAfter).
+const opReservationCheck = 5 * time.Second
+
+// quickReservationCheck registers an agent with opReservationCheck, so a
+// reservation left by a terminated task is released within seconds.
+func quickReservationCheck(o *worker.AgentOptions) {
+	o.Registration.ReservationCheckAfter = opReservationCheck
+}
+
+// waitNoReservation waits, at most twice the agent's reservation check
+// period and a margin, until worker holds no reservation of the task.
 func waitNoReservation(t *testing.T, worker, taskID string) {
 	t.Helper()
 	began := time.Now()
-	waitFor(t, workflows.ReservationCheckAfter+45*time.Second, worker+" holds no reservation of "+taskID, func() bool {
+	waitFor(t, 2*opReservationCheck+30*time.Second, worker+" holds no reservation of "+taskID, func() bool {
 		v, err := suite.wdc.Worker(context.Background(), worker)
 		return err == nil && !slices.ContainsFunc(v.Reservations, func(r fleet.Reservation) bool { return r.TaskID == taskID })
 	})
@@ -172,7 +182,7 @@ func waitNoReservation(t *testing.T, worker, taskID string) {
 // the attempt keeps its lease and fence, no fence is granted again, and
 // the task completes on it and leaves no reservation.
 func TestOperatorResetToTheLastWorkflowTaskKeepsTheRunningAttempt(t *testing.T) {
-	startAgent(t, "op-last-a")
+	startAgent(t, "op-last-a", quickReservationCheck)
 	waitWorkersActive(t, "op-last-a")
 	env := taskEnvelope(t, "op-last", `sleep 10; echo "fence $WDC_FENCE" > outputs/fence.txt`)
 	submit(t, env, api.TaskOptions{LeaseTTL: 6 * time.Second})
@@ -218,7 +228,7 @@ func TestOperatorResetToTheLastWorkflowTaskKeepsTheRunningAttempt(t *testing.T) 
 // stops, its reservation is released within the reservation check period,
 // and no task directory is used twice.
 func TestOperatorResetBeforeARetryNeverGrantsItsFenceAgain(t *testing.T) {
-	a := startAgent(t, "op-rr-a")
+	a := startAgent(t, "op-rr-a", quickReservationCheck)
 	waitWorkersActive(t, "op-rr-a")
 	env := taskEnvelope(t, "op-rr", `case "$WDC_FENCE" in 1|2) exec sleep 60;; esac
 echo "fence $WDC_FENCE" > outputs/fence.txt`)
@@ -228,7 +238,7 @@ echo "fence $WDC_FENCE" > outputs/fence.txt`)
 	old := currentRunID(t, suite.client, api.TaskWorkflowID(env.TaskID))
 	point := lastWorkflowTask(runHistory(t, wfID, old))
 
-	startAgent(t, "op-rr-b")
+	startAgent(t, "op-rr-b", quickReservationCheck)
 	waitWorkersActive(t, "op-rr-b")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	a.Stop(ctx) // hands attempt 1 back: the retry runs on op-rr-b
@@ -272,7 +282,7 @@ echo "fence $WDC_FENCE" > outputs/fence.txt`)
 // WdcTaskState LEASED: the list filters name the execution status), and
 // state and --wait say how each ended.
 func TestOperatorTerminateThenResubmitGrantsAHigherFence(t *testing.T) {
-	startAgent(t, "op-tr-a")
+	startAgent(t, "op-tr-a", quickReservationCheck)
 	waitWorkersActive(t, "op-tr-a")
 	env := taskEnvelope(t, "op-tr", `if [ "$WDC_FENCE" = 1 ]; then exec sleep 60; fi
 echo "fence $WDC_FENCE" > outputs/fence.txt`)

@@ -66,7 +66,7 @@ type workerWorkflow struct {
 	lost []api.WorkerLostSignal
 
 	// reconcileTimer is armed while a reservation is older than
-	// ReservationCheckAfter; reconciledAt is when the last check ran.
+	// the check period; reconciledAt is when the last check ran.
 	reconcileTimer workflow.Future
 	reconciledAt   time.Time
 
@@ -216,16 +216,12 @@ func (w *workerWorkflow) run(ctx workflow.Context) error {
 	}
 }
 
-// ReservationCheckAfter is how old a reservation must be before the
-// registry checks it against its task, and how often it checks again: a
-// reservation whose task moved to another fence or worker, ended, or never
-// confirmed it with a grant (an ambiguous reserve whose answer was lost)
-// is released, and the check's activity result in the history says which
-// and why.
-const ReservationCheckAfter = 2 * time.Minute
-
 // armReconcile arms the reservation check for when the oldest reservation
-// not yet covered by a check is ReservationCheckAfter old.
+// not yet covered by a check is the worker's reservation check period old
+// (fleet.Worker.ReservationCheckPeriod): a reservation whose task moved to
+// another fence or worker, ended, or never confirmed it with a grant (an
+// ambiguous reserve whose answer was lost) is then released, and the
+// check's activity result in the history says which and why.
 func (w *workerWorkflow) armReconcile(ctx workflow.Context) {
 	if w.reconcileTimer != nil || len(w.rec.Reservations) == 0 {
 		return
@@ -236,8 +232,9 @@ func (w *workerWorkflow) armReconcile(ctx workflow.Context) {
 			oldest = r.ReservedAt
 		}
 	}
-	at := oldest.Add(ReservationCheckAfter)
-	if next := w.reconciledAt.Add(ReservationCheckAfter); at.Before(next) {
+	period := w.rec.ReservationCheckPeriod()
+	at := oldest.Add(period)
+	if next := w.reconciledAt.Add(period); at.Before(next) {
 		at = next
 	}
 	d := at.Sub(workflow.Now(ctx))
@@ -248,13 +245,14 @@ func (w *workerWorkflow) armReconcile(ctx workflow.Context) {
 }
 
 // checkReservations asks the control plane which reservations older than
-// ReservationCheckAfter no longer belong to their task, and releases them.
+// the worker's check period no longer belong to their task, and releases
+// them.
 func (w *workerWorkflow) checkReservations(ctx workflow.Context) {
 	now := workflow.Now(ctx)
 	w.reconciledAt = now
 	var refs []api.ReservationRef
 	for _, r := range w.rec.Reservations {
-		if now.Sub(r.ReservedAt) >= ReservationCheckAfter {
+		if now.Sub(r.ReservedAt) >= w.rec.ReservationCheckPeriod() {
 			refs = append(refs, api.ReservationRef{TaskID: r.TaskID, Fence: r.Fence})
 		}
 	}

@@ -89,8 +89,8 @@ func (s *workerSuite) TestFault7StaleReservationsAreReconciled() {
 		s.heartbeat(time.Duration(i)*5*time.Second, 1, i) // stay ACTIVE
 	}
 	var v api.WorkerView
-	s.query(ReservationCheckAfter+10*time.Second, &v)
-	s.run(ReservationCheckAfter + 20*time.Second)
+	s.query(fleet.DefaultReservationCheckAfter+10*time.Second, &v)
+	s.run(fleet.DefaultReservationCheckAfter + 20*time.Second)
 	s.ElementsMatch([]api.ReservationRef{{TaskID: "lost-answer", Fence: 2}, {TaskID: "running", Fence: 1}}, checked)
 	s.Require().Len(v.Reservations, 1)
 	s.Equal("running", v.Reservations[0].TaskID)

@@ -98,7 +98,7 @@ func TestLivenessActivityKeepsAWorkerActiveWithoutSignals(t *testing.T) {
 	l := newLivenessEnv(t)
 	timers, checks := 0, 0
 	l.env.SetOnTimerScheduledListener(func(_ string, d time.Duration) {
-		if d > ReservationCheckAfter/2 { // the windows are 15 s and 60 s
+		if d > fleet.DefaultReservationCheckAfter/2 { // the windows are 15 s and 60 s
 			checks++ // the reservation check's
 			return
 		}
