@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strconv"
@@ -27,10 +28,47 @@ const (
 // summaryCommandRunes bounds the command shown in a task's summary.
 const summaryCommandRunes = 60
 
+// Bounds of user metadata, in bytes of its JSON payload: Temporal refuses
+// a summary payload over 400 bytes and a details payload over 20,000
+// (limit.userMetadataSummarySize, limit.userMetadataDetailsSize), which
+// would fail the start or the workflow task that carries it.
+const (
+	MaxSummaryBytes = 300
+	MaxDetailsBytes = 16000
+)
+
+// ClipSummary is s cut ("…") so that its JSON encoding is at most
+// MaxSummaryBytes; every summary wdc sets passes through it.
+func ClipSummary(s string) string { return clipJSON(s, MaxSummaryBytes) }
+
+// ClipDetails is s cut so that its JSON encoding is at most
+// MaxDetailsBytes.
+func ClipDetails(s string) string { return clipJSON(s, MaxDetailsBytes) }
+
+// clipJSON cuts s at a rune boundary, marking the cut with "…", so that
+// json.Marshal(s) (HTML escaping included, as the SDK's JSON payload
+// converter does) is at most max bytes.
+func clipJSON(s string, max int) string {
+	if b, err := json.Marshal(s); err == nil && len(b) <= max {
+		return s
+	}
+	n := len(`""`) + len("…")
+	var out strings.Builder
+	for _, r := range s {
+		b, _ := json.Marshal(string(r))
+		if n+len(b)-2 > max {
+			break
+		}
+		n += len(b) - 2
+		out.WriteRune(r)
+	}
+	return out.String() + "…"
+}
+
 // TaskSummary is a WdcTask's static summary: "task T · run R · <command>",
 // the command cut to about 60 characters.
 func TaskSummary(env envelope.Envelope) string {
-	return fmt.Sprintf("task %s · run %s · %s", env.TaskID, env.RunID, ShortCommand(env.Command, summaryCommandRunes))
+	return ClipSummary(fmt.Sprintf("task %s · run %s · %s", env.TaskID, env.RunID, ShortCommand(env.Command, summaryCommandRunes)))
 }
 
 // TaskDetails is a WdcTask's static details (Markdown): envelope digest,
@@ -46,19 +84,19 @@ func TaskDetails(env envelope.Envelope, digest string) string {
 	fmt.Fprintf(&b, "- launcher: %s\n", launcher)
 	fmt.Fprintf(&b, "- resources: %s\n", FormatResources(env.Resources))
 	fmt.Fprintf(&b, "- command: `%s`\n", strings.ReplaceAll(strings.Join(env.Command, " "), "`", "'"))
-	return b.String()
+	return ClipDetails(b.String())
 }
 
 // RunSummary is a WdcRun's static summary: "run R · world W". Its task
 // counts change, so they are in its current details.
 func RunSummary(runID, worldID string) string {
-	return fmt.Sprintf("run %s · world %s", runID, worldID)
+	return ClipSummary(fmt.Sprintf("run %s · world %s", runID, worldID))
 }
 
 // WorkerSummary is a WdcWorker's static summary, from the registration
 // that started the entry: "worker W · <launcher> · <capacity>".
 func WorkerSummary(reg fleet.Registration) string {
-	return fmt.Sprintf("worker %s · %s · %s", reg.WorkerID, WorkerLauncher(reg.Capabilities), FormatResources(reg.Capacity))
+	return ClipSummary(fmt.Sprintf("worker %s · %s · %s", reg.WorkerID, WorkerLauncher(reg.Capabilities), FormatResources(reg.Capacity)))
 }
 
 // WorkerLauncher is the launcher a worker's capabilities name

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -51,4 +52,22 @@ func TestSummariesNameTheirEntity(t *testing.T) {
 	assert.Equal(t, "wdc-agent/w", AgentIdentity("w"))
 	assert.Equal(t, "wdc-control-plane@h", ControlPlaneIdentity("h"))
 	assert.Equal(t, "wdc-cli@h", CLIIdentity("h"))
+}
+
+// Temporal refuses a summary payload over 400 bytes: a command of quotes
+// and angle brackets (escaped by JSON) or many custom resources cannot
+// make one.
+func TestSummariesStayUnderTemporalsLimits(t *testing.T) {
+	env := envelope.Envelope{TaskID: strings.Repeat("t", 63), RunID: strings.Repeat("r", 63), Command: []string{strings.Repeat(`"<é>`, 100)}}
+	for _, s := range []string{TaskSummary(env), ClipSummary(strings.Repeat("ü\\\x01", 500))} {
+		b, err := json.Marshal(s)
+		assert.NoError(t, err)
+		assert.LessOrEqual(t, len(b), MaxSummaryBytes, s)
+		assert.True(t, strings.HasSuffix(s, "…"), s)
+	}
+	env.Command = []string{strings.Repeat("x", 100000)}
+	b, err := json.Marshal(TaskDetails(env, "d"))
+	assert.NoError(t, err)
+	assert.LessOrEqual(t, len(b), MaxDetailsBytes)
+	assert.Equal(t, "short", ClipSummary("short"))
 }

@@ -81,7 +81,7 @@ func selectSummary(in api.SelectWorkerInput) string {
 	if len(in.AvoidWorkers) > 0 {
 		s += " · avoiding " + strings.Join(in.AvoidWorkers, ", ")
 	}
-	return s
+	return api.ClipSummary(s)
 }
 
 func ingestSummary(in api.SubmitResultInput) string {
@@ -145,10 +145,10 @@ func (t *taskWorkflow) details() string {
 	}
 	b.WriteString("\n\n")
 	if t.waiting != "" {
-		fmt.Fprintf(&b, "waiting: %s\n\n", t.waiting)
+		fmt.Fprintf(&b, "waiting: %s\n\n", api.ClipSummary(t.waiting))
 	}
 	if t.carry.Cancelled {
-		fmt.Fprintf(&b, "cancel requested: %s\n\n", orNone(t.carry.CancelReason))
+		fmt.Fprintf(&b, "cancel requested: %s\n\n", api.ClipSummary(orNone(t.carry.CancelReason)))
 	}
 	if len(t.ledger.Leases) == 0 {
 		b.WriteString("no lease yet\n")
@@ -235,7 +235,7 @@ func (w *workerWorkflow) showDetails(ctx workflow.Context) {
 	}
 	fmt.Fprintf(&b, "**%s** · incarnation %d", w.rec.State, w.rec.Incarnation)
 	if w.rec.Draining && w.rec.DrainReason != "" {
-		fmt.Fprintf(&b, " · drain: %s", w.rec.DrainReason)
+		fmt.Fprintf(&b, " · drain: %s", api.ClipSummary(w.rec.DrainReason))
 	}
 	fmt.Fprintf(&b, "\n\nfree: %s (of %s)\n\n", api.FormatResources(w.rec.Free()), api.FormatResources(w.rec.TotalCapacity()))
 	if w.rec.LivenessActivity != "" {
