@@ -100,6 +100,9 @@ func (c *Client) RegisterWorker(ctx context.Context, reg api.RegisterInput) (api
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			api.SAKind.ValueSet(api.KindWorker), api.SAWorkerID.ValueSet(reg.WorkerID),
 		),
+		// The registration that starts the entry names it; a later one
+		// with another capacity does not change it (current details do).
+		StaticSummary: api.WorkerSummary(reg),
 	}, api.WorkerWorkflowType, api.WorkerInput{WorkerID: reg.WorkerID, IncarnationFloor: floor})
 	op := "register worker " + reg.WorkerID
 	err = c.within(ctx, op, func(ctx context.Context) error {

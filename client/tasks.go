@@ -35,7 +35,7 @@ func (c *Client) SubmitTask(ctx context.Context, env envelope.Envelope, opts api
 	op := "submit task " + env.TaskID
 	err = c.within(ctx, op, func(ctx context.Context) error {
 		// A start operation runs once: a retry needs its own.
-		start := c.C.NewWithStartWorkflowOperation(c.runStartOptions(env.RunID), api.RunWorkflowType, api.RunInput{RunID: env.RunID, WorldID: env.WorldID})
+		start := c.C.NewWithStartWorkflowOperation(c.runStartOptions(env.RunID, env.WorldID), api.RunWorkflowType, api.RunInput{RunID: env.RunID, WorldID: env.WorldID})
 		handle, err := c.C.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 			StartWorkflowOperation: start,
 			UpdateOptions: client.UpdateWorkflowOptions{
@@ -105,7 +105,7 @@ func (c *Client) SubmitTasks(ctx context.Context, envs []envelope.Envelope, opts
 	// A batch starts a workflow per task: it may take longer than one
 	// call; the bound grows by one CallTimeout per 50 tasks.
 	err := c.withinScaled(ctx, op, 1+len(envs)/50, func(ctx context.Context) error {
-		start := c.C.NewWithStartWorkflowOperation(c.runStartOptions(run), api.RunWorkflowType, api.RunInput{RunID: run, WorldID: envs[0].WorldID})
+		start := c.C.NewWithStartWorkflowOperation(c.runStartOptions(run, envs[0].WorldID), api.RunWorkflowType, api.RunInput{RunID: run, WorldID: envs[0].WorldID})
 		handle, err := c.C.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 			StartWorkflowOperation: start,
 			UpdateOptions: client.UpdateWorkflowOptions{
@@ -141,8 +141,11 @@ func (c *Client) checkRunOpen(ctx context.Context, runID string) error {
 	return nil
 }
 
-func (c *Client) runStartOptions(runID string) client.StartWorkflowOptions {
+// runStartOptions are the start options of run runID of world worldID,
+// with its summary for the UI (api.RunSummary).
+func (c *Client) runStartOptions(runID, worldID string) client.StartWorkflowOptions {
 	return client.StartWorkflowOptions{
+		StaticSummary:            api.RunSummary(runID, worldID),
 		ID:                       api.RunWorkflowID(runID),
 		TaskQueue:                api.RunTaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
@@ -454,7 +457,7 @@ func (c *Client) TaskExists(ctx context.Context, taskID string) error {
 // StartRun starts a run (no tasks yet). Errors: a conflict *Error when the
 // run exists (a run ID is never reused).
 func (c *Client) StartRun(ctx context.Context, in api.RunInput) error {
-	opts := c.runStartOptions(in.RunID)
+	opts := c.runStartOptions(in.RunID, in.WorldID)
 	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL
 	opts.WorkflowExecutionErrorWhenAlreadyStarted = true
 	_, err := c.C.ExecuteWorkflow(ctx, opts, api.RunWorkflowType, in)

@@ -108,6 +108,7 @@ an earlier agent of this work directory left behind.`,
 			// the interval it declares.
 			r.HeartbeatInterval = heartbeat
 			a.heartbeat = agentHeartbeat(heartbeat, r.StaleAfter)
+			a.identity = api.AgentIdentity(r.WorkerID)
 			lim, err := limits.limits()
 			if err != nil {
 				return err
@@ -334,6 +335,7 @@ describe-version' shows it drained (docs/upgrading.md).`,
 			if a.metrics != nil {
 				telemetry.ExportControlPlaneZeros(a.metrics, a.global.namespace)
 			}
+			a.identity = api.ControlPlaneIdentity(hostname())
 			tc, store, err := a.connect(ctx, dataDir, blobURL, worker.DialOptions()...)
 			if err != nil {
 				return err

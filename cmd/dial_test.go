@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/worker"
 )
 
@@ -40,4 +41,17 @@ func TestAgentHeartbeatIsTheWorkersPeriod(t *testing.T) {
 	require.Equal(t, 2*time.Second, agentHeartbeat(0, 8*time.Second))
 	require.Equal(t, 250*time.Millisecond, agentHeartbeat(0, time.Second))
 	require.Equal(t, 3*time.Second, agentHeartbeat(3*time.Second, 20*time.Second))
+}
+
+// Every connection names its process: the CLI by default, an agent or a
+// control plane once its command set a.identity.
+func TestConnectionIdentityNamesTheProcess(t *testing.T) {
+	a := &app{global: globalOptions{address: "127.0.0.1:7233", namespace: "default", logLevel: "info", logFormat: "text"}}
+	opts, err := a.clientOptions(a.global.address)
+	require.NoError(t, err)
+	require.Equal(t, api.CLIIdentity(hostname()), opts.Identity)
+	a.identity = api.AgentIdentity("worker-a")
+	opts, err = a.clientOptions(a.global.address)
+	require.NoError(t, err)
+	require.Equal(t, "wdc-agent/worker-a", opts.Identity)
 }

@@ -175,6 +175,7 @@ func (a *app) runExec(ctx context.Context, o *execOptions) error {
 	progress := func(format string, args ...any) {
 		fmt.Fprintf(a.deps.Stderr, "wdc exec: attempt %s: "+format+"\n", append([]any{claim}, args...)...)
 	}
+	a.identity = api.ExecIdentity(o.workerID)
 	tc, store, err := a.connectExecutor(ctx, o.dataDir, o.blobURL)
 	if err != nil {
 		return err

@@ -136,13 +136,19 @@ func (a *app) dialAddress(ctx context.Context, address string, extra ...grpc.Dia
 }
 
 // clientOptions are the SDK client options of every connection a wdc
-// process opens: the global flags, and a keepalive that follows the
-// process's heartbeat (worker.KeepAlive of a.heartbeat).
+// process opens: the global flags, the process's identity (a.identity),
+// and a keepalive that follows the process's heartbeat (worker.KeepAlive
+// of a.heartbeat).
 func (a *app) clientOptions(address string, extra ...grpc.DialOption) (client.Options, error) {
 	g := &a.global
+	identity := a.identity
+	if identity == "" {
+		identity = api.CLIIdentity(hostname())
+	}
 	opts := client.Options{
 		HostPort:  address,
 		Namespace: g.namespace,
+		Identity:  identity,
 		Logger:    sdklog.NewStructuredLogger(a.sdkLogger()),
 		// nil unless --metrics-address: the SDK then uses a no-op handler.
 		MetricsHandler: a.metrics,
@@ -167,6 +173,16 @@ func (a *app) clientOptions(address string, extra ...grpc.DialOption) (client.Op
 		opts.Credentials = client.NewAPIKeyStaticCredentials(g.apiKey)
 	}
 	return opts, nil
+}
+
+// hostname is this machine's name for identities ("unknown" when the
+// system does not say).
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "unknown"
+	}
+	return h
 }
 
 // sdkLogger keeps the SDK to errors, unless --log-level is debug: then

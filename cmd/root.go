@@ -82,6 +82,9 @@ type app struct {
 	// Temporal; every connection's keepalive follows it (worker.KeepAlive).
 	// Zero: fleet.DefaultHeartbeatInterval.
 	heartbeat time.Duration
+	// identity is every client's SDK identity (the identity of the events
+	// it causes); empty: api.CLIIdentity of this host.
+	identity string
 }
 
 // Main runs the wdc CLI with args (without the program name) and returns

@@ -135,7 +135,8 @@ func StartAgent(ctx context.Context, c client.Client, opts AgentOptions) (*Agent
 	if ad, ok := launcher.(Adopter); ok {
 		hb.adopter = ad
 	}
-	a.worker = sdkworker.New(c, api.AgentTaskQueue(reg.WorkerID), sdkworker.Options{})
+	// The identity of the agent's activity events, whatever the client's.
+	a.worker = sdkworker.New(c, api.AgentTaskQueue(reg.WorkerID), sdkworker.Options{Identity: api.AgentIdentity(reg.WorkerID)})
 	a.worker.RegisterActivityWithOptions(&activities.Agent{WorkerID: reg.WorkerID, Launcher: launcher}, activity.RegisterOptions{SkipInvalidStructFunctions: true})
 	if hb.adopter != nil {
 		// Register before polling: a launch taken meanwhile (one queued

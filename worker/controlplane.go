@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -78,7 +79,7 @@ func NewControlPlaneWith(c client.Client, blobs *blobstore.Store, opts ControlPl
 	if err := ValidateVersion(opts.Version); err != nil {
 		panic("worker.NewControlPlaneWith: " + err.Error())
 	}
-	wo := sdkworker.Options{DeploymentOptions: sdkworker.DeploymentOptions{
+	wo := sdkworker.Options{Identity: controlPlaneIdentity(), DeploymentOptions: sdkworker.DeploymentOptions{
 		UseVersioning: true,
 		Version:       opts.Version,
 		// None: RegisterWorkflows gives each workflow its behaviour, and
@@ -91,6 +92,16 @@ func NewControlPlaneWith(c client.Client, blobs *blobstore.Store, opts ControlPl
 	runs := sdkworker.New(c, api.RunTaskQueue, wo)
 	RegisterWorkflows(runs)
 	return &ControlPlane{c: c, opts: opts, control: control, runs: runs}
+}
+
+// controlPlaneIdentity is the identity of the control plane's workflow
+// and activity events: api.ControlPlaneIdentity of this host.
+func controlPlaneIdentity() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "unknown"
+	}
+	return api.ControlPlaneIdentity(h)
 }
 
 // Start is StartContext without a context of its own.

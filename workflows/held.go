@@ -20,8 +20,8 @@ import (
 // signals meanwhile (its heartbeats by ID find no started activity and
 // fall back to them). lifetime is its start-to-close timeout, which
 // Temporal requires; a holder that heartbeats throughout outlives it.
-// Held activities are never retried.
-func heldActivity(ctx workflow.Context, id string, window, lifetime time.Duration) (workflow.Context, workflow.CancelFunc) {
+// Held activities are never retried. summary names it in the history.
+func heldActivity(ctx workflow.Context, id string, window, lifetime time.Duration, summary string) (workflow.Context, workflow.CancelFunc) {
 	actx, cancel := workflow.WithCancel(ctx)
 	return workflow.WithActivityOptions(actx, workflow.ActivityOptions{
 		TaskQueue:              api.ControlTaskQueue,
@@ -30,5 +30,6 @@ func heldActivity(ctx workflow.Context, id string, window, lifetime time.Duratio
 		StartToCloseTimeout:    lifetime,
 		HeartbeatTimeout:       window,
 		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
+		Summary:                summary,
 	}), cancel
 }

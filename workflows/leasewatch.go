@@ -63,7 +63,7 @@ func (w *leaseWatch) arm(ctx workflow.Context) {
 	if w.act == nil && w.signalled && cur.Fence != w.halted {
 		w.signalled = false
 		w.stopTimer()
-		actx, cancel := heldActivity(ctx, api.LeaseActivityID(cur.Fence), cur.TTL, max(LeaseActivityLifetime, 2*cur.TTL))
+		actx, cancel := heldActivity(ctx, api.LeaseActivityID(cur.Fence), cur.TTL, max(LeaseActivityLifetime, 2*cur.TTL), leaseActivitySummary(*cur))
 		w.act = workflow.ExecuteActivity(actx, controlActs.HoldLease, api.LeaseHoldInput{
 			TaskID: cur.TaskID, WorkerID: cur.WorkerID, Attempt: cur.Attempt, Fence: cur.Fence,
 		})
@@ -74,7 +74,7 @@ func (w *leaseWatch) arm(ctx workflow.Context) {
 	}
 	d := max(cur.ExpiresAt.Sub(workflow.Now(ctx)), time.Millisecond)
 	tctx, cancel := workflow.WithCancel(ctx)
-	w.timer, w.timerCancel = workflow.NewTimer(tctx, d), cancel
+	w.timer, w.timerCancel = workflow.NewTimerWithOptions(tctx, d, workflow.TimerOptions{Summary: leaseTimerSummary(*cur)}), cancel
 	w.stats.TimersStarted++
 }
 

@@ -68,6 +68,7 @@ func (t *taskWorkflow) publish(ctx workflow.Context) {
 	if cur := t.ledger.Current(); cur != nil {
 		now.worker, now.attempt, now.fence = cur.WorkerID, cur.Attempt, cur.Fence
 	}
+	t.showDetails(ctx)
 	if now == t.published {
 		return
 	}

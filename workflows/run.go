@@ -62,6 +62,8 @@ type runWorkflow struct {
 	// endedAs is the outcome each task that ended in this run ended with
 	// (endedKey), so a later, differing report is told from a repeat.
 	endedAs map[string]string
+	// shown is what the current details last showed (showDetails).
+	shown runDetailsKey
 }
 
 // childDoneBuffer is the capacity of the channel of child outcomes: more
@@ -175,32 +177,34 @@ func (r *runWorkflow) rebuildIndex() {
 
 func (r *runWorkflow) setup(ctx workflow.Context) error {
 	r.wake = workflow.NewBufferedChannel(ctx, 1)
-	r.endedCh = workflow.GetSignalChannel(ctx, api.SignalTaskEnded)
+	r.endedCh = workflow.GetSignalChannelWithOptions(ctx, api.SignalTaskEnded, workflow.SignalChannelOptions{Description: descTaskEnded})
 	r.childDone = workflow.NewBufferedChannel(ctx, childDoneBuffer)
 	r.watched = map[string]bool{}
-	if err := workflow.SetQueryHandler(ctx, api.QueryRun, func() (api.RunView, error) { return r.st, nil }); err != nil {
+	if err := workflow.SetQueryHandlerWithOptions(ctx, api.QueryRun, func() (api.RunView, error) { return r.st, nil },
+		workflow.QueryHandlerOptions{Description: descRunQuery}); err != nil {
 		return err
 	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateAddTask, r.addTask, workflow.UpdateHandlerOptions{Validator: r.validateAddTask}); err != nil {
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateAddTask, r.addTask, workflow.UpdateHandlerOptions{Validator: r.validateAddTask, Description: descAddTask}); err != nil {
 		return err
 	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateAddTasks, r.addTasks, workflow.UpdateHandlerOptions{Validator: r.validateAddTasks}); err != nil {
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateAddTasks, r.addTasks, workflow.UpdateHandlerOptions{Validator: r.validateAddTasks, Description: descAddTasks}); err != nil {
 		return err
 	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateCommit, r.commit, workflow.UpdateHandlerOptions{Validator: r.validateCommit}); err != nil {
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateCommit, r.commit, workflow.UpdateHandlerOptions{Validator: r.validateCommit, Description: descCommit}); err != nil {
 		return err
 	}
-	return workflow.SetUpdateHandler(ctx, api.UpdateCloseRun, func(ctx workflow.Context, in api.CloseRunInput) (api.RunView, error) {
+	return workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateCloseRun, func(ctx workflow.Context, in api.CloseRunInput) (api.RunView, error) {
 		r.st.Closed = true
 		r.wake.SendAsync(true)
 		return r.st, nil
-	})
+	}, workflow.UpdateHandlerOptions{Description: descCloseRun})
 }
 
 func (r *runWorkflow) run(ctx workflow.Context) (api.RunState, error) {
 	r.publish(ctx)
 	for {
 		r.refreshStatus()
+		r.showDetails(ctx)
 		if r.st.Closed && r.starting == 0 && r.allEnded() {
 			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 				return r.st, err
@@ -256,7 +260,9 @@ func (r *runWorkflow) armReconcile(ctx workflow.Context) {
 	if r.reconcile != nil || r.starting > 0 || len(r.unwatched()) == 0 {
 		return
 	}
-	r.reconcile = workflow.NewTimer(ctx, reconcileInterval)
+	r.reconcile = workflow.NewTimerWithOptions(ctx, reconcileInterval, workflow.TimerOptions{
+		Summary: fmt.Sprintf("reconcile %d tasks started before continue-as-new", len(r.unwatched())),
+	})
 }
 
 // reconcileUnwatched looks up the unwatched tasks and records those whose
@@ -272,6 +278,7 @@ func (r *runWorkflow) reconcileUnwatched(ctx workflow.Context) {
 		StartToCloseTimeout: 2 * time.Minute,
 		HeartbeatTimeout:    30 * time.Second,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
+		Summary:             fmt.Sprintf("ReconcileTasks %d unwatched tasks", len(ids)),
 	})
 	var res api.ReconcileTasksResult
 	if err := workflow.ExecuteActivity(actx, controlActs.ReconcileTasks, api.ReconcileTasksInput{RunID: r.st.RunID, TaskIDs: ids}).Get(ctx, &res); err != nil {
@@ -451,9 +458,11 @@ func (r *runWorkflow) addTasks(ctx workflow.Context, in api.AddTasksInput) (api.
 
 // TaskStart is how a run starts a task as its child: the child options
 // (workflow ID api.TaskWorkflowID, kind, run and state PENDING set at the
-// start, abandoned when the run closes) and the input, with every default
-// of its options filled in so a later change of a default does not change
-// a task that already started. Workflow tests start tasks through it.
+// start, abandoned when the run closes; summary, details and memo for the
+// UI: api.TaskSummary, api.TaskDetails, api.MemoRunID) and the input, with
+// every default of its options filled in so a later change of a default
+// does not change a task that already started. Workflow tests start tasks
+// through it.
 func TaskStart(runID string, in api.AddTaskInput) (workflow.ChildWorkflowOptions, api.TaskInput) {
 	return workflow.ChildWorkflowOptions{
 			WorkflowID:            api.TaskWorkflowID(in.Envelope.TaskID),
@@ -465,6 +474,9 @@ func TaskStart(runID string, in api.AddTaskInput) (workflow.ChildWorkflowOptions
 				api.SARunID.ValueSet(runID),
 				api.SATaskState.ValueSet(string(api.TaskPending)),
 			),
+			StaticSummary: api.TaskSummary(in.Envelope),
+			StaticDetails: api.TaskDetails(in.Envelope, in.EnvelopeDigest),
+			Memo:          map[string]any{api.MemoRunID: runID, api.MemoEnvelopeDigest: in.EnvelopeDigest},
 		}, api.TaskInput{
 			Envelope: in.Envelope, EnvelopeDigest: in.EnvelopeDigest, Options: in.Options.WithDefaults(),
 		}
@@ -679,6 +691,7 @@ func (r *runWorkflow) commit(ctx workflow.Context, in api.CommitInput) (api.Comm
 	r.st.TCDDigest = tcd
 	rec := api.CommitRecord{EventSeqs: seqs, ParentTime: parentTime, Evidence: r.st.Evidence, TCDDigest: tcd, Note: in.Note}
 	r.appendEvent(api.Event{Type: api.EventCommit, Time: workflow.Now(ctx), Commit: &rec})
+	r.showDetails(ctx)
 	return rec, nil
 }
 

@@ -126,6 +126,8 @@ type taskWorkflow struct {
 	failedCh    workflow.ReceiveChannel
 
 	published taskSA
+	// shown is what the current details last showed (showDetails).
+	shown taskDetailsKey
 }
 
 func newTaskWorkflow(in api.TaskInput) *taskWorkflow {
@@ -147,13 +149,15 @@ func newTaskWorkflow(in api.TaskInput) *taskWorkflow {
 
 func (t *taskWorkflow) setup(ctx workflow.Context) error {
 	t.wake = workflow.NewBufferedChannel(ctx, 1)
-	t.heartbeatCh = workflow.GetSignalChannel(ctx, api.SignalLeaseHeartbeat)
-	t.lostCh = workflow.GetSignalChannel(ctx, api.SignalWorkerLost)
-	t.failedCh = workflow.GetSignalChannel(ctx, api.SignalAttemptFailed)
-	if err := workflow.SetQueryHandler(ctx, api.QueryLease, func() (api.TaskView, error) { return t.view(), nil }); err != nil {
+	t.heartbeatCh = workflow.GetSignalChannelWithOptions(ctx, api.SignalLeaseHeartbeat, workflow.SignalChannelOptions{Description: descLeaseHeartbeat})
+	t.lostCh = workflow.GetSignalChannelWithOptions(ctx, api.SignalWorkerLost, workflow.SignalChannelOptions{Description: descWorkerLost})
+	t.failedCh = workflow.GetSignalChannelWithOptions(ctx, api.SignalAttemptFailed, workflow.SignalChannelOptions{Description: descAttemptFailed})
+	if err := workflow.SetQueryHandlerWithOptions(ctx, api.QueryLease, func() (api.TaskView, error) { return t.view(), nil },
+		workflow.QueryHandlerOptions{Description: descLeaseQuery}); err != nil {
 		return err
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateSubmitResult, t.submitResult, workflow.UpdateHandlerOptions{
+		Description: descSubmitResult,
 		Validator: func(ctx workflow.Context, in api.SubmitResultInput) error {
 			err := t.validateSubmitResult(ctx, in)
 			if err != nil {
@@ -165,6 +169,7 @@ func (t *taskWorkflow) setup(ctx workflow.Context) error {
 		return err
 	}
 	return workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateCancelTask, t.cancel, workflow.UpdateHandlerOptions{
+		Description: descCancelTask,
 		Validator: func(ctx workflow.Context, in api.CancelTaskInput) error {
 			if t.state.Terminal() {
 				return temporal.NewApplicationError(fmt.Sprintf("task %s already ended %s", t.env.TaskID, t.state), api.ErrTypeConflict)
@@ -182,6 +187,7 @@ func (t *taskWorkflow) run(ctx workflow.Context) (api.TaskOutcome, error) {
 	}
 	for {
 		t.phase = t.decide(ctx)
+		t.showDetails(ctx)
 		switch t.phase {
 		case phaseEnded:
 			return t.finish(ctx, t.outcomeState())
@@ -284,6 +290,7 @@ func (t *taskWorkflow) selectAndGrant(ctx workflow.Context) error {
 	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: 30 * time.Second,
 		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 10 * time.Second, MaximumAttempts: 5},
+		Summary:             selectSummary(in),
 	})
 	var res api.SelectWorkerResult
 	err := workflow.ExecuteLocalActivity(lctx, controlActs.SelectWorker, in).Get(ctx, &res)
@@ -306,7 +313,9 @@ func (t *taskWorkflow) selectAndGrant(ctx workflow.Context) error {
 	workflow.GetLogger(ctx).Info("no worker yet", "task", t.env.TaskID, "reason", t.waiting)
 	// The control plane spaces the looks of many waiting tasks
 	// (RetryAfter, recorded with the selection's result).
-	t.sleep(ctx, max(t.selectInterval, res.RetryAfter))
+	t.showDetails(ctx)
+	wait := max(t.selectInterval, res.RetryAfter)
+	t.sleep(ctx, wait, selectWaitSummary(wait))
 	t.selectInterval = min(t.selectInterval*3/2, max(5*time.Second, t.opts.SelectInterval))
 	return nil
 }
@@ -338,7 +347,7 @@ func (t *taskWorkflow) grant(ctx workflow.Context, sel api.SelectWorkerResult) e
 	t.lease.granted()
 	t.setState(ctx, api.TaskLeased)
 	lctx, cancel := workflow.WithCancel(ctx)
-	actx := workflow.WithActivityOptions(lctx, t.launchOptions(l.WorkerID))
+	actx := workflow.WithActivityOptions(lctx, t.launchOptions(l))
 	t.launch = workflow.ExecuteActivity(actx, agentActs.LaunchAttempt, api.LaunchInput{
 		Envelope: t.env, Lease: l, HeartbeatInterval: t.opts.HeartbeatInterval,
 	})
@@ -349,9 +358,10 @@ func (t *taskWorkflow) grant(ctx workflow.Context, sel api.SelectWorkerResult) e
 // launchOptions routes the launch to the launcher's queue: the worker's
 // agent for Local attempts. The schedule-to-close timeout bounds waiting
 // for a dead agent.
-func (t *taskWorkflow) launchOptions(worker string) workflow.ActivityOptions {
+func (t *taskWorkflow) launchOptions(l lease.Lease) workflow.ActivityOptions {
 	return workflow.ActivityOptions{
-		TaskQueue:              api.AgentTaskQueue(worker),
+		TaskQueue:              api.AgentTaskQueue(l.WorkerID),
+		Summary:                launchSummary(l),
 		ScheduleToCloseTimeout: t.opts.LaunchTimeout,
 		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
 	}
@@ -430,6 +440,7 @@ func (t *taskWorkflow) endLease(ctx workflow.Context, d *lease.RetryDirective) {
 		TaskQueue:              api.AgentTaskQueue(cur.WorkerID),
 		ScheduleToCloseTimeout: 30 * time.Second,
 		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
+		Summary:                cancelSummary(*cur, reason),
 	})
 	t.inflight = append(t.inflight, workflow.ExecuteActivity(actx, agentActs.CancelAttempt, api.CancelAttemptInput{Claim: claim, Reason: reason}))
 	t.release(ctx, *cur)
@@ -497,7 +508,11 @@ func (t *taskWorkflow) backoff(ctx workflow.Context) {
 		delay = max(delay, p.LockDelayUntil.Sub(workflow.Now(ctx)))
 	}
 	if delay > 0 {
-		t.sleep(ctx, delay)
+		reason := lease.RetryReason("")
+		if p := t.carry.Pending; p != nil {
+			reason = p.Reason
+		}
+		t.sleep(ctx, delay, backoffSummary(delay, reason))
 	}
 	t.carry.Pending = nil
 }
@@ -522,6 +537,7 @@ func (t *taskWorkflow) finish(ctx workflow.Context, state api.TaskState) (api.Ta
 			TaskQueue:           api.ControlTaskQueue,
 			StartToCloseTimeout: time.Minute,
 			RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
+			Summary:             fmt.Sprintf("CleanupStaging task %s · %d attempts", t.env.TaskID, t.ledger.Attempt),
 		})
 		_ = workflow.ExecuteActivity(actx, controlActs.CleanupStaging, api.CleanupInput{TaskID: t.env.TaskID}).Get(ctx, nil)
 	}

@@ -92,6 +92,7 @@ func (t *taskWorkflow) ingest(ctx workflow.Context) {
 		lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 			StartToCloseTimeout: time.Minute,
 			RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5},
+			Summary:             ingestSummary(in),
 		})
 		err = workflow.ExecuteLocalActivity(lctx, controlActs.Ingest, input).Get(ctx, &ingested)
 	} else {
@@ -101,6 +102,7 @@ func (t *taskWorkflow) ingest(ctx workflow.Context) {
 			StartToCloseTimeout: 10 * time.Minute,
 			HeartbeatTimeout:    time.Minute,
 			RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5},
+			Summary:             ingestSummary(in),
 		})
 		err = workflow.ExecuteActivity(actx, controlActs.Ingest, input).Get(ctx, &ingested)
 	}

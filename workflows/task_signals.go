@@ -130,11 +130,12 @@ func (t *taskWorkflow) onAttemptFailed(ctx workflow.Context, f api.AttemptFailed
 	t.revoke(ctx, reason, f.Detail)
 }
 
-// sleep waits for d or until the task is cancelled, handling signals.
-func (t *taskWorkflow) sleep(ctx workflow.Context, d time.Duration) {
+// sleep waits for d or until the task is cancelled, handling signals;
+// summary names the timer in the history.
+func (t *taskWorkflow) sleep(ctx workflow.Context, d time.Duration, summary string) {
 	tctx, cancel := workflow.WithCancel(ctx)
 	defer cancel()
-	timer := workflow.NewTimer(tctx, d)
+	timer := workflow.NewTimerWithOptions(tctx, d, workflow.TimerOptions{Summary: summary})
 	for done := false; !done; {
 		sel := workflow.NewSelector(ctx)
 		t.addSignals(ctx, sel)

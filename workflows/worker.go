@@ -70,6 +70,8 @@ type workerWorkflow struct {
 	reconcileTimer workflow.Future
 	reconciledAt   time.Time
 
+	// shown is what the current details last showed (showDetails).
+	shown workerDetailsKey
 	// saState is the state last written to the search attributes.
 	saState fleet.State
 	// memoIncarnation is the incarnation whose fleet.Profile this run
@@ -95,22 +97,22 @@ type workerWorkflow struct {
 
 func (w *workerWorkflow) setup(ctx workflow.Context) error {
 	w.wake = workflow.NewBufferedChannel(ctx, 1)
-	w.heartbeatCh = workflow.GetSignalChannel(ctx, api.SignalWorkerHeartbeat)
-	w.releaseCh = workflow.GetSignalChannel(ctx, api.SignalRelease)
-	w.sweepCh = workflow.GetSignalChannel(ctx, api.SignalSweep)
+	w.heartbeatCh = workflow.GetSignalChannelWithOptions(ctx, api.SignalWorkerHeartbeat, workflow.SignalChannelOptions{Description: descHeartbeat})
+	w.releaseCh = workflow.GetSignalChannelWithOptions(ctx, api.SignalRelease, workflow.SignalChannelOptions{Description: descRelease})
+	w.sweepCh = workflow.GetSignalChannelWithOptions(ctx, api.SignalSweep, workflow.SignalChannelOptions{Description: descSweep})
 
-	if err := workflow.SetQueryHandler(ctx, api.QueryWorker, func() (api.WorkerView, error) {
+	if err := workflow.SetQueryHandlerWithOptions(ctx, api.QueryWorker, func() (api.WorkerView, error) {
 		return w.view(), nil
-	}); err != nil {
+	}, workflow.QueryHandlerOptions{Description: descWorkerView}); err != nil {
 		return err
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateRegister, w.register, workflow.UpdateHandlerOptions{
-		Validator: w.validateRegister,
+		Validator: w.validateRegister, Description: descRegister,
 	}); err != nil {
 		return err
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateReserve, w.reserve, workflow.UpdateHandlerOptions{
-		Validator: w.validateReserve,
+		Validator: w.validateReserve, Description: descReserve,
 	}); err != nil {
 		return err
 	}
@@ -124,7 +126,8 @@ func (w *workerWorkflow) setup(ctx workflow.Context) error {
 		return nil
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateDrain, w.drain, workflow.UpdateHandlerOptions{
-		Validator: func(ctx workflow.Context, in api.DrainInput) error { return live() },
+		Description: descDrain,
+		Validator:   func(ctx workflow.Context, in api.DrainInput) error { return live() },
 	}); err != nil {
 		return err
 	}
@@ -133,7 +136,8 @@ func (w *workerWorkflow) setup(ctx workflow.Context) error {
 		w.wake.SendAsync(true)
 		return w.view(), nil
 	}, workflow.UpdateHandlerOptions{
-		Validator: func(ctx workflow.Context, in api.UndrainInput) error { return live() },
+		Description: descUndrain,
+		Validator:   func(ctx workflow.Context, in api.UndrainInput) error { return live() },
 	}); err != nil {
 		return err
 	}
@@ -143,6 +147,7 @@ func (w *workerWorkflow) setup(ctx workflow.Context) error {
 		w.wake.SendAsync(true)
 		return w.view(), nil
 	}, workflow.UpdateHandlerOptions{
+		Description: descDeregister,
 		Validator: func(ctx workflow.Context, in api.DeregisterInput) error {
 			if err := live(); err != nil {
 				return err
@@ -165,6 +170,7 @@ func (w *workerWorkflow) run(ctx workflow.Context) error {
 		w.armLiveness(ctx)
 		w.armTimer(ctx)
 		w.armReconcile(ctx)
+		w.showDetails(ctx)
 		sel := workflow.NewSelector(ctx)
 		sel.AddReceive(w.heartbeatCh, func(c workflow.ReceiveChannel, _ bool) {
 			var hb api.WorkerHeartbeatSignal
@@ -206,6 +212,7 @@ func (w *workerWorkflow) run(ctx workflow.Context) error {
 		w.evaluate(ctx)
 		w.sendLost(ctx)
 		w.publish(ctx)
+		w.showDetails(ctx)
 
 		if w.rec.State == fleet.Deregistered {
 			return workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
@@ -241,7 +248,9 @@ func (w *workerWorkflow) armReconcile(ctx workflow.Context) {
 	if d < time.Second {
 		d = time.Second
 	}
-	w.reconcileTimer = workflow.NewTimer(ctx, d)
+	w.reconcileTimer = workflow.NewTimerWithOptions(ctx, d, workflow.TimerOptions{
+		Summary: fmt.Sprintf("check %d reservations against their tasks", len(w.rec.Reservations)),
+	})
 }
 
 // checkReservations asks the control plane which reservations older than
@@ -318,7 +327,8 @@ func (w *workerWorkflow) armLiveness(ctx workflow.Context) {
 	if !live || w.livenessHalted {
 		return
 	}
-	actx, cancel := heldActivity(ctx, id, w.rec.StaleAfter, LivenessActivityLifetime)
+	actx, cancel := heldActivity(ctx, id, w.rec.StaleAfter, LivenessActivityLifetime,
+		fmt.Sprintf("liveness · incarnation %d · heartbeated by ID", w.rec.Incarnation))
 	w.liveness = workflow.ExecuteActivity(actx, controlActs.HoldLiveness, api.LivenessInput{WorkerID: w.id, Incarnation: w.rec.Incarnation})
 	w.livenessCancel = cancel
 	w.rec.LivenessActivity = id
@@ -449,7 +459,9 @@ func (w *workerWorkflow) armTimer(ctx workflow.Context) {
 		d = time.Millisecond
 	}
 	tctx, cancel := workflow.WithCancel(ctx)
-	w.timer = workflow.NewTimer(tctx, d)
+	w.timer = workflow.NewTimerWithOptions(tctx, d, workflow.TimerOptions{
+		Summary: fmt.Sprintf("liveness window · incarnation %d · %s, next %s", w.rec.Incarnation, w.rec.State, nextLivenessState(w.rec.State)),
+	})
 	w.timerAt = deadline
 	w.timerCancel = cancel
 }
