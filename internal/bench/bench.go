@@ -106,13 +106,14 @@ type Options struct {
 	LeaseHeartbeatInterval time.Duration
 	// Selections is how many tasks the selection phase places.
 	Selections int
-	// Executable is the wdc binary agents run as (`<Executable> agent
-	// …`). Required.
+	// Executable is the wdc binary the control plane, the agents and the
+	// CLI paths run as (`<Executable> agent …`). Required.
 	Executable string
-	// AgentArgs are appended to every agent's command line (connection
-	// flags: --address, --namespace, TLS; --data-dir, --blob-url).
+	// AgentArgs are appended to the command line of every subprocess
+	// (connection flags: --address, --namespace, TLS; --data-dir,
+	// --blob-url).
 	AgentArgs []string
-	// AgentEnv is added to the agents' environment.
+	// AgentEnv is added to every subprocess's environment.
 	AgentEnv []string
 	// Shared says the server outlives the bench (--address): the bench
 	// then cancels its leftover tasks and deregisters its simulated

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -43,23 +44,28 @@ func procCPUSeconds(pid int) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	// The command name (field 2) is in parentheses and may hold spaces:
-	// count fields from the last ')'.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
+	return statCPUSeconds(string(b))
+}
+
+// statCPUSeconds is utime+stime+cutime+cstime (fields 14 to 17, in
+// clockTicks) of a /proc/<pid>/stat line, in seconds.
+func statCPUSeconds(stat string) (float64, error) {
+	// The command name (field 2) is in parentheses and may hold spaces
+	// and parentheses: count fields from the last ')'.
+	i := strings.LastIndexByte(stat, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+		return 0, errors.New("/proc stat: no command name")
 	}
-	f := strings.Fields(s[i+1:])
+	f := strings.Fields(stat[i+1:])
 	// f[0] is field 3 (state); utime..cstime are fields 14..17.
 	if len(f) < 15 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+		return 0, fmt.Errorf("/proc stat: %d fields, want at least 17", len(f)+2)
 	}
 	var ticks int64
 	for _, v := range f[11:15] {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+			return 0, fmt.Errorf("/proc stat: %w", err)
 		}
 		ticks += n
 	}
