@@ -110,9 +110,14 @@ func (b *bench) sweep(ctx context.Context, res *Result) error {
 	consumer := make(chan struct{})
 	go func() {
 		defer close(consumer)
+		said := time.Now()
 		for cctx.Err() == nil {
 			if v, err := b.wc.Run(cctx, runID); err == nil {
 				watch(v)
+				if time.Since(said) >= 30*time.Second {
+					said = time.Now()
+					b.say("sweep: %d of %d tasks in the run, %d completed", v.TaskCounts.Total, n, v.TaskCounts.Completed)
+				}
 			}
 			select {
 			case <-cctx.Done():
