@@ -82,10 +82,15 @@ demo: build
 
 # Benchmarks print figures; they assert nothing. First `wdc bench` at full
 # size (wdc against bare Temporal; several minutes; BENCH_FLAGS adds flags,
-# e.g. BENCH_FLAGS='-o json'), then the Go benchmarks (server time to ready).
+# e.g. BENCH_FLAGS='-o json'), then its sweep phase: BENCH_SWEEP_TASKS tasks
+# in one run through `wdc tasks submit --batch` (10,000: about a quarter of
+# an hour; BENCH_SWEEP_TASKS=1000 for a short one, 0 to skip it), then the
+# Go benchmarks (server time to ready).
 BENCH_FLAGS ?=
+BENCH_SWEEP_TASKS ?= 10000
 bench: build
 	./$(BIN) bench $(BENCH_FLAGS)
+	if [ "$(BENCH_SWEEP_TASKS)" != 0 ]; then ./$(BIN) bench --phases sweep --tasks $(BENCH_SWEEP_TASKS) $(BENCH_FLAGS); fi
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./testsuite/
 
 # Fuzz the strict envelope decoder.

@@ -26,18 +26,21 @@ func (a *app) newBenchCommand() *cobra.Command {
 	)
 	c := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure wdc against bare Temporal on the same server: throughput, history events, failover, selection",
+		Short: "Measure wdc against bare Temporal on the same server: throughput, history events, failover, selection, sweep",
 		Long: `Measure wdc against bare Temporal in one run, on real parts: an in-process
 Temporal server (unless --address or TEMPORAL_ADDRESS is given), the control
-plane in this process, and --agents real agents started as subprocesses of
-this binary (wdc agent ...). Phases (--phases, in this order):
+plane and --agents real agents started as subprocesses of this binary
+(wdc control-plane, wdc agent ...). Phases (--phases, in this order):
 
   throughput  --tasks N bare Temporal workflows, each running one activity that
               execs /bin/true, started together; then N wdc tasks (/bin/true)
               submitted together, leased, launched on the agents and accepted.
               Both throughputs (per second) come from the workflows' start and
-              close times as Temporal recorded them. Also the history length
-              of a single-attempt task (by event type) and of a bare workflow.
+              close times as Temporal recorded them; then N more tasks
+              submitted as users do, by one 'wdc tasks submit --batch'
+              subprocess (the *_cli figures), with their CPU time per task.
+              Also the history length of a single-attempt task (by event
+              type) and of a bare workflow.
   heartbeat   one task that runs --heartbeat-window with lease heartbeats every
               --lease-heartbeat-interval: history events per heartbeat, beyond
               a trivial task's history.
@@ -50,9 +53,14 @@ this binary (wdc agent ...). Phases (--phases, in this order):
               placed among them and the agents, and the time from submit to
               lease grant is taken; workers seen STALE or OFFLINE meanwhile,
               although they kept heartbeating, are false_stale.
+  sweep       (only when named) --tasks N tasks in one run through one
+              'wdc tasks submit --batch' while their results are committed:
+              submission and completion rates, the run's largest history and
+              pending state, CPU time per task.
 
 The result is a table (or -o json; field names are stable): throughputs in
-tasks per second, every duration in seconds, p50/p99 by nearest rank, the
+tasks per second, every duration in seconds, p50/p99 by nearest rank, CPU
+time in seconds per task (user + system, from /proc and getrusage), the
 machine (cores, OS/arch, Go) and the versions (wdc, Temporal server, SDK).
 Progress goes to stderr. At full size it takes several minutes; the figures
 depend on the machine and on whatever else runs on it.
@@ -62,7 +70,8 @@ could not be carried out. Ctrl-C stops the bench and its agents.`,
 		Example: `  wdc bench
   wdc bench -o json > bench.json
   wdc bench --tasks 20 --workers 20 --trials 3 --heartbeat-window 10s
-  wdc bench --phases throughput,failover`,
+  wdc bench --phases throughput,failover
+  wdc bench --phases sweep --tasks 1000`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if err := a.global.validate(); err != nil {
@@ -116,7 +125,7 @@ could not be carried out. Ctrl-C stops the bench and its agents.`,
 		},
 	}
 	f := c.Flags()
-	f.IntVar(&o.Tasks, "tasks", bench.DefaultTasks, "N: bare workflows and wdc tasks started together in the throughput phase")
+	f.IntVar(&o.Tasks, "tasks", bench.DefaultTasks, "N: bare workflows and wdc tasks (each path) in the throughput phase; tasks in the sweep's run")
 	f.IntVar(&o.SimWorkers, "workers", bench.DefaultSimWorkers, "W: simulated fleet workers in the selection phase (0: only the agents)")
 	f.DurationVar(&o.SimHeartbeatInterval, "heartbeat-interval", bench.DefaultSimHeartbeatInterval, "the simulated workers' heartbeat period (stale after 4, offline after 15 periods, as agents)")
 	f.IntVar(&o.Agents, "agents", bench.DefaultAgents, "real agents started as subprocesses (at least 2)")
@@ -125,11 +134,11 @@ could not be carried out. Ctrl-C stops the bench and its agents.`,
 	f.DurationVar(&o.HeartbeatWindow, "heartbeat-window", bench.DefaultHeartbeatWindow, "how long the heartbeat phase's task runs")
 	f.DurationVar(&o.LeaseHeartbeatInterval, "lease-heartbeat-interval", bench.DefaultLeaseHeartbeatInterval, "the heartbeat phase's lease heartbeat period (lease TTL: 3 periods)")
 	f.IntVar(&o.Selections, "selections", bench.DefaultSelections, "tasks placed in the selection phase, one every 200ms")
-	f.StringVar(&phases, "phases", "throughput,heartbeat,failover,selection", "which phases to run, comma-separated")
+	f.StringVar(&phases, "phases", phaseNames(bench.DefaultPhases), "which phases to run, comma-separated (throughput, heartbeat, failover, selection, sweep)")
 	f.StringVar(&dataDir, "data-dir", "", "blob store, task directories and agent logs (default: a temporary directory, removed afterwards; with --address the standard data dir: env WDC_DATA_DIR)")
 	f.StringVar(&blobURL, "blob-url", "", blobURLHelp)
 	f.BoolVar(&keep, "keep", false, "keep the temporary data directory (agent logs in <data-dir>/logs)")
-	f.StringVar(&cpuProf, "cpu-profile", "", "write a CPU profile of this process (the in-process server, the control plane, the simulated workers; not the agents) over the phases to FILE, for 'go tool pprof'")
+	f.StringVar(&cpuProf, "cpu-profile", "", "write a CPU profile of this process (the in-process server, the bare worker, the simulated workers; not the control plane or the agents) over the phases to FILE, for 'go tool pprof'")
 	return c
 }
 
@@ -196,6 +205,15 @@ func writeBenchTable(w io.Writer, r bench.Result) error {
 		{"bare_throughput", f(r.BareThroughput), "workflows/s", ""},
 		{"wdc_throughput", f(r.WdcThroughput), "tasks/s", ""},
 		{"throughput_ratio", f(r.ThroughputRatio), "wdc/bare", ">= 0.5"},
+		{"submit_rate", f(r.SubmitRate), "tasks/s", ""},
+		{"submit_rate_cli", f(r.SubmitRateCLI), "tasks/s", ""},
+		{"wdc_throughput_cli", f(r.WdcThroughputCLI), "tasks/s", ""},
+		{"throughput_ratio_cli", f(r.ThroughputRatioCLI), "wdc/bare", ">= 0.5"},
+		{"cpu_seconds_per_workflow_bare", f(r.CPUPerWorkflowBare), "s", ""},
+		{"cpu_seconds_per_task_server", f(r.Server), "s", ""},
+		{"cpu_seconds_per_task_control_plane", f(r.ControlPlane), "s", ""},
+		{"cpu_seconds_per_task_agents", f(r.Agents), "s", ""},
+		{"cpu_seconds_per_task_cli", f(r.CLI), "s", ""},
 		{"events_per_task", i(r.EventsPerTask), "events", "<= 22"},
 		{"bare_events", i(r.BareEvents), "events", ""},
 		{"events_per_heartbeat", f(r.EventsPerHeartbeat), "events", ""},
@@ -235,11 +253,31 @@ func writeBenchTable(w io.Writer, r bench.Result) error {
 		}
 		fmt.Fprintln(w)
 	}
+	if r.BareThroughput != nil {
+		fmt.Fprintf(w, "throughput: bare starts and SubmitTask calls %d at a time; the CLI one update of up to 100 tasks at a time\n", p.SubmitConcurrency)
+	}
+	if s := r.Sweep; s != nil {
+		fmt.Fprintf(w, "sweep: %d tasks, %d submitted in %gs (%g tasks/s), %d completed in %gs (%g tasks/s); %d continue-as-new, %d commits\n",
+			s.Tasks, s.Submitted, s.SubmitSeconds, s.SubmitRate, s.Completed, s.CompletionSeconds, s.CompletionRate, s.ContinuedAsNew, s.Commits)
+		fmt.Fprintf(w, "sweep: largest history %d events, %d B; pending state %d B, %d children, %d activities (at the end: %d events, %d B, %d B pending)\n",
+			s.Max.HistoryLength, s.Max.HistoryBytes, s.Max.PendingBytes, s.Max.PendingChildren, s.Max.PendingActivities,
+			s.End.HistoryLength, s.End.HistoryBytes, s.End.PendingBytes)
+		fmt.Fprintf(w, "sweep: CPU seconds per task: %s\n", s.CPUCost)
+	}
 	m, v := r.Machine, r.Versions
 	fmt.Fprintf(w, "\nmachine: %d cores, %s/%s, %s, %s, %.1f GiB\n", m.Cores, m.GOOS, m.GOARCH, m.GoVersion, m.CPUModel, float64(m.MemoryBytes)/(1<<30))
 	fmt.Fprintf(w, "versions: wdc %s; Temporal server %s (module %s), SDK %s, API %s\n", v.Wdc, v.TemporalServer, v.ServerModule, v.SDKModule, v.APIModule)
 	fmt.Fprintf(w, "elapsed: %.1fs\n", r.ElapsedSeconds)
 	return nil
+}
+
+// phaseNames joins phases with commas, as --phases takes them.
+func phaseNames(ps []bench.Phase) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = string(p)
+	}
+	return strings.Join(s, ",")
 }
 
 // byType renders an events-by-type map as "type n, ..." by count, then name.

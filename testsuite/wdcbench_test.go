@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -121,4 +122,96 @@ func processesWith(t *testing.T, s string) []string {
 		}
 	}
 	return out
+}
+
+// TestBenchCLIPathAndSweepSmall runs `wdc bench --phases throughput,sweep`
+// at 20 tasks as a real subprocess and checks the figures of the path
+// users take (`wdc tasks submit --batch`, a subprocess of the bench): the
+// CLI rates and their ratio against the same run's bare baseline, the CPU
+// time per task of each process, and the sweep's counts and run load.
+func TestBenchCLIPathAndSweepSmall(t *testing.T) {
+	const n = 20
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	began := time.Now()
+	c := exec.CommandContext(ctx, os.Args[0], "bench", "-o", "json", "--phases", "throughput,sweep",
+		"--tasks", strconv.Itoa(n), "--agent-heartbeat-interval", "500ms")
+	c.Env = append(os.Environ(), envRunCLI+"=1")
+	var stdout, stderr bytes.Buffer
+	c.Stdout, c.Stderr = &stdout, &stderr
+	err := c.Run()
+	t.Logf("wdc bench took %s; progress:\n%s", time.Since(began).Round(time.Millisecond), stderr.String())
+	require.NoError(t, err)
+
+	type load struct {
+		HistoryLength   int64 `json:"history_length"`
+		HistoryBytes    int64 `json:"history_bytes"`
+		PendingChildren int64 `json:"pending_children"`
+		PendingBytes    int64 `json:"pending_bytes"`
+	}
+	type cpu struct {
+		Server       *float64 `json:"cpu_seconds_per_task_server"`
+		ControlPlane *float64 `json:"cpu_seconds_per_task_control_plane"`
+		Agents       *float64 `json:"cpu_seconds_per_task_agents"`
+		CLI          *float64 `json:"cpu_seconds_per_task_cli"`
+	}
+	var r struct {
+		BareThroughput     float64  `json:"bare_throughput"`
+		SubmitRate         float64  `json:"submit_rate"`
+		SubmitRateCLI      float64  `json:"submit_rate_cli"`
+		WdcThroughputCLI   float64  `json:"wdc_throughput_cli"`
+		ThroughputRatioCLI float64  `json:"throughput_ratio_cli"`
+		CPUBare            *float64 `json:"cpu_seconds_per_workflow_bare"`
+		cpu
+		Sweep *struct {
+			Tasks          int     `json:"tasks"`
+			Submitted      int64   `json:"submitted"`
+			Completed      int64   `json:"completed"`
+			SubmitRate     float64 `json:"submit_rate"`
+			CompletionRate float64 `json:"completion_rate"`
+			Commits        int64   `json:"commits"`
+			Max            load    `json:"max"`
+			End            load    `json:"end"`
+			cpu
+		} `json:"sweep"`
+		Params struct {
+			SubmitConcurrency int `json:"submit_concurrency"`
+		} `json:"params"`
+	}
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &r), stdout.String())
+	assert.Positive(t, r.BareThroughput)
+	assert.Positive(t, r.SubmitRate)
+	assert.Positive(t, r.SubmitRateCLI)
+	assert.Positive(t, r.WdcThroughputCLI)
+	assert.InDelta(t, r.WdcThroughputCLI/r.BareThroughput, r.ThroughputRatioCLI, 0.01)
+	assert.Positive(t, r.Params.SubmitConcurrency)
+	positive := func(what string, c cpu) {
+		for name, v := range map[string]*float64{"server": c.Server, "control plane": c.ControlPlane, "agents": c.Agents, "cli": c.CLI} {
+			if assert.NotNil(t, v, "%s: %s", what, name) {
+				assert.Positive(t, *v, "%s: %s", what, name)
+			}
+		}
+	}
+	positive("throughput", r.cpu)
+	require.NotNil(t, r.CPUBare)
+	assert.Positive(t, *r.CPUBare)
+
+	s := r.Sweep
+	require.NotNil(t, s, "sweep")
+	assert.Equal(t, n, s.Tasks)
+	assert.Equal(t, int64(n), s.Submitted)
+	assert.Equal(t, s.Submitted, s.Completed, "every submitted task completed")
+	assert.Positive(t, s.SubmitRate)
+	assert.Positive(t, s.CompletionRate)
+	assert.Positive(t, s.Commits, "the consumer committed results")
+	assert.Positive(t, s.End.HistoryLength)
+	assert.GreaterOrEqual(t, s.Max.HistoryLength, s.End.HistoryLength)
+	assert.GreaterOrEqual(t, s.Max.HistoryBytes, s.End.HistoryBytes)
+	assert.Positive(t, s.Max.PendingBytes, "open tasks and uncommitted results are pending state")
+	assert.GreaterOrEqual(t, s.Max.PendingBytes, s.End.PendingBytes)
+	assert.LessOrEqual(t, s.Max.PendingChildren, int64(n))
+	positive("sweep", s.cpu)
+
+	assert.Empty(t, processesWith(t, "bench-agent-"), "agent subprocesses left behind")
+	assert.Empty(t, processesWith(t, "control-plane"), "control plane subprocess left behind")
 }

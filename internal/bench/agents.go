@@ -42,6 +42,36 @@ type proc struct {
 	done chan struct{}
 }
 
+// startProc starts exe with args and env added to the bench's, its output
+// appended to logPath, in its own process group and killed by the kernel
+// (Pdeathsig) if the bench dies first.
+func startProc(exe string, args, env []string, logPath string) (*proc, *os.File, error) {
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, err
+	}
+	c := exec.Command(exe, args...)
+	c.Env = append(os.Environ(), env...)
+	c.Stdout, c.Stderr = log, log
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := c.Start(); err != nil {
+		log.Close()
+		return nil, nil, err
+	}
+	p := &proc{cmd: c, done: make(chan struct{})}
+	go func() { p.err = c.Wait(); close(p.done) }()
+	return p, log, nil
+}
+
+// stop sends SIGINT, then SIGKILL to the process group after grace.
+func (p *proc) stop(grace time.Duration) {
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	if !p.wait(grace) {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		p.wait(10 * time.Second)
+	}
+}
+
 // wait waits up to d for the process to be reaped and reports whether it
 // was.
 func (p *proc) wait(d time.Duration) bool {
@@ -67,20 +97,10 @@ func (a *agents) start(ctx context.Context, id string, after int64) error {
 		args = append(args, "--label", k+"="+v)
 	}
 	args = append(args, a.args...)
-	log, err := os.OpenFile(filepath.Join(a.logDir, id+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	p, log, err := startProc(a.exe, args, a.env, filepath.Join(a.logDir, id+".log"))
 	if err != nil {
-		return err
-	}
-	c := exec.Command(a.exe, args...)
-	c.Env = append(os.Environ(), a.env...)
-	c.Stdout, c.Stderr = log, log
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := c.Start(); err != nil {
-		log.Close()
 		return fmt.Errorf("start agent %s: %w", id, err)
 	}
-	p := &proc{cmd: c, done: make(chan struct{})}
-	go func() { p.err = c.Wait(); close(p.done) }()
 	a.mu.Lock()
 	if old := a.logs[id]; old != nil {
 		old.Close()
@@ -137,14 +157,7 @@ func (a *agents) stopAll(grace time.Duration) {
 	var wg sync.WaitGroup
 	for _, p := range procs {
 		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = p.cmd.Process.Signal(os.Interrupt)
-			if !p.wait(grace) {
-				_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-				p.wait(10 * time.Second)
-			}
-		}()
+		go func() { defer wg.Done(); p.stop(grace) }()
 	}
 	wg.Wait()
 	a.mu.Lock()
@@ -153,6 +166,17 @@ func (a *agents) stopAll(grace time.Duration) {
 		delete(a.logs, id)
 	}
 	a.mu.Unlock()
+}
+
+// pids lists the running agents' process IDs.
+func (a *agents) pids() []int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]int, 0, len(a.procs))
+	for _, p := range a.procs {
+		out = append(out, p.cmd.Process.Pid)
+	}
+	return out
 }
 
 // offlineAfter is the offline window for a heartbeat interval, in the

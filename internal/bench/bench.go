@@ -19,8 +19,6 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	wdcclient "github.com/wdc-runtime/wdc/client"
-	"github.com/wdc-runtime/wdc/internal/blobstore"
-	"github.com/wdc-runtime/wdc/worker"
 )
 
 // Phase names a part of the bench that can be run on its own.
@@ -38,10 +36,17 @@ const (
 	// PhaseSelection: W simulated workers heartbeating; selection times
 	// and false staleness.
 	PhaseSelection Phase = "selection"
+	// PhaseSweep: N tasks in one run through `wdc tasks submit --batch`;
+	// rates, the run's largest history and pending state, CPU per task.
+	PhaseSweep Phase = "sweep"
 )
 
 // AllPhases lists every phase in running order.
-var AllPhases = []Phase{PhaseThroughput, PhaseHeartbeat, PhaseFailover, PhaseSelection}
+var AllPhases = []Phase{PhaseThroughput, PhaseHeartbeat, PhaseFailover, PhaseSelection, PhaseSweep}
+
+// DefaultPhases are the phases run when none are named: all but the
+// sweep, which `make bench` runs on its own at its own size.
+var DefaultPhases = []Phase{PhaseThroughput, PhaseHeartbeat, PhaseFailover, PhaseSelection}
 
 // Defaults of Options (`wdc bench` flags).
 const (
@@ -73,9 +78,10 @@ type Options struct {
 	// Suffix makes IDs unique (runs, tasks, workers); required when the
 	// namespace is shared.
 	Suffix string
-	// Phases to run (default all), run in AllPhases order.
+	// Phases to run (default DefaultPhases), run in AllPhases order.
 	Phases []Phase
-	// Tasks is N: concurrent bare workflows, and wdc tasks (throughput).
+	// Tasks is N: bare workflows and wdc tasks (throughput), tasks in
+	// the sweep's run.
 	Tasks int
 	// SimWorkers is W: simulated fleet workers (selection phase); `wdc
 	// bench` defaults it to DefaultSimWorkers.
@@ -100,13 +106,14 @@ type Options struct {
 	LeaseHeartbeatInterval time.Duration
 	// Selections is how many tasks the selection phase places.
 	Selections int
-	// Executable is the wdc binary agents run as (`<Executable> agent
-	// …`). Required.
+	// Executable is the wdc binary the control plane, the agents and the
+	// CLI paths run as (`<Executable> agent …`). Required.
 	Executable string
-	// AgentArgs are appended to every agent's command line (connection
-	// flags: --address, --namespace, TLS; --data-dir, --blob-url).
+	// AgentArgs are appended to the command line of every subprocess
+	// (connection flags: --address, --namespace, TLS; --data-dir,
+	// --blob-url).
 	AgentArgs []string
-	// AgentEnv is added to the agents' environment.
+	// AgentEnv is added to every subprocess's environment.
 	AgentEnv []string
 	// Shared says the server outlives the bench (--address): the bench
 	// then cancels its leftover tasks and deregisters its simulated
@@ -141,7 +148,7 @@ func (o *Options) defaults() {
 	defd(&o.HeartbeatWindow, DefaultHeartbeatWindow)
 	defd(&o.LeaseHeartbeatInterval, DefaultLeaseHeartbeatInterval)
 	if len(o.Phases) == 0 {
-		o.Phases = AllPhases
+		o.Phases = DefaultPhases
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -238,6 +245,22 @@ type Result struct {
 	WdcThroughput *float64 `json:"wdc_throughput"`
 	// ThroughputRatio is WdcThroughput / BareThroughput.
 	ThroughputRatio *float64 `json:"throughput_ratio"`
+	// SubmitRate is N over the time the SubmitTask calls took (tasks
+	// per second); bare starts and submits run SubmitConcurrency at a time.
+	SubmitRate *float64 `json:"submit_rate"`
+	// SubmitRateCLI, WdcThroughputCLI and ThroughputRatioCLI are the same
+	// for N tasks submitted as users do: one `wdc tasks submit --batch`
+	// subprocess (up to 100 tasks per update, one update at a time), its
+	// rate over its run time from start to exit.
+	SubmitRateCLI      *float64 `json:"submit_rate_cli"`
+	WdcThroughputCLI   *float64 `json:"wdc_throughput_cli"`
+	ThroughputRatioCLI *float64 `json:"throughput_ratio_cli"`
+	// CPUCost prices the CLI path's tasks, from the CLI's start to the
+	// last task's end; CPUPerWorkflowBare is the bench's process (server
+	// and bare worker) over the bare batch, per workflow (null with
+	// --address).
+	CPUCost
+	CPUPerWorkflowBare *float64 `json:"cpu_seconds_per_workflow_bare"`
 	// EventsPerTask is the history length of a single-attempt WdcTask
 	// from the throughput phase; EventsByType breaks it down by event type
 	// (Temporal's enum names: "WorkflowTaskCompleted").
@@ -295,6 +318,8 @@ type Result struct {
 	WorkersRegistered *int64 `json:"workers_registered"`
 	// ObservedSeconds is how long false staleness was watched.
 	ObservedSeconds *float64 `json:"observed_seconds"`
+	// Sweep is the sweep phase's figures.
+	Sweep *Sweep `json:"sweep"`
 
 	Params   Params   `json:"params"`
 	Machine  Machine  `json:"machine"`
@@ -317,6 +342,9 @@ type Params struct {
 	HeartbeatWindowSeconds        float64 `json:"heartbeat_window_seconds"`
 	LeaseHeartbeatIntervalSeconds float64 `json:"lease_heartbeat_interval_seconds"`
 	Selections                    int     `json:"selections"`
+	// SubmitConcurrency is how many bare starts and SubmitTask calls
+	// run at a time (SubmitConcurrency).
+	SubmitConcurrency int `json:"submit_concurrency"`
 }
 
 // Run runs the phases and returns what they measured. Errors mean a phase
@@ -330,7 +358,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		SimHeartbeatIntervalSeconds: opts.SimHeartbeatInterval.Seconds(), Agents: opts.Agents,
 		AgentHeartbeatIntervalSeconds: opts.AgentHeartbeatInterval.Seconds(), FailoverTrials: opts.FailoverTrials,
 		HeartbeatWindowSeconds: opts.HeartbeatWindow.Seconds(), LeaseHeartbeatIntervalSeconds: opts.LeaseHeartbeatInterval.Seconds(),
-		Selections: opts.Selections,
+		Selections: opts.Selections, SubmitConcurrency: SubmitConcurrency,
 	}}
 	if err := opts.Validate(); err != nil {
 		return res, err
@@ -348,27 +376,26 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		b.label = "local"
 	}
 
-	blobURL := opts.BlobURL
-	if blobURL == "" {
-		u, err := blobstore.DefaultURL(opts.DataDir)
-		if err != nil {
-			return res, err
-		}
-		blobURL = u
+	if opts.Executable == "" {
+		return res, errors.New("bench: Options.Executable is required to run the control plane and agents")
 	}
-	store, err := blobstore.Open(ctx, blobURL)
+	logDir := filepath.Join(opts.DataDir, "logs")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return res, err
+	}
+	// The control plane, as a subprocess: its CPU time is its own.
+	cp, err := startControlPlane(ctx, opts, filepath.Join(logDir, "control-plane.log"))
 	if err != nil {
 		return res, err
 	}
-	defer store.Close()
+	b.controlPlane = cp
+	defer func() {
+		b.say("stopping the control plane")
+		cp.stop(10 * time.Second)
+	}()
+	b.say("control plane started as a subprocess (pid %d)", cp.cmd.Process.Pid)
 
-	// The control plane and the bare baseline's worker, in process.
-	cp := worker.NewControlPlane(opts.Client, store)
-	if err := cp.Start(); err != nil {
-		return res, fmt.Errorf("start control plane: %w", err)
-	}
-	defer cp.Stop()
-	b.say("control plane %s (after %s)", cp.Status().Describe(""), cp.Status().Took.Round(time.Millisecond))
+	// The bare baseline's worker, in process.
 	b.bareQueue = "wdc-bench-bare" + opts.Suffix
 	bw := sdkworker.New(opts.Client, b.bareQueue, sdkworker.Options{})
 	bw.RegisterWorkflowWithOptions(BareWorkflow, workflow.RegisterOptions{Name: BareWorkflowType})
@@ -380,13 +407,6 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 
 	// The real agents, as subprocesses (every phase uses them).
 	{
-		if opts.Executable == "" {
-			return res, errors.New("bench: Options.Executable is required to run agents")
-		}
-		logDir := filepath.Join(opts.DataDir, "logs")
-		if err := os.MkdirAll(logDir, 0o755); err != nil {
-			return res, err
-		}
 		b.agents = &agents{
 			exe: opts.Executable, args: opts.AgentArgs, env: opts.AgentEnv, logDir: logDir,
 			workRoot: filepath.Join(opts.DataDir, "work"),
@@ -430,6 +450,8 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 			err = b.failover(ctx, &res)
 		case PhaseSelection:
 			err = b.selection(ctx, &res)
+		case PhaseSweep:
+			err = b.sweep(ctx, &res)
 		}
 		if err != nil {
 			return res, fmt.Errorf("phase %s: %w", p, err)
@@ -456,4 +478,39 @@ type bench struct {
 	bareQueue string
 	agents    *agents
 	agentIDs  []string
+	// controlPlane is the `wdc control-plane` subprocess.
+	controlPlane *proc
+}
+
+// controlPlaneReady is what `wdc control-plane` prints once it polls.
+const controlPlaneReady = "control plane polling"
+
+// startControlPlane starts `<Executable> control-plane` with the agents'
+// connection flags, its output in logPath, and waits (60 s at most) until
+// it says it polls.
+func startControlPlane(ctx context.Context, opts Options, logPath string) (*proc, error) {
+	args := append([]string{"control-plane", "--log-level", "info"}, opts.AgentArgs...)
+	p, log, err := startProc(opts.Executable, args, opts.AgentEnv, logPath)
+	if err != nil {
+		return nil, fmt.Errorf("start control plane: %w", err)
+	}
+	log.Close() // the child holds its own descriptor
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if out, _ := os.ReadFile(logPath); strings.Contains(string(out), controlPlaneReady) {
+			return p, nil
+		}
+		select {
+		case <-p.done:
+			return nil, fmt.Errorf("control plane exited before it polled (%v); its log: %s", p.err, logPath)
+		case <-ctx.Done():
+			p.stop(10 * time.Second)
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			p.stop(10 * time.Second)
+			return nil, fmt.Errorf("control plane did not poll within 60s; its log: %s", logPath)
+		}
+	}
 }

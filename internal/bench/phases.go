@@ -29,6 +29,7 @@ func (b *bench) throughput(ctx context.Context, res *Result) error {
 	for i := range bareIDs {
 		bareIDs[i] = fmt.Sprintf("wdc-bench-bare%s-%04d", b.opts.Suffix, i+1)
 	}
+	cpuFrom := selfCPUSeconds()
 	err := forEach(ctx, bareIDs, SubmitConcurrency, func(ctx context.Context, id string) error {
 		_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: b.bareQueue}, BareWorkflowType, BareInput{})
 		return err
@@ -46,9 +47,12 @@ func (b *bench) throughput(ctx context.Context, res *Result) error {
 	if err != nil {
 		return err
 	}
+	if !b.opts.Shared {
+		res.CPUPerWorkflowBare = ptr(round6((selfCPUSeconds() - cpuFrom) / float64(n)))
+	}
 	bare := Throughput(n, starts, closes)
 	res.BareThroughput = ptr(round3(bare))
-	b.say("throughput: bare %.1f workflows/s", bare)
+	b.say("throughput: bare %.1f workflows/s (%d starts at a time)", bare, SubmitConcurrency)
 
 	runID := "bench-tp" + b.opts.Suffix
 	b.say("throughput: submitting %d wdc tasks (%s) to run %s", n, TrueCommand, runID)
@@ -56,6 +60,7 @@ func (b *bench) throughput(ctx context.Context, res *Result) error {
 	for i := range taskIDs {
 		taskIDs[i] = fmt.Sprintf("bench-tp%s-%04d", b.opts.Suffix, i+1)
 	}
+	submitFrom := time.Now()
 	err = forEach(ctx, taskIDs, SubmitConcurrency, func(ctx context.Context, id string) error {
 		_, err := b.wc.SubmitTask(ctx, b.trueTask(id, runID, true), api.TaskOptions{})
 		return err
@@ -63,6 +68,7 @@ func (b *bench) throughput(ctx context.Context, res *Result) error {
 	if err != nil {
 		return fmt.Errorf("submit tasks: %w", err)
 	}
+	res.SubmitRate = ptr(round3(float64(n) / time.Since(submitFrom).Seconds()))
 	var mu sync.Mutex
 	single := ""
 	if err := forEach(ctx, taskIDs, n, func(ctx context.Context, id string) error {
@@ -95,8 +101,12 @@ func (b *bench) throughput(ctx context.Context, res *Result) error {
 	if bare > 0 {
 		res.ThroughputRatio = ptr(round3(wdc / bare))
 	}
-	b.say("throughput: wdc %.1f tasks/s (ratio %.2f)", wdc, wdc/bare)
+	b.say("throughput: wdc %.1f tasks/s (ratio %.2f), submitted at %.1f tasks/s (%d submits at a time)", wdc, wdc/bare, *res.SubmitRate, SubmitConcurrency)
 	b.closeRun(ctx, runID)
+
+	if err := b.throughputCLI(ctx, res, bare); err != nil {
+		return err
+	}
 
 	if single == "" {
 		return errors.New("no task completed in a single attempt: events per task not measured")
@@ -111,6 +121,50 @@ func (b *bench) throughput(ctx context.Context, res *Result) error {
 	}
 	res.BareEvents, res.BareEventsByType = ptr(h.events), h.byType
 	b.say("events: %d per wdc task (%s), %d per bare workflow", *res.EventsPerTask, single, *res.BareEvents)
+	return nil
+}
+
+// throughputCLI submits N tasks as users do, through `wdc tasks submit
+// --batch` in a subprocess, and takes the window as throughput does; it
+// also prices the batch in CPU time.
+func (b *bench) throughputCLI(ctx context.Context, res *Result, bare float64) error {
+	n := b.opts.Tasks
+	runID := "bench-tpc" + b.opts.Suffix
+	path, err := b.writeBatch(runID, runID, n)
+	if err != nil {
+		return err
+	}
+	b.say("throughput: wdc tasks submit --batch of %d tasks to run %s", n, runID)
+	from := b.cpuNow()
+	sub, err := b.submitBatch(ctx, path)
+	if err != nil {
+		return err
+	}
+	if sub.submitted != n || sub.failed != 0 {
+		return fmt.Errorf("wdc tasks submit --batch: %d submitted, %d failed, want %d submitted", sub.submitted, sub.failed, n)
+	}
+	if _, err := b.waitRunDone(ctx, runID, n, 500*time.Millisecond, 10*time.Minute+time.Duration(n)*time.Second, nil); err != nil {
+		return err
+	}
+	cost := b.cost(from, b.cpuNow(), sub.cpu, n)
+	wfIDs := []string{api.RunWorkflowID(runID)}
+	for i := range n {
+		wfIDs = append(wfIDs, api.TaskWorkflowID(fmt.Sprintf("%s-%05d", runID, i+1)))
+	}
+	starts, closes, err := b.windows(ctx, wfIDs)
+	if err != nil {
+		return err
+	}
+	wdc := Throughput(n, starts[:1], closes[1:])
+	res.SubmitRateCLI = ptr(round3(float64(n) / sub.took.Seconds()))
+	res.WdcThroughputCLI = ptr(round3(wdc))
+	if bare > 0 {
+		res.ThroughputRatioCLI = ptr(round3(wdc / bare))
+	}
+	res.CPUCost = cost
+	b.say("throughput: CLI path %.1f tasks/s (ratio %.2f), accepted in %.1fs (%.1f tasks/s); CPU per task: %s",
+		wdc, wdc/bare, sub.took.Seconds(), *res.SubmitRateCLI, cost)
+	b.closeRun(ctx, runID)
 	return nil
 }
 
