@@ -845,7 +845,7 @@ func (e *Execution) heartbeatLoop(ctx context.Context, notBefore time.Time, onLo
 			tryEnd = deadline
 		}
 		check := e.opts.LeaseCheckInterval > 0 && sent.Sub(lastCheck) >= e.opts.LeaseCheckInterval
-		accepted, err := e.beat(ctx, seq, tryEnd, check)
+		accepted, err := e.beat(ctx, seq, tryEnd, deadline, check)
 		if check && accepted {
 			lastCheck = sent
 		}
@@ -889,12 +889,16 @@ var errFenced = errors.New("fenced")
 
 // beat sends one heartbeat (send) and, when check is set and send did
 // not query the lease already, checks the fence with one lease query,
-// both before tryEnd. accepted reports whether the heartbeat counts: the
-// task took it as a renewal of this claim's current lease.
-func (e *Execution) beat(ctx context.Context, seq int64, tryEnd time.Time, check bool) (accepted bool, err error) {
+// both before tryEnd; the query that confirms a delivered signal may take
+// until confirmBy (the fence deadline). accepted reports whether the
+// heartbeat counts: the task took it as a renewal of this claim's
+// current lease.
+func (e *Execution) beat(ctx context.Context, seq int64, tryEnd, confirmBy time.Time, check bool) (accepted bool, err error) {
 	cctx, cancel := context.WithDeadline(ctx, tryEnd)
 	defer cancel()
-	checked, err := e.send(cctx, seq)
+	qctx, qcancel := context.WithDeadline(ctx, confirmBy)
+	defer qcancel()
+	checked, err := e.send(cctx, qctx, seq)
 	if errors.Is(err, ErrTaskGone) || errors.Is(err, ErrLeaseEnded) {
 		return true, fmt.Errorf("%w: %v", errFenced, err)
 	}
@@ -930,8 +934,11 @@ func (e *Execution) beat(ctx context.Context, seq int64, tryEnd time.Time, check
 // and the answer, fences never come back. Errors: ErrLeaseEnded (the
 // task cancelled the activity, or the query found another lease:
 // fenced), ErrTaskGone (no running task), ErrLeaseUnverified (signal
-// delivered, query unanswered: not counted), or Temporal's.
-func (e *Execution) send(ctx context.Context, seq int64) (checked bool, err error) {
+// delivered, query unanswered: not counted), or Temporal's. The
+// heartbeat is bounded by ctx, the confirming query by confirmCtx: a
+// delivered signal need not be sent again, and a query that a busy control
+// plane answers after ctx's retry period still confirms it.
+func (e *Execution) send(ctx, confirmCtx context.Context, seq int64) (checked bool, err error) {
 	hb := api.LeaseHeartbeatSignal{Claim: e.claim, Seq: seq}
 	if e.signalled {
 		if err := e.opts.Control.HeartbeatByID(ctx, hb); !errors.Is(err, ErrNoLeaseActivity) {
@@ -942,7 +949,7 @@ func (e *Execution) send(ctx context.Context, seq int64) (checked bool, err erro
 		return false, err
 	}
 	var rej *Rejected
-	switch err := CheckLease(ctx, e.opts.Control, e.claim); {
+	switch err := CheckLease(confirmCtx, e.opts.Control, e.claim); {
 	case errors.As(err, &rej):
 		return true, fmt.Errorf("%w: heartbeat signal delivered, but %v", ErrLeaseEnded, rej)
 	case err != nil:

@@ -36,8 +36,9 @@ type fakeControl struct {
 	// hang makes heartbeats and queries block until their context ends
 	// (a connection that silently drops everything).
 	hang bool
-	// replyDelay delays the answer to a heartbeat Temporal already took.
-	replyDelay time.Duration
+	// replyDelay delays the answer to a heartbeat Temporal already took;
+	// queryDelay the answer to a lease query (a busy control plane).
+	replyDelay, queryDelay time.Duration
 	// tries are the times of every heartbeat call, accepted or not;
 	// acceptedAt those of the accepted ones.
 	tries, acceptedAt []time.Time
@@ -124,10 +125,15 @@ func (f *fakeControl) Heartbeat(ctx context.Context, hb api.LeaseHeartbeatSignal
 
 func (f *fakeControl) Lease(ctx context.Context, taskID string) (api.TaskView, error) {
 	f.mu.Lock()
-	hang := f.hang
+	hang, delay := f.hang, f.queryDelay
 	f.mu.Unlock()
 	if hang {
 		<-ctx.Done()
+		return api.TaskView{}, ctx.Err()
+	}
+	select {
+	case <-time.After(delay):
+	case <-ctx.Done():
 		return api.TaskView{}, ctx.Err()
 	}
 	f.mu.Lock()
@@ -428,6 +434,18 @@ func TestAnUnconfirmedSignalIsNotARenewal(t *testing.T) {
 	assert.Less(t, time.Since(began), 3*time.Second)
 	signals, _ := f.ctl.sent()
 	assert.Greater(t, signals, 3, "the signals were delivered (retried every interval/4)")
+}
+
+// A lease query that a busy control plane answers after the heartbeat's
+// retry period, but within the TTL, still confirms the delivered signal:
+// the attempt keeps its lease instead of self-fencing.
+func TestASlowLeaseQueryStillConfirmsADeliveredSignal(t *testing.T) {
+	f := newFixture(t, `sleep 2.5; echo ok > outputs/ok`, nil)
+	f.lease.TTL = 2 * time.Second
+	f.ctl.lease.TTL = 2 * time.Second
+	f.ctl.queryDelay = 700 * time.Millisecond // interval 500 ms, retry 125 ms
+	rep := f.wait(f.start(nil))
+	assert.Equal(t, OutcomeAccepted, rep.Outcome, rep.Message)
 }
 
 func TestSelfFencesWhenUnreachableForATTL(t *testing.T) {
