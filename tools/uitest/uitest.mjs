@@ -74,6 +74,9 @@ const context = await chromium.launchPersistentContext(profile, {
     '--disable-background-networking', '--disable-component-update', '--disable-sync'],
   viewport: { width: 1280, height: 800 },
 });
+// The side navigation collapsed (the UI's persisted navOpen), so that the
+// list's columns fit in the screenshot.
+await context.addInitScript(() => localStorage.setItem('navOpen', 'false'));
 try {
   const page = context.pages()[0] ?? (await context.newPage());
   page.setDefaultTimeout(timeout);
