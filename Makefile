@@ -1,5 +1,5 @@
 # wdc — see README.md. Targets: build, test, test-short, scale, soak, demo,
-# bench, fuzz, lint.
+# bench, fuzz, lint, ui-test, ui-screenshots.
 GO      ?= go
 BIN     ?= bin/wdc
 PKGS    := ./...
@@ -7,7 +7,7 @@ PKGS    := ./...
 # it) it also records how long CMD took, for .ci/run's summary.
 TIMED   := tools/timed.sh
 
-.PHONY: all build test test-short scale soak demo bench fuzz lint clean temporal-tools k8s-tools k8s-check
+.PHONY: all build test test-short scale soak demo bench fuzz lint clean temporal-tools k8s-tools k8s-check ui-test ui-screenshots
 
 all: build
 
@@ -92,6 +92,16 @@ bench: build
 	./$(BIN) bench $(BENCH_FLAGS)
 	if [ "$(BENCH_SWEEP_TASKS)" != 0 ]; then ./$(BIN) bench --phases sweep --tasks $(BENCH_SWEEP_TASKS) $(BENCH_FLAGS); fi
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./testsuite/
+
+# The browser test: start-dev, the demo and a control plane, then headless
+# Chromium (Debian's; playwright-core from tools/uitest) checks the task in
+# the Web UI's list and on its page (tools/uitest/run.sh; screenshots in
+# bin/uitest). ui-screenshots writes the README's docs/img/ui-*.png.
+ui-test:
+	GO=$(GO) tools/uitest/run.sh
+
+ui-screenshots:
+	GO=$(GO) tools/uitest/run.sh docs/img
 
 # Fuzz the strict envelope decoder.
 fuzz:
