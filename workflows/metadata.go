@@ -154,7 +154,7 @@ func (t *taskWorkflow) details() string {
 		b.WriteString("no lease yet\n")
 		return b.String()
 	}
-	b.WriteString("| attempt | fence | worker | state | reason |\n|---:|---:|---|---|---|\n")
+	b.WriteString("| attempt | fence | worker | state | reason |\n|:---|:---|:---|:---|:---|\n")
 	leases := t.ledger.Leases
 	if n := len(leases) - detailsRows; n > 0 {
 		fmt.Fprintf(&b, "| … %d earlier | | | | |\n", n)
