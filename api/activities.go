@@ -127,6 +127,28 @@ type ReconcileTasksResult struct {
 	Closed []ReconciledTask `json:"closed,omitempty"`
 }
 
+// StartTasksInput is a batch of tasks a run admitted, for the StartTasks
+// activity to start as top-level WdcTask workflows.
+type StartTasksInput struct {
+	RunID string      `json:"run_id"`
+	Tasks []StartTask `json:"tasks"`
+}
+
+// StartTask is one task to start: its input as the run built it
+// (workflows.TaskStart) and whether it restarts an ABORTED task (a
+// terminated execution's workflow ID may then be used again).
+type StartTask struct {
+	Input TaskInput `json:"input"`
+	Rerun bool      `json:"rerun,omitempty"`
+}
+
+// StartTasksResult has one entry per task: Errors[i] is empty when task i
+// runs (started now, or by an earlier try of the same activity), else why
+// it could not start (its workflow ID belongs to another run).
+type StartTasksResult struct {
+	Errors []string `json:"errors"`
+}
+
 // ReservationRef names one reservation a worker holds.
 type ReservationRef struct {
 	TaskID string `json:"task_id"`

@@ -468,15 +468,11 @@ func TaskStart(runID string, in api.AddTaskInput) (workflow.ChildWorkflowOptions
 			WorkflowID:            api.TaskWorkflowID(in.Envelope.TaskID),
 			TaskQueue:             api.ControlTaskQueue,
 			ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
-			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-			TypedSearchAttributes: temporal.NewSearchAttributes(
-				api.SAKind.ValueSet(api.KindTask),
-				api.SARunID.ValueSet(runID),
-				api.SATaskState.ValueSet(string(api.TaskPending)),
-			),
-			StaticSummary: api.TaskSummary(in.Envelope),
-			StaticDetails: api.TaskDetails(in.Envelope, in.EnvelopeDigest),
-			Memo:          map[string]any{api.MemoRunID: runID, api.MemoEnvelopeDigest: in.EnvelopeDigest},
+			WorkflowIDReusePolicy: api.TaskIDReusePolicy(false),
+			TypedSearchAttributes: api.TaskStartAttributes(runID),
+			StaticSummary:         api.TaskSummary(in.Envelope),
+			StaticDetails:         api.TaskDetails(in.Envelope, in.EnvelopeDigest),
+			Memo:                  api.TaskMemo(runID, in.EnvelopeDigest),
 		}, api.TaskInput{
 			Envelope: in.Envelope, EnvelopeDigest: in.EnvelopeDigest, Options: in.Options.WithDefaults(),
 		}
