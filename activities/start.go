@@ -72,15 +72,17 @@ func (c *Control) startTask(ctx context.Context, runID string, t api.StartTask) 
 	if err == nil || !errors.As(err, &started) {
 		return "", err
 	}
-	// Started before: by this run (an earlier try of this activity, or
-	// the execution a rerun found still running), or by another.
+	// Started before: by an earlier try of this activity (this run's, and
+	// started after the activity was first scheduled: retries keep
+	// ScheduledTime), or by another run, or by this run before (a task
+	// that left its list, or whose earlier start failed).
 	desc, err := c.Client.DescribeWorkflowExecution(ctx, wfID, "")
 	if err != nil {
 		return "", fmt.Errorf("describe %s: %w", wfID, err)
 	}
 	info := desc.GetWorkflowExecutionInfo()
 	owner := wdcclient.Keyword(info.GetSearchAttributes(), api.SARunID.GetName())
-	if owner == runID && (!t.Rerun || info.GetStartTime().AsTime().After(activity.GetInfo(ctx).ScheduledTime)) {
+	if owner == runID && !info.GetStartTime().AsTime().Before(activity.GetInfo(ctx).ScheduledTime) {
 		return "", nil
 	}
 	return fmt.Sprintf("start task %s: workflow %s exists (run %s, %s; task IDs cannot be reused)", taskID, wfID, owner, statusName(info.GetStatus())), nil
