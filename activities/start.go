@@ -63,10 +63,13 @@ func (c *Control) startTask(ctx context.Context, runID string, t api.StartTask) 
 		ID:                    wfID,
 		TaskQueue:             api.ControlTaskQueue,
 		WorkflowIDReusePolicy: api.TaskIDReusePolicy(t.Rerun),
-		TypedSearchAttributes: api.TaskStartAttributes(runID),
-		StaticSummary:         api.TaskSummary(t.Input.Envelope),
-		StaticDetails:         api.TaskDetails(t.Input.Envelope, t.Input.EnvelopeDigest),
-		Memo:                  api.TaskMemo(runID, t.Input.EnvelopeDigest),
+		// Else the SDK answers an existing execution (another run's too)
+		// as if it had started it.
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		TypedSearchAttributes:                    api.TaskStartAttributes(runID),
+		StaticSummary:                            api.TaskSummary(t.Input.Envelope),
+		StaticDetails:                            api.TaskDetails(t.Input.Envelope, t.Input.EnvelopeDigest),
+		Memo:                                     api.TaskMemo(runID, t.Input.EnvelopeDigest),
 	}, api.TaskWorkflowType, t.Input)
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if err == nil || !errors.As(err, &started) {
