@@ -166,11 +166,8 @@ func staleReservation(v api.TaskView, worker string, fence int64) string {
 	return ""
 }
 
+// statusName is a workflow status as api.ReconciledTask.Status documents
+// it: TERMINATED (the enum's String is "Terminated").
 func statusName(s enumspb.WorkflowExecutionStatus) string {
-	name := s.String()
-	const prefix = "WORKFLOW_EXECUTION_STATUS_"
-	if len(name) > len(prefix) && name[:len(prefix)] == prefix {
-		return name[len(prefix):]
-	}
-	return name
+	return strings.TrimPrefix(enumspb.WorkflowExecutionStatus_name[int32(s)], "WORKFLOW_EXECUTION_STATUS_")
 }
