@@ -20,8 +20,9 @@ import (
 // Tasks are added by the add-task(s) updates and run as WdcTask workflows,
 // each batch started by one StartTasks activity (older runs: as children,
 // parent-close policy ABANDON); each reports its outcome with the
-// task-ended signal, and the reconcile finds those that close without. Parent ingest appends one worker_result event per accepted
-// result. Evidence, parent_time and the TCD digest change only through the
+// task-ended signal, and the reconcile finds those that close without.
+// Parent ingest appends one worker_result event per accepted result.
+// Evidence, parent_time and the TCD digest change only through the
 // commit update (invariant 4).
 //
 // The run ends once it is closed (close update, or CloseWhenDone) and every
