@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 
 	"github.com/wdc-runtime/wdc/api"
@@ -19,10 +21,20 @@ import (
 // that are closed: a COMPLETED one with its outcome (its report to the run
 // may have been lost), any other (terminated, failed, timed out, or not
 // found) with its status, so the run records it as ended without a result.
-// Errors are transport failures (retried).
+// With ListClosed it describes instead the run's tasks that visibility
+// lists as closed without an outcome (ClosedTasksQuery), and returns those
+// whose current execution is still so. Errors are transport failures
+// (retried).
 func (c *Control) ReconcileTasks(ctx context.Context, in api.ReconcileTasksInput) (api.ReconcileTasksResult, error) {
 	var res api.ReconcileTasksResult
-	for i, id := range in.TaskIDs {
+	ids := in.TaskIDs
+	if in.ListClosed {
+		var err error
+		if ids, err = c.closedTaskIDs(ctx, in.RunID); err != nil {
+			return res, err
+		}
+	}
+	for i, id := range ids {
 		activity.RecordHeartbeat(ctx, i)
 		wfID := api.TaskWorkflowID(id)
 		desc, err := c.Client.DescribeWorkflowExecution(ctx, wfID, "")
@@ -35,7 +47,10 @@ func (c *Control) ReconcileTasks(ctx context.Context, in api.ReconcileTasksInput
 			return res, fmt.Errorf("describe %s: %w", wfID, err)
 		}
 		status := desc.GetWorkflowExecutionInfo().GetStatus()
-		if status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		if status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING ||
+			(in.ListClosed && status == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED) {
+			// Listed from an execution that was reset or continued as new,
+			// or that completed (and reported) since.
 			continue
 		}
 		rt := api.ReconciledTask{TaskID: id, Status: statusName(status)}
@@ -56,6 +71,39 @@ func (c *Control) ReconcileTasks(ctx context.Context, in api.ReconcileTasksInput
 		res.Closed = append(res.Closed, rt)
 	}
 	return res, nil
+}
+
+// ClosedTasksQuery is the visibility query for the tasks of run runID
+// whose workflow closed without an outcome (terminated, failed, timed out,
+// cancelled) before it reached a terminal task state.
+func ClosedTasksQuery(runID string) string {
+	return fmt.Sprintf(`%s = %q AND %s = %q AND ExecutionStatus IN ("Terminated", "Failed", "TimedOut", "Canceled") AND %s NOT IN (%q, %q, %q, %q)`,
+		api.SAKind.GetName(), api.KindTask, api.SARunID.GetName(), runID, api.SATaskState.GetName(),
+		api.TaskCompleted, api.TaskRetriesExhausted, api.TaskCancelled, api.TaskAborted)
+}
+
+// closedTaskIDs lists the task IDs ClosedTasksQuery finds, each once.
+func (c *Control) closedTaskIDs(ctx context.Context, runID string) ([]string, error) {
+	var ids []string
+	seen := map[string]bool{}
+	var token []byte
+	for {
+		resp, err := c.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: ClosedTasksQuery(runID), NextPageToken: token, PageSize: 1000})
+		if err != nil {
+			return nil, fmt.Errorf("list closed tasks of run %s: %w", runID, err)
+		}
+		for _, e := range resp.GetExecutions() {
+			id, ok := strings.CutPrefix(e.GetExecution().GetWorkflowId(), api.TaskWorkflowID(""))
+			if ok && !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+			}
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			return ids, nil
+		}
+		activity.RecordHeartbeat(ctx, len(ids))
+	}
 }
 
 // CheckReservations judges each of a worker's reservations against its
@@ -118,11 +166,8 @@ func staleReservation(v api.TaskView, worker string, fence int64) string {
 	return ""
 }
 
+// statusName is a workflow status as api.ReconciledTask.Status documents
+// it: TERMINATED (the enum's String is "Terminated").
 func statusName(s enumspb.WorkflowExecutionStatus) string {
-	name := s.String()
-	const prefix = "WORKFLOW_EXECUTION_STATUS_"
-	if len(name) > len(prefix) && name[:len(prefix)] == prefix {
-		return name[len(prefix):]
-	}
-	return name
+	return strings.TrimPrefix(enumspb.WorkflowExecutionStatus_name[int32(s)], "WORKFLOW_EXECUTION_STATUS_")
 }

@@ -102,11 +102,14 @@ type CleanupInput struct {
 }
 
 // ReconcileTasksInput names tasks of a run that have not reported an
-// outcome and whose child workflow the run cannot watch (it was started
-// before the run continued as new).
+// outcome and that the run does not watch (TaskIDs: describe each), or
+// asks for every task of the run closed without an outcome (ListClosed).
 type ReconcileTasksInput struct {
 	RunID   string   `json:"run_id"`
 	TaskIDs []string `json:"task_ids"`
+	// ListClosed finds the run's tasks with one visibility query instead
+	// of describing TaskIDs (activities.Control.ReconcileTasks).
+	ListClosed bool `json:"list_closed,omitempty"`
 }
 
 // ReconciledTask is a task whose workflow was found closed.
@@ -121,10 +124,32 @@ type ReconciledTask struct {
 	Outcome *TaskOutcome `json:"outcome,omitempty"`
 }
 
-// ReconcileTasksResult lists the named tasks whose workflow is closed;
-// running ones are left out.
+// ReconcileTasksResult lists the named (or found) tasks whose workflow is
+// closed; running ones are left out.
 type ReconcileTasksResult struct {
 	Closed []ReconciledTask `json:"closed,omitempty"`
+}
+
+// StartTasksInput is a batch of tasks a run admitted, for the StartTasks
+// activity to start as top-level WdcTask workflows.
+type StartTasksInput struct {
+	RunID string      `json:"run_id"`
+	Tasks []StartTask `json:"tasks"`
+}
+
+// StartTask is one task to start: its input as the run built it
+// (workflows.TaskStart) and whether it restarts an ABORTED task (a
+// terminated execution's workflow ID may then be used again).
+type StartTask struct {
+	Input TaskInput `json:"input"`
+	Rerun bool      `json:"rerun,omitempty"`
+}
+
+// StartTasksResult has one entry per task: Errors[i] is empty when task i
+// runs (started now, or by an earlier try of the same activity), else why
+// it could not start (its workflow ID belongs to another run).
+type StartTasksResult struct {
+	Errors []string `json:"errors"`
 }
 
 // ReservationRef names one reservation a worker holds.

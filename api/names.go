@@ -207,3 +207,29 @@ func SearchAttributes() map[string]enumspb.IndexedValueType {
 		SAFence.GetName():       enumspb.INDEXED_VALUE_TYPE_INT,
 	}
 }
+
+// TaskStartAttributes are the search attributes a task's workflow starts
+// with: kind task, its run, state PENDING.
+func TaskStartAttributes(runID string) temporal.SearchAttributes {
+	return temporal.NewSearchAttributes(
+		SAKind.ValueSet(KindTask),
+		SARunID.ValueSet(runID),
+		SATaskState.ValueSet(string(TaskPending)),
+	)
+}
+
+// TaskIDReusePolicy is how a task's workflow ID may be used again: never,
+// but a restart of an ABORTED task (rerun) may follow an execution that
+// was terminated, failed or timed out (a completed one is never repeated).
+func TaskIDReusePolicy(rerun bool) enumspb.WorkflowIdReusePolicy {
+	if rerun {
+		return enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY
+	}
+	return enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE
+}
+
+// TaskMemo is the memo a task's workflow starts with: its run and
+// envelope digest.
+func TaskMemo(runID, envelopeDigest string) map[string]any {
+	return map[string]any{MemoRunID: runID, MemoEnvelopeDigest: envelopeDigest}
+}

@@ -8,6 +8,10 @@ import (
 	"github.com/wdc-runtime/wdc/fleet"
 )
 
+// Keyword is the value of the keyword search attribute name in sa, or ""
+// when sa has none.
+func Keyword(sa *commonpb.SearchAttributes, name string) string { return keyword(sa, name) }
+
 func keyword(sa *commonpb.SearchAttributes, name string) string {
 	p, ok := sa.GetIndexedFields()[name]
 	if !ok {

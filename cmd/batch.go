@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mattn/go-isatty"
@@ -142,8 +143,8 @@ func checkInputPaths(env envelope.Envelope, base string) error {
 
 // submitBatch is `tasks submit --batch FILE`: the whole file is checked
 // first (readBatch), then envelopes are sealed (inputs copied into the
-// blob store) and added to their runs batchChunk at a time, in
-// file order, with a progress bar on a terminal and a line per batch
+// blob store) and added to their runs batchChunk at a time, up to
+// batchInFlight updates at once, reported in file order, with a progress bar on a terminal and a line per batch
 // otherwise. A task that could not be started (its ID used by another run)
 // is reported with its line; the exit code is then 1.
 func (a *app) submitBatch(ctx context.Context, path string, o api.TaskOptions, dataDir, blobURL string) error {
@@ -166,43 +167,59 @@ func (a *app) submitBatch(ctx context.Context, path string, o api.TaskOptions, d
 		rep := batchReport{Tasks: make([]batchOutcome, 0, len(lines))}
 		runs := map[string]bool{}
 		began := time.Now()
-		for from := 0; from < len(lines); {
-			chunk := nextChunk(lines[from:])
-			envs := make([]envelope.Envelope, len(chunk))
-			for i, l := range chunk {
-				put := blobstore.HashFile
-				if store != nil {
-					put = putFile(ctx, store)
-				}
-				sealed, err := sealEnvelope(l.env, base, put)
-				if err == nil {
-					err = storeEnvelope(ctx, store, sealed)
-				}
+		var chunks [][]batchLine
+		for from := 0; from < len(lines); from += len(chunks[len(chunks)-1]) {
+			chunks = append(chunks, nextChunk(lines[from:]))
+		}
+		// On return: cancel what is in flight, wait for it, then close
+		// the store (deferred earlier).
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		done := make([]chan chunkOutcome, len(chunks))
+		for k := range done {
+			done[k] = make(chan chunkOutcome, 1)
+		}
+		var stderrMu sync.Mutex
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Seal each chunk in order, then submit it with up to
+			// batchInFlight updates in flight; the first that cannot be
+			// sealed stops the rest.
+			sem := make(chan struct{}, batchInFlight)
+			for k, chunk := range chunks {
+				envs, err := sealChunk(sctx, chunk, base, store)
 				if err != nil {
-					return fmt.Errorf("line %d: %w (the lines before it were submitted; submitting the file again is idempotent)", l.line, err)
-				}
-				envs[i] = sealed
-			}
-			res, err := wc.SubmitTasks(ctx, envs, o)
-			for waited := false; wdcclient.IsRunFull(err); waited = true {
-				// The run's pending state is full: it makes room as its
-				// tasks end and its results are committed. Nothing of
-				// this chunk was added; send it again then.
-				if !waited {
-					fmt.Fprintf(a.deps.Stderr, "wdc: lines %d-%d wait for room in run %s: %v\n", chunk[0].line, chunk[len(chunk)-1].line, chunk[0].env.RunID, err)
+					done[k] <- chunkOutcome{err: err, sealing: true}
+					return
 				}
 				select {
-				case <-ctx.Done():
-					return fmt.Errorf("lines %d-%d: %w (the lines before them were submitted; submitting the file again is idempotent)", chunk[0].line, chunk[len(chunk)-1].line, ctx.Err())
-				case <-time.After(runFullRetry):
+				case sem <- struct{}{}:
+				case <-sctx.Done():
+					done[k] <- chunkOutcome{err: sctx.Err()}
+					return
 				}
-				res, err = wc.SubmitTasks(ctx, envs, o)
+				wg.Add(1)
+				go func() {
+					defer func() { <-sem; wg.Done() }()
+					res, err := a.submitChunk(sctx, wc, chunk, envs, o, &stderrMu)
+					done[k] <- chunkOutcome{res: res, err: err}
+				}()
 			}
-			if err != nil {
-				return fmt.Errorf("lines %d-%d: %w (the lines before them were submitted and these may have been; submitting the file again is idempotent)", chunk[0].line, chunk[len(chunk)-1].line, appError(err))
+		}()
+		submitted := 0
+		for k, chunk := range chunks {
+			d := <-done[k]
+			switch {
+			case d.sealing:
+				return d.err
+			case d.err != nil:
+				return fmt.Errorf("lines %d-%d: %w (the lines before them were submitted, these and later ones may have been; submitting the file again is idempotent)", chunk[0].line, chunk[len(chunk)-1].line, appError(d.err))
 			}
 			for i, l := range chunk {
-				out := batchOutcome{Line: l.line, TaskID: l.env.TaskID, RunID: l.env.RunID, Existing: res.Results[i].Existing, Error: res.Errors[i]}
+				out := batchOutcome{Line: l.line, TaskID: l.env.TaskID, RunID: l.env.RunID, Existing: d.res.Results[i].Existing, Error: d.res.Errors[i]}
 				switch {
 				case out.Error != "":
 					rep.Failed++
@@ -214,8 +231,8 @@ func (a *app) submitBatch(ctx context.Context, path string, o api.TaskOptions, d
 				rep.Tasks = append(rep.Tasks, out)
 			}
 			runs[chunk[0].env.RunID] = true
-			from += len(chunk)
-			progress(from, chunk[0].env.RunID)
+			submitted += len(chunk)
+			progress(submitted, chunk[0].env.RunID)
 		}
 		rep.Runs = len(runs)
 		rep.Seconds = time.Since(began).Seconds()
@@ -238,6 +255,61 @@ func (a *app) submitBatch(ctx context.Context, path string, o api.TaskOptions, d
 		}
 		return err
 	})
+}
+
+// batchInFlight is how many add-tasks updates `tasks submit --batch` has
+// in flight at once; results are reported in the file's order.
+const batchInFlight = 4
+
+// chunkOutcome is one chunk's answer; sealing is set when the chunk could
+// not be sealed (then no later chunk was sent).
+type chunkOutcome struct {
+	res     api.AddTasksResult
+	err     error
+	sealing bool
+}
+
+// sealChunk seals every envelope of a chunk (hashing, or storing in store,
+// its input files) and stores the sealed envelope.
+func sealChunk(ctx context.Context, chunk []batchLine, base string, store *blobstore.Store) ([]envelope.Envelope, error) {
+	envs := make([]envelope.Envelope, len(chunk))
+	for i, l := range chunk {
+		put := blobstore.HashFile
+		if store != nil {
+			put = putFile(ctx, store)
+		}
+		sealed, err := sealEnvelope(l.env, base, put)
+		if err == nil {
+			err = storeEnvelope(ctx, store, sealed)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w (the lines before it were submitted; submitting the file again is idempotent)", l.line, err)
+		}
+		envs[i] = sealed
+	}
+	return envs, nil
+}
+
+// submitChunk sends one chunk's add-tasks update, and again every
+// runFullRetry while the run is full (nothing of the chunk was added).
+func (a *app) submitChunk(ctx context.Context, wc *wdcclient.Client, chunk []batchLine, envs []envelope.Envelope, o api.TaskOptions, stderrMu *sync.Mutex) (api.AddTasksResult, error) {
+	res, err := wc.SubmitTasks(ctx, envs, o)
+	for waited := false; wdcclient.IsRunFull(err); waited = true {
+		// The run's pending state is full: it makes room as its tasks end
+		// and its results are committed.
+		if !waited {
+			stderrMu.Lock()
+			fmt.Fprintf(a.deps.Stderr, "wdc: lines %d-%d wait for room in run %s: %v\n", chunk[0].line, chunk[len(chunk)-1].line, chunk[0].env.RunID, err)
+			stderrMu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-time.After(runFullRetry):
+		}
+		res, err = wc.SubmitTasks(ctx, envs, o)
+	}
+	return res, err
 }
 
 // batchChunkBytes bounds the envelope bytes of one add-tasks update (its

@@ -14,7 +14,9 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/temporal"
+	sdktestsuite "go.temporal.io/sdk/testsuite"
 
+	"github.com/wdc-runtime/wdc/activities"
 	"github.com/wdc-runtime/wdc/api"
 	wdcclient "github.com/wdc-runtime/wdc/client"
 	"github.com/wdc-runtime/wdc/fleet"
@@ -314,6 +316,15 @@ echo "fence $WDC_FENCE" > outputs/fence.txt`)
 		return len(l) == 1 && l[0].State == api.TaskAborted
 	})
 	assert.Empty(t, listed(api.TaskLeased), "a terminated task is not LEASED")
+	var rec sdktestsuite.WorkflowTestSuite
+	aenv := rec.NewTestActivityEnvironment()
+	ctl := &activities.Control{Client: suite.client}
+	aenv.RegisterActivity(ctl)
+	v, err := aenv.ExecuteActivity(ctl.ReconcileTasks, api.ReconcileTasksInput{RunID: env.RunID, ListClosed: true})
+	require.NoError(t, err, "the run's reconcile query: %s", activities.ClosedTasksQuery(env.RunID))
+	var found api.ReconcileTasksResult
+	require.NoError(t, v.Get(&found))
+	assert.Equal(t, []api.ReconciledTask{{TaskID: env.TaskID, Status: "TERMINATED"}}, found.Closed, "the run's reconcile finds it")
 	code, stdout, stderr := cli(t, "tasks", "list", "--state", "LEASED", "--run", env.RunID)
 	assert.Equal(t, 0, code, stderr)
 	assert.NotContains(t, stdout, env.TaskID)

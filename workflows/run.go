@@ -17,11 +17,12 @@ import (
 )
 
 // WdcRun is the parent of a run's tasks (workflow ID api.RunWorkflowID).
-// Tasks are added by the add-task update and run as child WdcTask
-// workflows (parent-close policy ABANDON, so the run may continue as new
-// without touching them); each reports its outcome with the task-ended
-// signal. Parent ingest appends one worker_result event per accepted
-// result. Evidence, parent_time and the TCD digest change only through the
+// Tasks are added by the add-task(s) updates and run as WdcTask workflows,
+// each batch started by one StartTasks activity (older runs: as children,
+// parent-close policy ABANDON); each reports its outcome with the
+// task-ended signal, and the reconcile finds those that close without.
+// Parent ingest appends one worker_result event per accepted result.
+// Evidence, parent_time and the TCD digest change only through the
 // commit update (invariant 4).
 //
 // The run ends once it is closed (close update, or CloseWhenDone) and every
@@ -49,8 +50,13 @@ type runWorkflow struct {
 	// a task that ends without reporting (terminated, failed, timed out)
 	// is still recorded.
 	childDone workflow.Channel
-	// watched are the tasks whose child this run watches.
+	// watched are the tasks whose child this run watches, and those being
+	// started.
 	watched map[string]bool
+	// admits counts admit calls; admittedAt is each task's count at its
+	// last admit (a reconcile ignores closures older than that).
+	admits     int64
+	admittedAt map[string]int64
 	// reconcile is the armed timer after which tasks the run cannot watch
 	// are looked up (nil when none is armed).
 	reconcile workflow.Future
@@ -74,9 +80,16 @@ const childDoneBuffer = 1 << 20
 // Temporal's 2 MiB payload limit with room for the rest of the command.
 const maxCarryBytes = 1900 << 10
 
-// reconcileInterval is how often a run looks up tasks it started before
-// it continued as new and that have not reported (their children cannot
-// be watched across continue-as-new).
+// startTasksByActivity is the change ID of starting a batch's tasks with
+// one StartTasks activity (version 1) instead of a child each (default).
+// Retire it as docs/upgrading.md says: once every open WdcRun has
+// continued as new on a build that has it, delete the DefaultVersion
+// branch (startTask, awaitStart, watchChild, childDone) and this constant.
+const startTasksByActivity = "start-tasks-by-activity"
+
+// reconcileInterval is how often a run looks for tasks it does not watch
+// that closed without reporting (tasks started by StartTasks, and children
+// started before a continue-as-new).
 const reconcileInterval = time.Minute
 
 // InitialTCD is a run's TCD digest before any commit.
@@ -180,6 +193,7 @@ func (r *runWorkflow) setup(ctx workflow.Context) error {
 	r.endedCh = workflow.GetSignalChannelWithOptions(ctx, api.SignalTaskEnded, workflow.SignalChannelOptions{Description: descTaskEnded})
 	r.childDone = workflow.NewBufferedChannel(ctx, childDoneBuffer)
 	r.watched = map[string]bool{}
+	r.admittedAt = map[string]int64{}
 	if err := workflow.SetQueryHandlerWithOptions(ctx, api.QueryRun, func() (api.RunView, error) { return r.st, nil },
 		workflow.QueryHandlerOptions{Description: descRunQuery}); err != nil {
 		return err
@@ -243,8 +257,8 @@ func (r *runWorkflow) run(ctx workflow.Context) (api.RunState, error) {
 	}
 }
 
-// unwatched lists the tasks that have not ended and whose child this run
-// does not watch (started before a continue-as-new).
+// unwatched lists the tasks that have not ended and that this run does not
+// watch (started by StartTasks, or as children before a continue-as-new).
 func (r *runWorkflow) unwatched() []string {
 	var ids []string
 	for _, t := range r.st.Tasks {
@@ -261,31 +275,44 @@ func (r *runWorkflow) armReconcile(ctx workflow.Context) {
 		return
 	}
 	r.reconcile = workflow.NewTimerWithOptions(ctx, reconcileInterval, workflow.TimerOptions{
-		Summary: fmt.Sprintf("reconcile %d tasks started before continue-as-new", len(r.unwatched())),
+		Summary: fmt.Sprintf("reconcile %d unwatched tasks", len(r.unwatched())),
 	})
 }
 
-// reconcileUnwatched looks up the unwatched tasks and records those whose
-// workflow has closed: with their outcome if they completed, else as
-// ABORTED (ended without a result).
+// reconcileUnwatched finds the tasks of this run whose workflow closed
+// without reporting (ReconcileTasks in list mode) and records them, as
+// ABORTED (ended without a result) or with their outcome.
 func (r *runWorkflow) reconcileUnwatched(ctx workflow.Context) {
-	ids := r.unwatched()
-	if len(ids) == 0 {
+	n := len(r.unwatched())
+	if n == 0 {
 		return
 	}
+	r.reconcileTasks(ctx, api.ReconcileTasksInput{RunID: r.st.RunID, ListClosed: true},
+		fmt.Sprintf("ReconcileTasks of %d unwatched tasks", n))
+}
+
+// reconcileTasks runs ReconcileTasks and records each closed task it
+// returns that the run lists as open and does not watch, unless it was
+// admitted again while the activity ran (the closure is its last
+// execution's).
+func (r *runWorkflow) reconcileTasks(ctx workflow.Context, in api.ReconcileTasksInput, summary string) {
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:           api.ControlTaskQueue,
 		StartToCloseTimeout: 2 * time.Minute,
 		HeartbeatTimeout:    30 * time.Second,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
-		Summary:             fmt.Sprintf("ReconcileTasks %d unwatched tasks", len(ids)),
+		Summary:             summary,
 	})
+	since := r.admits
 	var res api.ReconcileTasksResult
-	if err := workflow.ExecuteActivity(actx, controlActs.ReconcileTasks, api.ReconcileTasksInput{RunID: r.st.RunID, TaskIDs: ids}).Get(ctx, &res); err != nil {
+	if err := workflow.ExecuteActivity(actx, controlActs.ReconcileTasks, in).Get(ctx, &res); err != nil {
 		workflow.GetLogger(ctx).Warn("reconcile tasks", "run", r.st.RunID, "error", err)
 		return
 	}
 	for _, c := range res.Closed {
+		if r.watched[c.TaskID] || r.admittedAt[c.TaskID] > since {
+			continue
+		}
 		out := api.TaskEndedSignal{TaskID: c.TaskID, RunID: r.st.RunID, State: api.TaskAborted}
 		if c.Outcome != nil && c.Outcome.State.Terminal() {
 			out = *c.Outcome
@@ -380,8 +407,18 @@ func (r *runWorkflow) uncommitted() int64 {
 	return n
 }
 
-// addTask starts the task as a child and returns once it has started.
+// addTask starts the task and returns once it has started: a batch of
+// one (addTasks) or, at DefaultVersion of startTasksByActivity, a child.
 func (r *runWorkflow) addTask(ctx workflow.Context, in api.AddTaskInput) (api.AddTaskResult, error) {
+	if workflow.GetVersion(ctx, startTasksByActivity, workflow.DefaultVersion, 1) != workflow.DefaultVersion {
+		res, errs := r.startBatch(ctx, []api.AddTaskInput{in})
+		if errs[0] != "" {
+			return api.AddTaskResult{}, temporal.NewApplicationError(errs[0], api.ErrTypeConflict)
+		}
+		r.refreshStatus()
+		r.publish(ctx)
+		return res[0], nil
+	}
 	started := r.startTask(ctx, in)
 	if started.child == nil {
 		return started.res, nil
@@ -431,10 +468,17 @@ func (r *runWorkflow) validateAddTasks(ctx workflow.Context, in api.AddTasksInpu
 	return r.checkRoom(bytes, added)
 }
 
-// addTasks starts every task of the batch as a child at once and returns
-// when all have started (or failed to).
+// addTasks starts every task of the batch at once and returns when all
+// have started (or failed to): with one StartTasks activity, or, at
+// DefaultVersion of startTasksByActivity, as children.
 func (r *runWorkflow) addTasks(ctx workflow.Context, in api.AddTasksInput) (api.AddTasksResult, error) {
 	out := api.AddTasksResult{Results: make([]api.AddTaskResult, len(in.Tasks)), Errors: make([]string, len(in.Tasks))}
+	if workflow.GetVersion(ctx, startTasksByActivity, workflow.DefaultVersion, 1) != workflow.DefaultVersion {
+		out.Results, out.Errors = r.startBatch(ctx, in.Tasks)
+		r.refreshStatus()
+		r.publish(ctx)
+		return out, nil
+	}
 	starts := make([]startedTask, len(in.Tasks))
 	for i, t := range in.Tasks {
 		starts[i] = r.startTask(ctx, t)
@@ -456,6 +500,86 @@ func (r *runWorkflow) addTasks(ctx workflow.Context, in api.AddTasksInput) (api.
 	return out, nil
 }
 
+// startBatch admits every task of a batch and starts the admitted ones
+// with one StartTasks activity: one result per task, and errs[i] saying
+// why task i did not start (it is then not in the run). Tasks of the
+// batch that the run lists as open but cannot watch are looked up first,
+// so one an operator terminated restarts at once (as ABORTED tasks do).
+// Started tasks are not watched: they report with task-ended, and the
+// reconcile finds those that close without reporting.
+func (r *runWorkflow) startBatch(ctx workflow.Context, ins []api.AddTaskInput) ([]api.AddTaskResult, []string) {
+	results, errs := make([]api.AddTaskResult, len(ins)), make([]string, len(ins))
+	r.reconcileReadded(ctx, ins)
+	var batch []api.StartTask
+	var pos []int
+	var admitted []admittedTask
+	for i, in := range ins {
+		if t := r.task(in.Envelope.TaskID); t != nil && t.State == api.TaskAborted && r.st.Closed {
+			// Found terminated just now: a closed run starts nothing.
+			errs[i] = fmt.Sprintf("run %s is closed", r.st.RunID)
+			continue
+		}
+		a := r.admit(in)
+		results[i] = a.res
+		if a.res.Existing {
+			continue
+		}
+		_, input := TaskStart(r.st.RunID, in)
+		batch = append(batch, api.StartTask{Input: input, Rerun: a.rerun})
+		pos = append(pos, i)
+		admitted = append(admitted, a)
+	}
+	if len(batch) == 0 {
+		return results, errs
+	}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:           api.ControlTaskQueue,
+		StartToCloseTimeout: 2 * time.Minute,
+		HeartbeatTimeout:    30 * time.Second,
+		Summary:             fmt.Sprintf("StartTasks %d tasks", len(batch)),
+	})
+	var res api.StartTasksResult
+	err := workflow.ExecuteActivity(actx, controlActs.StartTasks, api.StartTasksInput{RunID: r.st.RunID, Tasks: batch}).Get(ctx, &res)
+	for j, i := range pos {
+		why := ""
+		switch {
+		case err != nil:
+			why = fmt.Sprintf("start task %s: %v", admitted[j].res.TaskID, err)
+		case j < len(res.Errors):
+			why = res.Errors[j]
+		}
+		if why != "" {
+			r.unadmit(admitted[j])
+			results[i], errs[i] = api.AddTaskResult{}, why
+		}
+		delete(r.watched, admitted[j].res.TaskID)
+		r.starting--
+	}
+	r.wake.SendAsync(true)
+	return results, errs
+}
+
+// reconcileReadded looks up the tasks of a batch that the run lists as
+// open but does not watch (ReconcileTasks by ID) and records those found
+// closed, before the batch is admitted. Nothing is looked up in the
+// common case (no such task) or once the run is closed.
+func (r *runWorkflow) reconcileReadded(ctx workflow.Context, ins []api.AddTaskInput) {
+	if r.st.Closed {
+		return
+	}
+	var ids []string
+	for _, in := range ins {
+		if t := r.task(in.Envelope.TaskID); t != nil && !t.State.Terminal() && !r.watched[t.TaskID] {
+			ids = append(ids, t.TaskID)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	r.reconcileTasks(ctx, api.ReconcileTasksInput{RunID: r.st.RunID, TaskIDs: ids},
+		fmt.Sprintf("ReconcileTasks %d re-added tasks", len(ids)))
+}
+
 // TaskStart is how a run starts a task as its child: the child options
 // (workflow ID api.TaskWorkflowID, kind, run and state PENDING set at the
 // start, abandoned when the run closes; summary, details and memo for the
@@ -468,15 +592,11 @@ func TaskStart(runID string, in api.AddTaskInput) (workflow.ChildWorkflowOptions
 			WorkflowID:            api.TaskWorkflowID(in.Envelope.TaskID),
 			TaskQueue:             api.ControlTaskQueue,
 			ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
-			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-			TypedSearchAttributes: temporal.NewSearchAttributes(
-				api.SAKind.ValueSet(api.KindTask),
-				api.SARunID.ValueSet(runID),
-				api.SATaskState.ValueSet(string(api.TaskPending)),
-			),
-			StaticSummary: api.TaskSummary(in.Envelope),
-			StaticDetails: api.TaskDetails(in.Envelope, in.EnvelopeDigest),
-			Memo:          map[string]any{api.MemoRunID: runID, api.MemoEnvelopeDigest: in.EnvelopeDigest},
+			WorkflowIDReusePolicy: api.TaskIDReusePolicy(false),
+			TypedSearchAttributes: api.TaskStartAttributes(runID),
+			StaticSummary:         api.TaskSummary(in.Envelope),
+			StaticDetails:         api.TaskDetails(in.Envelope, in.EnvelopeDigest),
+			Memo:                  api.TaskMemo(runID, in.EnvelopeDigest),
 		}, api.TaskInput{
 			Envelope: in.Envelope, EnvelopeDigest: in.EnvelopeDigest, Options: in.Options.WithDefaults(),
 		}
@@ -485,28 +605,50 @@ func TaskStart(runID string, in api.AddTaskInput) (workflow.ChildWorkflowOptions
 // startedTask is a task whose child start was requested; child is nil
 // when the task was already in the run (res.Existing).
 type startedTask struct {
-	res   api.AddTaskResult
+	admittedTask
 	child workflow.ChildWorkflowFuture
+}
+
+// admittedTask is a task admit recorded; res.Existing when it was already
+// in the run (nothing to start).
+type admittedTask struct {
+	res api.AddTaskResult
 	// rerun is set when an ABORTED task is started again.
 	rerun bool
 }
 
-// startTask records the task in the run and requests its child; the
-// caller awaits it (awaitStart) and then decrements r.starting.
+// startTask admits the task and requests its child; the caller awaits it
+// (awaitStart) and then decrements r.starting.
+func (r *runWorkflow) startTask(ctx workflow.Context, in api.AddTaskInput) startedTask {
+	a := r.admit(in)
+	if a.res.Existing {
+		return startedTask{admittedTask: a}
+	}
+	opts, input := TaskStart(r.st.RunID, in)
+	// A rerun may reuse the terminated execution's ID; a completed one's
+	// never is.
+	opts.WorkflowIDReusePolicy = api.TaskIDReusePolicy(a.rerun)
+	child := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, opts), WdcTask, input)
+	return startedTask{admittedTask: a, child: child}
+}
+
+// admit records the task in the run as PENDING, watched and starting (the
+// caller starts it, then decrements r.starting); a task already in the run
+// is left as it is (res.Existing).
 //
 // A task that ended ABORTED (its workflow closed without an outcome: an
 // operator terminated it) is started again when it is added again: a new
 // execution of its workflow, whose selection reserves above every fence
 // the terminated one published (activities.Control.SelectWorker), so its
 // fences still only increase.
-func (r *runWorkflow) startTask(ctx workflow.Context, in api.AddTaskInput) startedTask {
+func (r *runWorkflow) admit(in api.AddTaskInput) admittedTask {
 	res := api.AddTaskResult{TaskID: in.Envelope.TaskID, WorkflowID: api.TaskWorkflowID(in.Envelope.TaskID), EnvelopeDigest: in.EnvelopeDigest}
 	t := r.task(in.Envelope.TaskID)
 	rerun := t != nil && t.State == api.TaskAborted
 	switch {
 	case t != nil && !rerun:
 		res.Existing = true
-		return startedTask{res: res}
+		return admittedTask{res: res}
 	case rerun:
 		r.st.TaskCounts.Aborted--
 		t.State, t.EndDetail = api.TaskPending, ""
@@ -521,32 +663,32 @@ func (r *runWorkflow) startTask(ctx workflow.Context, in api.AddTaskInput) start
 	// Watched from now on: a task still starting is never looked up (and
 	// taken for missing) by the reconcile.
 	r.watched[in.Envelope.TaskID] = true
+	r.admits++
+	r.admittedAt[in.Envelope.TaskID] = r.admits
 	r.starting++
-	opts, input := TaskStart(r.st.RunID, in)
-	if rerun {
-		// The terminated execution's ID may be reused; a completed one's
-		// never is.
-		opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY
+	return admittedTask{res: res, rerun: rerun}
+}
+
+// unadmit takes out a task that could not start: a rerun is the ABORTED
+// task it was, any other leaves the run.
+func (r *runWorkflow) unadmit(a admittedTask) {
+	if a.rerun {
+		t := r.task(a.res.TaskID)
+		t.State = api.TaskAborted
+		r.st.TaskCounts.Open--
+		r.st.TaskCounts.Aborted++
+		r.st.PendingBytes -= api.PendingTaskBytes(t.TaskID)
+	} else {
+		r.removeTask(a.res.TaskID)
 	}
-	child := workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, opts), WdcTask, input)
-	return startedTask{res: res, child: child, rerun: rerun}
+	delete(r.watched, a.res.TaskID)
 }
 
 // awaitStart waits for a requested child to start and watches it; a child
 // that cannot start (its ID was used before) is taken out of the run.
 func (r *runWorkflow) awaitStart(ctx workflow.Context, st startedTask) error {
 	if err := st.child.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
-		if st.rerun {
-			// Still the ABORTED task it was.
-			t := r.task(st.res.TaskID)
-			t.State = api.TaskAborted
-			r.st.TaskCounts.Open--
-			r.st.TaskCounts.Aborted++
-			r.st.PendingBytes -= api.PendingTaskBytes(t.TaskID)
-		} else {
-			r.removeTask(st.res.TaskID)
-		}
-		delete(r.watched, st.res.TaskID)
+		r.unadmit(st.admittedTask)
 		return temporal.NewApplicationError(
 			fmt.Sprintf("start task %s: %v (task IDs cannot be reused)", st.res.TaskID, err), api.ErrTypeConflict)
 	}

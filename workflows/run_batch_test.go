@@ -94,3 +94,29 @@ func TestRunAddTasksStartsEveryTask(t *testing.T) {
 		assert.Equal(t, api.TaskPending, task.State)
 	}
 }
+
+// A batch costs the run one StartTasks; a task it cannot start (its ID
+// belongs to another run) is reported and leaves the run, the others stay.
+func TestRunAddTasksStartsTheBatchWithOneActivity(t *testing.T) {
+	h := newRunHarness(t)
+	h.startErr = func(id string) string {
+		if id == "b" {
+			return "start task b: workflow wdc-task/b exists"
+		}
+		return ""
+	}
+	var add updateOutcome
+	var res api.AddTasksResult
+	h.update(time.Second, api.UpdateAddTasks, batchOf(t, "a", "b", "c"), &add, &res)
+	var v api.RunView
+	h.query(2*time.Second, &v)
+	h.env.RegisterDelayedCallback(func() { h.env.CancelWorkflow() }, 3*time.Second)
+	h.env.ExecuteWorkflow(api.RunWorkflowType, api.RunInput{RunID: "r1", WorldID: "w1"})
+	require.NoError(t, add.err)
+	require.Len(t, h.started, 1, "one activity for the batch")
+	require.Len(t, h.started[0].Tasks, 3)
+	require.Equal(t, []string{"", "start task b: workflow wdc-task/b exists", ""}, res.Errors)
+	require.Empty(t, res.Results[1].TaskID)
+	require.Len(t, v.Tasks, 2)
+	require.Equal(t, api.RunTaskCounts{Total: 2, Open: 2}, v.TaskCounts)
+}

@@ -1,17 +1,14 @@
 package workflows
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/wdc-runtime/wdc/activities"
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/lease"
 )
@@ -22,6 +19,7 @@ import (
 // the run waited forever.
 func TestFault8RunRecordsAChildThatEndedWithoutReporting(t *testing.T) {
 	h := newRunHarness(t)
+	h.childPath()
 	e1, d1 := runEnvelope(t, "t1")
 	e2, d2 := runEnvelope(t, "t2")
 	var add1, add2 updateOutcome
@@ -50,16 +48,12 @@ func TestFault8RunRecordsAChildThatEndedWithoutReporting(t *testing.T) {
 // records how it ended.
 func TestFault8RunReconcilesTasksFromBeforeContinueAsNew(t *testing.T) {
 	h := newRunHarness(t)
-	h.env.RegisterActivity(&activities.Control{})
-	var asked []string
-	h.env.OnActivity(controlActs.ReconcileTasks, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in api.ReconcileTasksInput) (api.ReconcileTasksResult, error) {
-			asked = append(asked, in.TaskIDs...)
-			return api.ReconcileTasksResult{Closed: []api.ReconciledTask{
-				{TaskID: "t1", Status: "TERMINATED"},
-				{TaskID: "t2", Status: "COMPLETED", Outcome: &api.TaskOutcome{TaskID: "t2", State: api.TaskCompleted, Attempts: 2, Result: &api.TaskResult{TaskID: "t2", Fence: 2}}},
-			}}, nil
-		})
+	h.reconcile = func(api.ReconcileTasksInput) api.ReconcileTasksResult {
+		return api.ReconcileTasksResult{Closed: []api.ReconciledTask{
+			{TaskID: "t1", Status: "TERMINATED"},
+			{TaskID: "t2", Status: "COMPLETED", Outcome: &api.TaskOutcome{TaskID: "t2", State: api.TaskCompleted, Attempts: 2, Result: &api.TaskResult{TaskID: "t2", Fence: 2}}},
+		}}
+	}
 	tcd, _ := InitialTCD("r1", "w1")
 	carry := api.RunState{RunID: "r1", WorldID: "w1", Status: api.RunRunning, CloseWhenDone: true, TCDDigest: tcd,
 		Tasks:      []api.RunTask{{TaskID: "t1", State: api.TaskLeased}, {TaskID: "t2", State: api.TaskPending}},
@@ -69,7 +63,7 @@ func TestFault8RunReconcilesTasksFromBeforeContinueAsNew(t *testing.T) {
 	require.NoError(t, h.env.GetWorkflowError())
 	var final api.RunState
 	require.NoError(t, h.env.GetWorkflowResult(&final))
-	require.Equal(t, []string{"t1", "t2"}, asked)
+	require.Equal(t, []api.ReconcileTasksInput{{RunID: "r1", ListClosed: true}}, h.reconciled, "one list, no describes by ID")
 	require.Equal(t, api.TaskAborted, final.Tasks[0].State)
 	require.Equal(t, "workflow TERMINATED", final.Tasks[0].EndDetail)
 	require.Equal(t, api.TaskCompleted, final.Tasks[1].State)
@@ -103,19 +97,11 @@ func TestStateStaysUnderPayloadLimit(t *testing.T) {
 // recorded ABORTED while it runs). Found in review.
 func TestRunReconcileSkipsTasksBeingStarted(t *testing.T) {
 	h := newRunHarness(t)
-	h.env.RegisterActivity(&activities.Control{})
-	var asked []string
-	h.env.OnActivity(controlActs.ReconcileTasks, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in api.ReconcileTasksInput) (api.ReconcileTasksResult, error) {
-			asked = append(asked, in.TaskIDs...)
-			var res api.ReconcileTasksResult
-			for _, id := range in.TaskIDs {
-				if id != "t1" {
-					res.Closed = append(res.Closed, api.ReconciledTask{TaskID: id, Status: "NOT_FOUND"})
-				}
-			}
-			return res, nil
-		})
+	h.reconcile = func(api.ReconcileTasksInput) api.ReconcileTasksResult {
+		// Visibility may still list t3's ID from before it started.
+		return api.ReconcileTasksResult{Closed: []api.ReconciledTask{{TaskID: "t3", Status: "NOT_FOUND"}}}
+	}
+	h.startCall.After(10 * time.Second)
 	tcd, _ := InitialTCD("r1", "w1")
 	carry := api.RunState{RunID: "r1", WorldID: "w1", Status: api.RunRunning, TCDDigest: tcd, CloseWhenDone: true,
 		Tasks: []api.RunTask{{TaskID: "t1", State: api.TaskLeased}}, Events: []api.Event{}}
@@ -130,26 +116,28 @@ func TestRunReconcileSkipsTasksBeingStarted(t *testing.T) {
 	require.NoError(t, h.env.GetWorkflowError())
 	var final api.RunState
 	require.NoError(t, h.env.GetWorkflowResult(&final))
-	require.NotContains(t, asked, "t3", "a task being started is not looked up")
+	require.NotEmpty(t, h.reconciled)
 	require.Equal(t, api.TaskCompleted, final.Tasks[1].State)
 	require.Equal(t, int64(1), final.WorkerResultEvents)
 }
 
 // A task whose workflow closed without an outcome (an operator terminated
-// it: ABORTED) starts again when it is added again, as a new execution of
-// its workflow; a task that ended with an outcome is not started again.
+// it) starts again when it is added again: the add looks it up, records it
+// ABORTED and starts a new execution of its workflow; a task that ended
+// with an outcome is not started again.
 func TestRunStartsAnAbortedTaskAgainWhenItIsAddedAgain(t *testing.T) {
 	h := newRunHarness(t)
+	h.reconcile = func(api.ReconcileTasksInput) api.ReconcileTasksResult {
+		if len(h.started) > 1 {
+			return api.ReconcileTasksResult{} // the new execution runs
+		}
+		return api.ReconcileTasksResult{Closed: []api.ReconciledTask{{TaskID: "t1", Status: "TERMINATED"}}}
+	}
 	e1, d1 := runEnvelope(t, "t1")
 	add := api.AddTaskInput{Envelope: e1, EnvelopeDigest: d1}
 	var first, again, third updateOutcome
 	var againRes api.AddTaskResult
 	h.update(time.Second, api.UpdateAddTask, add, &first, nil)
-	h.env.RegisterDelayedCallback(func() {
-		require.NoError(t, h.env.SignalWorkflowByID(api.TaskWorkflowID("t1"), "finish", api.TaskOutcome{State: "fail"}))
-	}, 2*time.Second)
-	var aborted, rerun api.RunView
-	h.query(3*time.Second, &aborted)
 	h.env.RegisterDelayedCallback(func() {
 		h.env.UpdateWorkflow(api.UpdateAddTask, "again", &testsuite.TestUpdateCallback{
 			OnAccept: func() {}, OnReject: func(err error) { again.err = err },
@@ -161,6 +149,7 @@ func TestRunStartsAnAbortedTaskAgainWhenItIsAddedAgain(t *testing.T) {
 			},
 		}, add)
 	}, 4*time.Second)
+	var rerun api.RunView
 	h.query(5*time.Second, &rerun)
 	h.finishTask(6*time.Second, "t1", api.TaskOutcome{State: api.TaskCompleted, Attempts: 1, Ref: &api.ResultRef{TaskID: "t1", Fence: 2}})
 	h.update(7*time.Second, api.UpdateAddTask, add, &third, nil)
@@ -171,11 +160,12 @@ func TestRunStartsAnAbortedTaskAgainWhenItIsAddedAgain(t *testing.T) {
 	require.NoError(t, h.env.GetWorkflowError())
 	require.NoError(t, first.err)
 
-	require.Equal(t, api.TaskAborted, aborted.Tasks[0].State)
-	require.Equal(t, int64(1), aborted.TaskCounts.Aborted)
+	require.Equal(t, []api.ReconcileTasksInput{{RunID: "r1", TaskIDs: []string{"t1"}}}, h.reconciled, "the re-add looked t1 up")
 	require.True(t, again.completed)
 	require.NoError(t, again.err)
 	require.False(t, againRes.Existing, "started again")
+	require.Len(t, h.started, 2, "a completed task's re-add starts nothing")
+	require.True(t, h.started[1].Tasks[0].Rerun)
 	require.Equal(t, api.TaskPending, rerun.Tasks[0].State)
 	require.Equal(t, api.RunTaskCounts{Total: 1, Open: 1}, rerun.TaskCounts)
 	require.NoError(t, third.err, "a completed task's re-add is idempotent")

@@ -1,15 +1,18 @@
 package workflows
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/wdc-runtime/wdc/activities"
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/internal/telemetry"
@@ -31,15 +34,62 @@ func fakeTask(ctx workflow.Context, in api.TaskInput) (api.TaskOutcome, error) {
 type runHarness struct {
 	t   *testing.T
 	env *testsuite.TestWorkflowEnvironment
+	// started records every StartTasks input; startErr, when set, is
+	// StartTasks' error message for a task ("" starts it).
+	started  []api.StartTasksInput
+	startErr func(taskID string) string
+	// startCall is StartTasks' mock (startCall.After delays it).
+	startCall *testsuite.MockCallWrapper
+	// reconciled records every ReconcileTasks input; reconcile, when set,
+	// answers it (else nothing is closed).
+	reconciled []api.ReconcileTasksInput
+	reconcile  func(api.ReconcileTasksInput) api.ReconcileTasksResult
+	// children is set when the run starts its tasks as fakeTask children
+	// (DefaultVersion of startTasksByActivity).
+	children bool
 }
 
+// newRunHarness runs WdcRun with StartTasks and ReconcileTasks mocked
+// (the harness records their inputs).
 func newRunHarness(t *testing.T) *runHarness {
-	var ts testsuite.WorkflowTestSuite
+	return newRunHarnessIn(t, &testsuite.WorkflowTestSuite{})
+}
+
+// newRunHarnessIn is newRunHarness in the test suite ts.
+func newRunHarnessIn(t *testing.T, ts *testsuite.WorkflowTestSuite) *runHarness {
 	env := ts.NewTestWorkflowEnvironment()
 	env.SetTestTimeout(20 * time.Second)
 	env.RegisterWorkflowWithOptions(WdcRun, workflow.RegisterOptions{Name: api.RunWorkflowType})
 	env.RegisterWorkflowWithOptions(fakeTask, workflow.RegisterOptions{Name: api.TaskWorkflowType})
-	return &runHarness{t: t, env: env}
+	env.RegisterActivity(&activities.Control{})
+	h := &runHarness{t: t, env: env}
+	h.startCall = env.OnActivity(controlActs.StartTasks, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in api.StartTasksInput) (api.StartTasksResult, error) {
+			h.started = append(h.started, in)
+			res := api.StartTasksResult{Errors: make([]string, len(in.Tasks))}
+			for i, st := range in.Tasks {
+				if h.startErr != nil {
+					res.Errors[i] = h.startErr(st.Input.Envelope.TaskID)
+				}
+			}
+			return res, nil
+		})
+	env.OnActivity(controlActs.ReconcileTasks, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in api.ReconcileTasksInput) (api.ReconcileTasksResult, error) {
+			h.reconciled = append(h.reconciled, in)
+			if h.reconcile == nil {
+				return api.ReconcileTasksResult{}, nil
+			}
+			return h.reconcile(in), nil
+		})
+	return h
+}
+
+// childPath makes the run start its tasks as fakeTask children, as runs
+// before startTasksByActivity did.
+func (h *runHarness) childPath() {
+	h.children = true
+	h.env.OnGetVersion(startTasksByActivity, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
 }
 
 func runEnvelope(t *testing.T, taskID string) (envelope.Envelope, string) {
@@ -71,11 +121,14 @@ func (h *runHarness) update(at time.Duration, name string, arg any, out *updateO
 	}, at)
 }
 
-// finishTask ends a child task and reports its outcome to the run.
+// finishTask reports a task's outcome to the run (and ends its child, on
+// the child path).
 func (h *runHarness) finishTask(at time.Duration, taskID string, out api.TaskOutcome) {
 	out.TaskID, out.RunID = taskID, "r1"
 	h.env.RegisterDelayedCallback(func() {
-		require.NoError(h.t, h.env.SignalWorkflowByID(api.TaskWorkflowID(taskID), "finish", out))
+		if h.children {
+			require.NoError(h.t, h.env.SignalWorkflowByID(api.TaskWorkflowID(taskID), "finish", out))
+		}
 		h.env.SignalWorkflow(api.SignalTaskEnded, out)
 	}, at)
 }
@@ -207,16 +260,12 @@ func TestRunIgnoresRepeatedAndUnknownReports(t *testing.T) {
 
 // A task's first outcome is the run's: a later report that differs (an
 // abandoned attempt's result, another state) is counted and never flips
-// the recorded result; a repeat of the same outcome (the task's signal,
-// then its child's completion) is not counted.
+// the recorded result.
 func TestRunKeepsATasksFirstOutcome(t *testing.T) {
 	m := telemetry.NewMetrics(nil)
 	var ts testsuite.WorkflowTestSuite
 	ts.SetMetricsHandler(m.Handler)
-	h := &runHarness{t: t, env: ts.NewTestWorkflowEnvironment()}
-	h.env.SetTestTimeout(20 * time.Second)
-	h.env.RegisterWorkflowWithOptions(WdcRun, workflow.RegisterOptions{Name: api.RunWorkflowType})
-	h.env.RegisterWorkflowWithOptions(fakeTask, workflow.RegisterOptions{Name: api.TaskWorkflowType})
+	h := newRunHarnessIn(t, &ts)
 	e1, d1 := runEnvelope(t, "t1")
 	var add updateOutcome
 	h.update(time.Second, api.UpdateAddTask, api.AddTaskInput{Envelope: e1, EnvelopeDigest: d1}, &add, nil)
@@ -263,36 +312,23 @@ func requireAppErrType(t *testing.T, err error, typ string) {
 	require.Equal(t, typ, appErr.Type())
 }
 
-// The run starts its task with exactly TaskStart's input and search
-// attributes, the ones the task workflow tests start it with.
+// The run starts its task with exactly TaskStart's input, the one the
+// task workflow tests start it with, by one StartTasks for the batch.
 func TestRunStartsItsTaskAsTaskStartBuildsIt(t *testing.T) {
-	var ts testsuite.WorkflowTestSuite
-	env := ts.NewTestWorkflowEnvironment()
-	env.SetTestTimeout(20 * time.Second)
-	env.RegisterWorkflowWithOptions(WdcRun, workflow.RegisterOptions{Name: api.RunWorkflowType})
-	var got api.TaskInput
-	var gotSA temporal.SearchAttributes
-	env.RegisterWorkflowWithOptions(func(ctx workflow.Context, in api.TaskInput) (api.TaskOutcome, error) {
-		got, gotSA = in, workflow.GetTypedSearchAttributes(ctx)
-		return api.TaskOutcome{TaskID: in.Envelope.TaskID, RunID: in.Envelope.RunID, State: api.TaskRetriesExhausted}, nil
-	}, workflow.RegisterOptions{Name: api.TaskWorkflowType})
+	h := newRunHarness(t)
 	e1, d1 := runEnvelope(t, "t1")
 	add := api.AddTaskInput{Envelope: e1, EnvelopeDigest: d1, Options: api.TaskOptions{MaxAttempts: 2}}
-	h := &runHarness{t: t, env: env}
 	var added updateOutcome
 	h.update(time.Second, api.UpdateAddTask, add, &added, nil)
 	var closed updateOutcome
 	h.update(2*time.Second, api.UpdateCloseRun, api.CloseRunInput{}, &closed, nil)
-	env.ExecuteWorkflow(api.RunWorkflowType, api.RunInput{RunID: "r1", WorldID: "w1"})
+	h.finishTask(3*time.Second, "t1", api.TaskOutcome{State: api.TaskRetriesExhausted})
+	h.env.ExecuteWorkflow(api.RunWorkflowType, api.RunInput{RunID: "r1", WorldID: "w1"})
+	require.NoError(t, h.env.GetWorkflowError())
 	require.NoError(t, added.err)
 
-	opts, want := TaskStart("r1", add)
-	require.Equal(t, want, got, "the task's input")
+	_, want := TaskStart("r1", add)
+	require.Equal(t, []api.StartTasksInput{{RunID: "r1", Tasks: []api.StartTask{{Input: want}}}}, h.started)
 	require.EqualValues(t, 2, want.Options.MaxAttempts)
 	require.NotZero(t, want.Options.LeaseTTL, "defaults filled in")
-	for _, key := range []temporal.SearchAttributeKeyKeyword{api.SAKind, api.SARunID, api.SATaskState} {
-		w, _ := opts.TypedSearchAttributes.GetKeyword(key)
-		g, _ := gotSA.GetKeyword(key)
-		require.Equal(t, w, g, key.GetName())
-	}
 }
