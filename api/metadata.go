@@ -177,9 +177,11 @@ func ShortCommand(argv []string, max int) string {
 // AgentIdentity is the identity of worker's agent: "wdc-agent/<worker>".
 func AgentIdentity(worker string) string { return "wdc-agent/" + worker }
 
-// ControlPlaneIdentity is a control plane's identity on host:
-// "wdc-control-plane@<host>".
-func ControlPlaneIdentity(host string) string { return "wdc-control-plane@" + host }
+// ControlPlaneIdentity is the identity of control plane process pid on
+// host: "wdc-control-plane@<host>/<pid>" (a host may run several).
+func ControlPlaneIdentity(host string, pid int) string {
+	return "wdc-control-plane@" + host + "/" + strconv.Itoa(pid)
+}
 
 // CLIIdentity is the CLI's identity on host: "wdc-cli@<host>".
 func CLIIdentity(host string) string { return "wdc-cli@" + host }

@@ -50,7 +50,7 @@ func TestSummariesNameTheirEntity(t *testing.T) {
 		Capabilities: []string{"cuda", envelope.LauncherCapability("k8s")}}))
 	assert.Equal(t, "local", WorkerLauncher(nil))
 	assert.Equal(t, "wdc-agent/w", AgentIdentity("w"))
-	assert.Equal(t, "wdc-control-plane@h", ControlPlaneIdentity("h"))
+	assert.Equal(t, "wdc-control-plane@h/42", ControlPlaneIdentity("h", 42))
 	assert.Equal(t, "wdc-cli@h", CLIIdentity("h"))
 }
 

@@ -335,7 +335,7 @@ describe-version' shows it drained (docs/upgrading.md).`,
 			if a.metrics != nil {
 				telemetry.ExportControlPlaneZeros(a.metrics, a.global.namespace)
 			}
-			a.identity = api.ControlPlaneIdentity(hostname())
+			a.identity = api.ControlPlaneIdentity(hostname(), os.Getpid())
 			tc, store, err := a.connect(ctx, dataDir, blobURL, worker.DialOptions()...)
 			if err != nil {
 				return err

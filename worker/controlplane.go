@@ -101,7 +101,7 @@ func controlPlaneIdentity() string {
 	if err != nil || h == "" {
 		h = "unknown"
 	}
-	return api.ControlPlaneIdentity(h)
+	return api.ControlPlaneIdentity(h, os.Getpid())
 }
 
 // Start is StartContext without a context of its own.

@@ -156,7 +156,7 @@ func testControlPlaneKilled(t *testing.T, c *cluster, cps []*proc) []*proc {
 	after := c.workflowTaskIdentities(t, env.TaskID, killed)
 	require.NotEmpty(t, after, "no workflow task after the kill")
 	for _, id := range after {
-		assert.True(t, strings.HasPrefix(id, fmt.Sprintf("%d@", survivor.cmd.Process.Pid)),
+		assert.True(t, strings.HasSuffix(id, fmt.Sprintf("/%d", survivor.cmd.Process.Pid)),
 			"workflow task after the kill by %s, not %s (pid %d)", id, survivor.name, survivor.cmd.Process.Pid)
 	}
 	c.checkRunResult(t, env.RunID)
@@ -382,14 +382,15 @@ func (c *cluster) workflowTaskIdentities(t *testing.T, id string, since time.Tim
 }
 
 // lastWorkflowTaskWorker returns the control plane whose process completed
-// the task workflow's last workflow task (SDK identities start "PID@").
+// the task workflow's last workflow task (api.ControlPlaneIdentity ends
+// in "/<pid>").
 func (c *cluster) lastWorkflowTaskWorker(t *testing.T, id string, cps []*proc) *proc {
 	t.Helper()
 	ids := c.workflowTaskIdentities(t, id, time.Time{})
 	require.NotEmpty(t, ids)
 	last := ids[len(ids)-1]
 	for _, p := range cps {
-		if strings.HasPrefix(last, fmt.Sprintf("%d@", p.cmd.Process.Pid)) {
+		if strings.HasSuffix(last, fmt.Sprintf("/%d", p.cmd.Process.Pid)) {
 			return p
 		}
 	}
