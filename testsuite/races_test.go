@@ -83,6 +83,10 @@ func wait(t *testing.T, ch <-chan error) error {
 // Before: the cancel branch ended the lease, the submit handler waited
 // for an ingest that never came, and the workflow never closed.
 func TestFault4SubmitAndCancelInOneWorkflowTask(t *testing.T) {
+	// updateGap separates the two updates so the server admits them in
+	// the order sent (300 ms was seen to swap them on a loaded machine);
+	// no control plane runs meanwhile, so one workflow task takes both.
+	const updateGap = time.Second
 	for _, order := range []string{"submit-then-cancel", "cancel-then-submit"} {
 		t.Run(order, func(t *testing.T) {
 			c, wc, cp, labels := raceEnv(t, "race4-"+order[:6], &soakLauncher{})
@@ -98,11 +102,11 @@ func TestFault4SubmitAndCancelInOneWorkflowTask(t *testing.T) {
 			var submitted, cancelled <-chan error
 			if order == "submit-then-cancel" {
 				submitted = updateAsync(c, wfID, api.SubmitResultUpdateID(claim), api.UpdateSubmitResult, api.SubmitResultInput{Claim: claim}, &res)
-				time.Sleep(300 * time.Millisecond)
+				time.Sleep(updateGap)
 				cancelled = updateAsync(c, wfID, "cancel", api.UpdateCancelTask, api.CancelTaskInput{Reason: "race"}, &view)
 			} else {
 				cancelled = updateAsync(c, wfID, "cancel", api.UpdateCancelTask, api.CancelTaskInput{Reason: "race"}, &view)
-				time.Sleep(300 * time.Millisecond)
+				time.Sleep(updateGap)
 				submitted = updateAsync(c, wfID, api.SubmitResultUpdateID(claim), api.UpdateSubmitResult, api.SubmitResultInput{Claim: claim}, &res)
 			}
 			time.Sleep(time.Second)
