@@ -37,6 +37,7 @@ func (a *app) newAgentCommand() *cobra.Command {
 		metrics   string
 		rayFlags  rayAgentFlags
 		k8sf      k8sFlags
+		runAs     runAsFlags
 	)
 	c := &cobra.Command{
 		Use:   "agent --worker-id ID",
@@ -50,6 +51,13 @@ envelope's environment plus WDC_TASK_ID, WDC_ATTEMPT, WDC_FENCE and WDC_TASK_DIR
 (nothing of the agent's environment); the command is killed if the agent dies.
 The agent must share the blob store (--blob-url, default under --data-dir)
 with the control plane: inputs and staged outputs pass through it.
+
+A command runs as the agent's user unless --run-as-user names another. The
+agent makes itself non-dumpable, so a command of its own user cannot read
+its environment, memory or open files through /proc; a command of another
+user cannot read them either, nor the agent's files (keep --data-dir mode
+0700). An agent run as root must give --run-as-user: a command run as root
+can read everything the agent holds (AWS_*, TEMPORAL_API_KEY).
 
 A control plane must be polling wdc-control (the agent registers through
 it): without one the agent exits 5 within a few seconds.
@@ -131,11 +139,15 @@ an earlier agent of this work directory left behind.`,
 				return usagef("--spool-dir goes with --launcher %s", launcherExternal)
 			}
 			if launcher != launcherLocal {
-				for _, name := range []string{"work-dir", "max-output-file-bytes", "max-output-bytes", "max-output-files"} {
+				for _, name := range []string{"work-dir", "max-output-file-bytes", "max-output-bytes", "max-output-files", "run-as-user", "run-as-group"} {
 					if c.Flags().Changed(name) {
 						return usagef("--%s: applies to attempts run here, not with --launcher %s (give it to `wdc exec`)", name, launcher)
 					}
 				}
+			}
+			runAsUser, err := runAs.lookup()
+			if err != nil {
+				return err
 			}
 			ctx := c.Context()
 			msrv, stopMetrics, err := a.startMetrics(metrics)
@@ -180,10 +192,14 @@ an earlier agent of this work directory left behind.`,
 						fmt.Fprintf(a.deps.Stdout, "attempt %s handed off (%s): %s\n", cmd.Claim, path, cmd)
 					}}
 			}
+			if err := checkWorkDir(runAsUser, workDir); err != nil {
+				return err
+			}
+			a.protectProcess(launcher == launcherLocal && runAsUser == nil)
 			log := a.logger()
 			opts := worker.AgentOptions{
 				WorkDir: workDir, Blobs: store, HeartbeatInterval: heartbeat,
-				Limits: lim,
+				Limits: lim, RunAs: runAsUser,
 				Logger: log, HandOff: handOff, Metrics: a.metrics,
 				OnReport: func(rep executor.Report) {
 					fmt.Fprintf(a.deps.Stdout, "attempt %s ended: %s\n", rep.Claim, describeReport(rep))
@@ -264,6 +280,7 @@ an earlier agent of this work directory left behind.`,
 	f.StringVar(&workDir, "work-dir", "", "root of task directories (default <data-dir>/work/<worker-id>)")
 	f.DurationVar(&heartbeat, "heartbeat-interval", 0, "worker heartbeat period (default: --stale-after / 4, 2s with the default --stale-after)")
 	limits.bind(f)
+	runAs.bind(f)
 	f.StringVar(&launcher, "launcher", launcherLocal, "how attempts run: local (in this process, each in its own process group), external (hand each launch off as a 'wdc exec' command in --spool-dir, for another system to run), ray (submit each as a job to the Ray cluster at --ray-address) or k8s (a Kubernetes Job per attempt; see --k8s-*)")
 	f.StringVar(&spoolDir, "spool-dir", "", "with --launcher external: where each attempt's 'wdc exec' command is written, as <task>-a<attempt>-f<fence>.json (default <data-dir>/spool/<worker-id>)")
 	f.StringVar(&execBin, "exec-binary", "wdc", "with --launcher external, ray or k8s: "+execBinaryHelp)

@@ -28,6 +28,7 @@ type execOptions struct {
 	keep                                     bool
 	dataDir, blobURL                         string
 	limits                                   outputLimitFlags
+	runAs                                    runAsFlags
 }
 
 func (o *execOptions) bind(c *cobra.Command, getenv func(string) string) {
@@ -42,6 +43,7 @@ func (o *execOptions) bind(c *cobra.Command, getenv func(string) string) {
 	f.StringVar(&o.dataDir, "data-dir", "", dataDirHelp)
 	f.StringVar(&o.blobURL, "blob-url", "", blobURLHelp)
 	o.limits.bind(f)
+	o.runAs.bind(f)
 }
 
 // claim parses and validates the claim. Errors are usage errors naming
@@ -111,8 +113,8 @@ then runs the same executor as the agent: the task directory
 <work-dir>/<task>/<attempt>-<fence>, inputs copied from the blob store, the
 command in its own process group with only the envelope's environment plus
 WDC_TASK_ID, WDC_ATTEMPT, WDC_FENCE and WDC_TASK_DIR (nothing of this
-process's environment: no WDC_*, TEMPORAL_* or AWS_* variable reaches the
-task), heartbeats, self-fencing, outputs staged in the blob store and the
+process's environment: no WDC_*, TEMPORAL_* or AWS_* variable is passed to
+the task), heartbeats, self-fencing, outputs staged in the blob store and the
 result submitted. Right before the command starts the lease is checked once
 more; an attempt that is not current starts nothing. While it runs, a
 heartbeat is sent every TTL/3 — the first as a signal, the rest by ID on
@@ -121,6 +123,12 @@ checked once per TTL: a lost fence kills the command within that, and a
 lease the task ended while its activity was pending within one heartbeat
 (a launcher that can, such as the Kubernetes or Ray one, also kills it at
 once when the lease ends).
+
+This process makes itself non-dumpable before it connects, so a command of
+its own user cannot read its environment, memory or open files through
+/proc (in a container without CAP_SYS_PTRACE that holds for root too);
+--run-as-user runs the command as another user, which also keeps it from
+this process's files. A command run as root on a host can read everything.
 
 Every claim flag can be given as an environment variable instead
 (WDC_EXEC_TASK_ID, WDC_EXEC_ATTEMPT, WDC_EXEC_FENCE, WDC_EXEC_WORKER_ID,
@@ -169,6 +177,10 @@ func (a *app) runExec(ctx context.Context, o *execOptions) error {
 	if err != nil {
 		return err
 	}
+	runAs, err := o.runAs.lookup()
+	if err != nil {
+		return err
+	}
 	if err := a.global.validate(); err != nil {
 		return err
 	}
@@ -176,6 +188,7 @@ func (a *app) runExec(ctx context.Context, o *execOptions) error {
 		fmt.Fprintf(a.deps.Stderr, "wdc exec: attempt %s: "+format+"\n", append([]any{claim}, args...)...)
 	}
 	a.identity = api.ExecIdentity(o.workerID)
+	a.protectProcess(o.runAs.user == "")
 	tc, store, err := a.connectExecutor(ctx, o.dataDir, o.blobURL)
 	if err != nil {
 		return err
@@ -209,12 +222,22 @@ func (a *app) runExec(ctx context.Context, o *execOptions) error {
 		} else {
 			defer os.RemoveAll(workDir)
 		}
+		if o.runAs.user != "" {
+			// Created 0700; the command's user must enter it.
+			if err := os.Chmod(workDir, 0o711); err != nil {
+				return err
+			}
+		}
+	}
+	if err := checkWorkDir(runAs, workDir); err != nil {
+		return err
 	}
 	ex, err := executor.Start(executor.Options{
 		Attempt: attempt, Root: workDir, Blobs: store, Control: ctl, Limits: limits, Logger: a.logger().With("worker", claim.WorkerID),
 		// Whatever runs this process may have no way to cancel it: one
 		// lease query per TTL finds a lost fence without the agent.
 		LeaseCheckInterval: attempt.Lease.TTL,
+		RunAs:              runAs,
 		BeforeExec: func() error {
 			return bounded(func(ctx context.Context) error { return executor.LeaseCheck(ctx, ctl, claim, nil)() })
 		},

@@ -238,3 +238,51 @@ func (o *outputLimitFlags) limits() (executor.OutputLimits, error) {
 	}
 	return executor.OutputLimits{MaxFileBytes: o.maxFile, MaxTotalBytes: o.maxTotal, MaxFiles: o.maxFiles}, nil
 }
+
+// runAsFlags name the user a command runs as; `agent` (Local attempts)
+// and `exec` share them.
+type runAsFlags struct {
+	user, group string
+}
+
+func (r *runAsFlags) bind(f *pflag.FlagSet) {
+	f.StringVar(&r.user, "run-as-user", "", "run each task's command as this user (name or uid; not root), with no supplementary groups, so it cannot read the executor's credentials, environment or memory (default: the executor's own user)")
+	f.StringVar(&r.group, "run-as-group", "", "with --run-as-user: the command's group (name or gid; default: the user's primary group)")
+}
+
+// lookup resolves the user and group. nil: no --run-as-user. Errors are
+// usage errors naming the flag.
+func (r *runAsFlags) lookup() (*executor.RunAs, error) {
+	ra, err := executor.LookupRunAs(r.user, r.group)
+	if err != nil {
+		return nil, usagef("%s", err)
+	}
+	if ra != nil && os.Geteuid() != 0 {
+		return nil, usagef("--run-as-user %q: switching user needs root (this process is uid %d)", r.user, os.Geteuid())
+	}
+	return ra, nil
+}
+
+// checkWorkDir checks that ra's user can reach workDir, the root of the
+// task directories (nil ra: nothing to check).
+func checkWorkDir(ra *executor.RunAs, workDir string) error {
+	if ra == nil {
+		return nil
+	}
+	if err := ra.CheckWorkDir(workDir); err != nil {
+		return usagef("--run-as-user %q: the work dir: %s", ra.User, err)
+	}
+	return nil
+}
+
+// protectProcess makes this process non-dumpable (executor.ProtectProcess)
+// and, when its commands will run as root, says they can read what it
+// holds.
+func (a *app) protectProcess(warnRoot bool) {
+	if err := executor.ProtectProcess(); err != nil {
+		a.notice("warning: " + err.Error() + ": a task's command of this user can read this process's environment through /proc")
+	}
+	if warnRoot && executor.CommandsCanPtrace() {
+		a.notice("warning: running as root with CAP_SYS_PTRACE and without --run-as-user: each task's command can read this process's credentials (AWS_*, TEMPORAL_API_KEY) through /proc; give --run-as-user")
+	}
+}

@@ -98,6 +98,12 @@ func TestResourcelessTasksSpreadOverIdleWorkers(t *testing.T) {
 // e.g. "--cpu", "16").
 func spawnAgentArgs(t *testing.T, id string, args ...string) *exec.Cmd {
 	t.Helper()
+	return spawnAgentEnvArgs(t, id, nil, args...)
+}
+
+// spawnAgentEnvArgs is spawnAgentArgs with extra environment variables.
+func spawnAgentEnvArgs(t *testing.T, id string, env []string, args ...string) *exec.Cmd {
+	t.Helper()
 	logPath := filepath.Join(t.TempDir(), id+".log")
 	logFile, err := os.Create(logPath)
 	require.NoError(t, err)
@@ -105,7 +111,7 @@ func spawnAgentArgs(t *testing.T, id string, args ...string) *exec.Cmd {
 		"--label", "suite-test=" + testLabel(t), "--data-dir", suite.dataDir,
 		"--address", suite.srv.FrontendHostPort(), "--log-level", "info"}, args...)
 	c := exec.Command(os.Args[0], argv...)
-	c.Env = append(os.Environ(), envRunCLI+"=1")
+	c.Env = append(append(os.Environ(), envRunCLI+"=1"), env...)
 	c.Stdout, c.Stderr = logFile, logFile
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	require.NoError(t, c.Start())

@@ -37,6 +37,9 @@ type AgentOptions struct {
 	Limits            executor.OutputLimits
 	Faults            executor.Faults
 	Logger            *slog.Logger
+	// RunAs is the user Local attempts' commands run as
+	// (executor.Options.RunAs; nil: the agent's own).
+	RunAs *executor.RunAs
 	// OnReport is called with every attempt's final report.
 	OnReport func(executor.Report)
 	// Metrics receives the agent's metrics: api.MetricAttemptsRunning
@@ -124,7 +127,7 @@ func StartAgent(ctx context.Context, c client.Client, opts AgentOptions) (*Agent
 			Liveness: hb.LivenessDeadline,
 			WorkerID: reg.WorkerID, WorkDir: opts.WorkDir, Blobs: opts.Blobs,
 			Control: &executor.TemporalControl{Client: c}, Limits: opts.Limits, Faults: opts.Faults,
-			Logger: log, OnReport: opts.OnReport, Metrics: opts.Metrics,
+			Logger: log, OnReport: opts.OnReport, Metrics: opts.Metrics, RunAs: opts.RunAs,
 		})
 	}
 	if err != nil {

@@ -170,6 +170,9 @@ type Options struct {
 	// command is killed then at the latest, as at the lease TTL, so a
 	// revocation never finds it running (the Local launcher sets it).
 	Liveness func() time.Time
+	// RunAs, when set, runs the command as another user (RunAs); nil runs
+	// it as the executor's own user.
+	RunAs *RunAs
 }
 
 // Execution is a running attempt.
@@ -342,6 +345,11 @@ func (e *Execution) prepare() error {
 			return err
 		}
 	}
+	if r := e.opts.RunAs; r != nil {
+		if err := r.handOver(e.taskDir); err != nil {
+			return err
+		}
+	}
 	for i, in := range env.Inputs {
 		dst := filepath.Join(e.taskDir, "inputs", filepath.FromSlash(in.Name))
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
@@ -423,6 +431,9 @@ func (e *Execution) startCommand() error {
 		Stderr: stderr,
 		// Own process group (killed as a whole); SIGKILL if the agent dies.
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+	}
+	if r := e.opts.RunAs; r != nil {
+		cmd.SysProcAttr.Credential = r.credential()
 	}
 	// Its own cgroup (or, without one, the agent as subreaper): nothing
 	// the command starts outlives the attempt.

@@ -37,6 +37,8 @@ type Options struct {
 	// the agent's Heartbeater.LivenessDeadline). Nil: attempts are fenced
 	// by their lease TTL only.
 	Liveness func() time.Time
+	// RunAs is the user the commands run as (executor.Options.RunAs).
+	RunAs *executor.RunAs
 }
 
 // Launcher runs Local attempts. Its lock guards only its maps: staging an
@@ -135,7 +137,7 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 	ex, err := executor.Start(executor.Options{
 		Attempt: a, Root: l.opts.WorkDir, Blobs: l.opts.Blobs, Control: l.opts.Control,
 		Limits: l.opts.Limits, Faults: l.opts.Faults, Logger: l.opts.Logger, OnReport: l.opts.OnReport, Liveness: l.opts.Liveness,
-		Metrics: l.opts.Metrics, Context: sctx,
+		Metrics: l.opts.Metrics, Context: sctx, RunAs: l.opts.RunAs,
 		BeforeExec: l.beforeExec(ctx, a),
 	})
 	var cancelled *executor.Rejected
