@@ -65,8 +65,8 @@ func (k *k8sFlags) bind(f *pflag.FlagSet) {
 	f.StringSliceVar(&k.allow.Tolerations, k8s.FlagAllowedTolerations, nil, "with --launcher k8s: tolerations the envelope may set, as KEY[=VALUE][:EFFECT] globs: "+
 		"'dedicated=wdc:NoSchedule' (operator Equal), 'gpu' (that key with any value, or operator Exists), 'pool/*:NoExecute'; "+
 		"only '*' allows every toleration, including an empty key with operator Exists; none given: no toleration")
-	f.StringSliceVar(&k.allow.PriorityClasses, k8s.FlagAllowedPriorityClasses, nil, "with --launcher k8s: PriorityClass names (or path.Match globs) the envelope's k8s.priority_class_name may give; none given: none")
-	f.StringSliceVar(&k.allow.RuntimeClasses, k8s.FlagAllowedRuntimeClasses, nil, "with --launcher k8s: RuntimeClass names (or path.Match globs) the envelope's k8s.runtime_class_name may give; none given: none")
+	f.StringSliceVar(&k.allow.PriorityClasses, k8s.FlagAllowedPriorityClasses, nil, "with --launcher k8s: PriorityClass names (or path.Match globs) the envelope's k8s.priority_class_name may give; none given: the envelope may name none")
+	f.StringSliceVar(&k.allow.RuntimeClasses, k8s.FlagAllowedRuntimeClasses, nil, "with --launcher k8s: RuntimeClass names (or path.Match globs) the envelope's k8s.runtime_class_name may give; none given: the envelope may name none")
 }
 
 // check refuses k8s flags without --launcher k8s, and bad values.
