@@ -38,11 +38,13 @@ type k8sFlags struct {
 	taskPVC        string
 	ttl            int64
 	pendingBound   time.Duration
+	allow          k8s.Allowlist
 }
 
 // k8sFlagNames are the flags that go with --launcher k8s only.
 var k8sFlagNames = []string{"kubeconfig", "k8s-namespace", "k8s-image", "k8s-apply", "k8s-executor-secret", "k8s-executor-configmap",
-	"k8s-service-account", "k8s-task-pvc", "k8s-ttl-after-finished", "k8s-pending-bound"}
+	"k8s-service-account", "k8s-task-pvc", "k8s-ttl-after-finished", "k8s-pending-bound",
+	k8s.FlagAllowedImages, k8s.FlagAllowedTolerations, k8s.FlagAllowedPriorityClasses, k8s.FlagAllowedRuntimeClasses}
 
 func (k *k8sFlags) bind(f *pflag.FlagSet) {
 	f.StringVar(&k.kubeconfig, "kubeconfig", "", "with --launcher k8s: kubeconfig file (default $KUBECONFIG, then ~/.kube/config, then the in-cluster service account)")
@@ -55,6 +57,16 @@ func (k *k8sFlags) bind(f *pflag.FlagSet) {
 	f.StringVar(&k.taskPVC, "k8s-task-pvc", "", "with --launcher k8s: PersistentVolumeClaim for task directories, mounted with subPath <task-id>")
 	f.Int64Var(&k.ttl, "k8s-ttl-after-finished", 3600, "with --launcher k8s: seconds a finished Job (and its pod and Lease) is kept when the envelope says nothing (-1: until deleted by hand; a Job whose lease ends is deleted at once either way)")
 	f.DurationVar(&k.pendingBound, "k8s-pending-bound", k8s.DefaultPendingBound, "with --launcher k8s: how long a pod may stay unscheduled or in image-pull back-off before its attempt ends launch_failed")
+	// The allowlists: Go path.Match globs ("*" stops at "/"; "*" alone
+	// matches anything), repeatable or comma-separated, empty by default.
+	f.StringSliceVar(&k.allow.Images, k8s.FlagAllowedImages, nil, "with --launcher k8s: images the envelope's k8s.image may name, as path.Match globs ('*' stops at '/'), "+
+		"e.g. 'registry.example.com/sim/*', 'ghcr.io/org/solver:*'; repeatable or comma-separated. The executor container gets --k8s-executor-secret, "+
+		"so any other image is refused (launch_failed); none given: only --k8s-image")
+	f.StringSliceVar(&k.allow.Tolerations, k8s.FlagAllowedTolerations, nil, "with --launcher k8s: tolerations the envelope may set, as KEY[=VALUE][:EFFECT] globs: "+
+		"'dedicated=wdc:NoSchedule' (operator Equal), 'gpu' (that key with any value, or operator Exists), 'pool/*:NoExecute'; "+
+		"only '*' allows every toleration, including an empty key with operator Exists; none given: no toleration")
+	f.StringSliceVar(&k.allow.PriorityClasses, k8s.FlagAllowedPriorityClasses, nil, "with --launcher k8s: PriorityClass names (or path.Match globs) the envelope's k8s.priority_class_name may give; none given: the envelope may name none")
+	f.StringSliceVar(&k.allow.RuntimeClasses, k8s.FlagAllowedRuntimeClasses, nil, "with --launcher k8s: RuntimeClass names (or path.Match globs) the envelope's k8s.runtime_class_name may give; none given: the envelope may name none")
 }
 
 // check refuses k8s flags without --launcher k8s, and bad values.
@@ -72,6 +84,9 @@ func (k *k8sFlags) check(c *cobra.Command, launcher string) error {
 	}
 	if k.pendingBound <= 0 {
 		return usagef("--k8s-pending-bound %s: must be positive", k.pendingBound)
+	}
+	if err := k.allow.Validate(); err != nil {
+		return usageError{err}
 	}
 	// Object names as the API server checks them: a namespace is a
 	// DNS-1123 label, the others DNS-1123 subdomains.
@@ -129,7 +144,7 @@ func (k *k8sFlags) spec(ns string, target func() (string, error), a *app, execBi
 		return k8s.Spec{}, err
 	}
 	s := k8s.Spec{Namespace: ns, Image: k.image, Target: a.execTarget(execBin, u), ExecutorSecret: k.secret,
-		ExecutorConfigMap: k.configMap, ServiceAccount: k.serviceAccount, TaskPVC: k.taskPVC}
+		ExecutorConfigMap: k.configMap, ServiceAccount: k.serviceAccount, TaskPVC: k.taskPVC, Allow: k.allow}
 	if k.ttl >= 0 {
 		ttl := k.ttl
 		s.TTLSecondsAfterFinished = &ttl

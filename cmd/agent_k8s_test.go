@@ -25,7 +25,7 @@ func TestRenderLaunchK8sPrintsTheJobAndLease(t *testing.T) {
 		"env":{"TOKEN":"task-only"},"launcher":"k8s","k8s":{"priority_class_name":"batch-low"}}`), 0o644))
 	args := []string{"workers", "render-launch", "--launcher", "k8s", file, "--worker-id", "k8s-pool", "--attempt", "2", "--fence", "3",
 		"--k8s-namespace", "wdc-jobs", "--k8s-image", "registry.example/wdc:1", "--exec-binary", "/usr/local/bin/wdc",
-		"--k8s-executor-secret", "wdc-executor", "--blob-url", "s3://wdc?region=eu-1"}
+		"--k8s-executor-secret", "wdc-executor", "--blob-url", "s3://wdc?region=eu-1", "--k8s-allowed-priority-classes", "batch-*"}
 	code, stdout, stderr := run(t, args...)
 	require.Equal(t, ExitOK, code, stderr)
 	docs := strings.Split(stdout, "\n---\n")
@@ -79,6 +79,42 @@ func TestRenderLaunchK8sPrintsTheJobAndLease(t *testing.T) {
 		assert.Equal(t, ExitUsage, code, "%s %s", flag, value)
 		assert.Contains(t, stderr, fmt.Sprintf("%s %q: a lowercase RFC 1123", flag, value))
 	}
+}
+
+// The allowlists' patterns are checked at parse time, on the agent as on
+// render-launch, and render-launch refuses what the agent would refuse.
+func TestK8sAllowlistFlags(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "task.json")
+	require.NoError(t, os.WriteFile(file, []byte(`{"task_id":"t1","run_id":"r1","world_id":"w1","command":["true"],
+		"launcher":"k8s","k8s":{"image":"evil/img:1","tolerations":[{"operator":"Exists"}]}}`), 0o644))
+	render := []string{"workers", "render-launch", "--launcher", "k8s", file, "--worker-id", "k8s-pool", "--k8s-image", "registry.example/wdc:1"}
+	agent := []string{"agent", "--worker-id", "k8s-pool", "--launcher", "k8s", "--k8s-image", "registry.example/wdc:1"}
+	for _, c := range []struct{ flag, value, want string }{
+		{"--k8s-allowed-images", "registry.example.com/[sim", `--k8s-allowed-images "registry.example.com/[sim": syntax error in pattern`},
+		{"--k8s-allowed-tolerations", "gpu=[x", `--k8s-allowed-tolerations "gpu=[x": syntax error in pattern`},
+		{"--k8s-allowed-tolerations", ":NoSchedule", `--k8s-allowed-tolerations ":NoSchedule": no key`},
+		{"--k8s-allowed-priority-classes", `batch-\`, `--k8s-allowed-priority-classes "batch-\\": syntax error in pattern`},
+		{"--k8s-allowed-runtime-classes", "[a-", `--k8s-allowed-runtime-classes "[a-": syntax error in pattern`},
+	} {
+		for _, args := range [][]string{render, agent} {
+			code, _, stderr := run(t, append(args, c.flag, "ok,"+c.value)...)
+			assert.Equal(t, ExitUsage, code, "%s %s %s", args[0], c.flag, c.value)
+			assert.Contains(t, stderr, c.want)
+		}
+	}
+	code, _, stderr := run(t, "agent", "--worker-id", "w", "--k8s-allowed-images", "x/*")
+	assert.Equal(t, ExitUsage, code)
+	assert.Contains(t, stderr, "--k8s-allowed-images goes with --launcher k8s")
+
+	code, _, stderr = run(t, render...)
+	assert.Equal(t, ExitUsage, code)
+	assert.Contains(t, stderr, `k8s.image "evil/img:1" is not on the agent's --k8s-allowed-images`)
+	code, _, stderr = run(t, append(render, "--k8s-allowed-images", "evil/*")...)
+	assert.Equal(t, ExitUsage, code)
+	assert.Contains(t, stderr, `k8s.tolerations[0] "" is not on the agent's --k8s-allowed-tolerations (an empty key with operator Exists tolerates every taint`)
+	code, stdout, stderr := run(t, append(render, "--k8s-allowed-images", "other/*", "--k8s-allowed-images", "evil/*", "--k8s-allowed-tolerations", "*")...)
+	require.Equal(t, ExitOK, code, stderr)
+	assert.Contains(t, stdout, "image: evil/img:1")
 }
 
 // The cluster is found as kubectl finds it: --kubeconfig first, then

@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -20,7 +21,8 @@ import (
 // k8sRenderFlagNames are the k8s flags render-launch takes (what shapes
 // the Job; nothing that connects).
 var k8sRenderFlagNames = []string{"k8s-namespace", "k8s-image", "k8s-executor-secret", "k8s-executor-configmap",
-	"k8s-service-account", "k8s-task-pvc", "k8s-ttl-after-finished"}
+	"k8s-service-account", "k8s-task-pvc", "k8s-ttl-after-finished",
+	k8s.FlagAllowedImages, k8s.FlagAllowedTolerations, k8s.FlagAllowedPriorityClasses, k8s.FlagAllowedRuntimeClasses}
 
 // bindRender binds k8sRenderFlagNames.
 func (k *k8sFlags) bindRender(f *pflag.FlagSet) {
@@ -68,6 +70,10 @@ func (a *app) renderK8sLaunch(c *cobra.Command, path, workerID string, attempt, 
 	att := launchers.Attempt{Envelope: env, Lease: lease.Lease{TaskID: claim.TaskID, WorkerID: claim.WorkerID, Attempt: claim.Attempt, Fence: claim.Fence,
 		EnvelopeDigest: claim.EnvelopeDigest, State: lease.Active, TTL: api.DefaultLeaseTTL}}
 	job, l, err := k8s.Render(spec, att, time.Now())
+	var refused *k8s.NotAllowedError
+	if errors.As(err, &refused) {
+		return usageError{err} // the agent would refuse the launch too
+	}
 	if err != nil {
 		return err
 	}

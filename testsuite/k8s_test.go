@@ -136,7 +136,9 @@ func (e *k8sEnv) spawnAgent(t *testing.T, id, kubeconfig, label string, extra ..
 	args := append([]string{"agent", "--worker-id", id, "--launcher", "k8s", "--kubeconfig", kubeconfig,
 		"--k8s-apply", "--k8s-image", "wdc:test", "--exec-binary", os.Args[0], "--k8s-executor-secret", "wdc-executor",
 		"--k8s-pending-bound", "4s", "--blob-url", e.s.url, "--data-dir", e.s.dir(t, id+"-"+strconv.Itoa(e.spawned[id])),
-		"--label", "suite-test=" + label, "--cpu", "4", "--memory", "4Gi"}, extra...)
+		"--label", "suite-test=" + label, "--cpu", "4", "--memory", "4Gi",
+		// Allowed so that the preflight, not the allowlist, refuses it.
+		"--k8s-allowed-priority-classes", "no-such-class"}, extra...)
 	agent, _ := e.s.spawn(t, id, args...)
 	waitFor(t, 30*time.Second, id+" ACTIVE", func() bool {
 		v, err := e.s.wc.Worker(context.Background(), id)
@@ -401,6 +403,52 @@ func TestKubernetesLauncher(t *testing.T) {
 		assert.Empty(t, e.jobs(t, env.TaskID), "no Job was created")
 	})
 
+	// The executor container gets the executor Secret, so its image is
+	// the agent's choice: an envelope image or toleration off the agent's
+	// allowlists (none given: --k8s-image only, no toleration) is refused
+	// before anything is created, naming the field, as launch_failed.
+	t.Run("an image or toleration off the allowlists is launch_failed before any Job", func(t *testing.T) {
+		ctx := context.Background()
+		secretNames := func() []string {
+			list, err := e.admin.CoreV1().Secrets(e.ns).List(ctx, metav1.ListOptions{})
+			require.NoError(t, err)
+			var names []string
+			for _, s := range list.Items {
+				names = append(names, s.Name)
+			}
+			return names
+		}
+		secretsBefore := secretNames()
+		refused := []struct {
+			taskID string
+			k8s    envelope.K8s
+			want   string
+		}{
+			{"k8s-evil-image", envelope.K8s{Image: "evil/img:1"}, `k8s.image "evil/img:1" is not on the agent's --k8s-allowed-images`},
+			{"k8s-evil-toleration", envelope.K8s{Tolerations: []envelope.Toleration{{Operator: "Exists"}}},
+				`k8s.tolerations[0] "" is not on the agent's --k8s-allowed-tolerations (an empty key with operator Exists tolerates every taint`},
+		}
+		for _, c := range refused {
+			env := e.envelope(t, c.taskID, `env > outputs/env.txt`)
+			env.K8s = &c.k8s
+			require.NoError(t, env.Validate(true))
+			e.submit(t, env, api.TaskOptions{LeaseTTL: 10 * time.Second, MaxAttempts: 1})
+		}
+		for _, c := range refused {
+			out, view := e.outcome(t, c.taskID)
+			require.Equal(t, api.TaskRetriesExhausted, out.State, "%+v", view)
+			require.Len(t, view.Directives, 1)
+			assert.Equal(t, lease.ReasonLaunchFailed, view.Directives[0].Reason)
+			assert.Contains(t, view.Directives[0].Detail, c.want)
+			assert.Empty(t, e.jobs(t, c.taskID), "no Job was created")
+			leases, err := e.admin.CoordinationV1().Leases(e.ns).List(ctx, metav1.ListOptions{
+				LabelSelector: labels.SelectorFromSet(labels.Set{k8s.LabelTask: k8s.LabelValue(c.taskID)}).String()})
+			require.NoError(t, err)
+			assert.Empty(t, leases.Items, "no Lease was created")
+		}
+		assert.Equal(t, secretsBefore, secretNames(), "no Secret was created")
+	})
+
 	// A pod nobody schedules stays Pending: after the launcher's bound
 	// (--k8s-pending-bound 4s) the attempt ends launch_failed with the
 	// pod's reason, and its Job is deleted.
@@ -439,7 +487,8 @@ func TestKubernetesLauncher(t *testing.T) {
 		a := launchers.Attempt{Envelope: env, Lease: lease.Lease{TaskID: env.TaskID, WorkerID: "k8s-direct", Attempt: 1, Fence: 1,
 			EnvelopeDigest: d, State: lease.Active, TTL: time.Hour}}
 		spec := k8s.Spec{Namespace: e.ns, Image: "wdc:test", ExecutorSecret: "wdc-executor", TaskPVC: "tasks",
-			Target: external.Target{Binary: os.Args[0], Address: suite.srv.FrontendHostPort(), Namespace: nsK8s, BlobURL: e.s.url}}
+			Target: external.Target{Binary: os.Args[0], Address: suite.srv.FrontendHostPort(), Namespace: nsK8s, BlobURL: e.s.url},
+			Allow:  k8s.Allowlist{Images: []string{"registry.example/*"}, Tolerations: []string{"dedicated=wdc:NoExecute"}, PriorityClasses: []string{schedulingPriorityClass.Name}}}
 		job, l, err := k8s.Render(spec, a, time.Now())
 		require.NoError(t, err)
 		dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}

@@ -14,6 +14,12 @@
 // renders nothing to the cluster and fails with ErrWritesDisabled, which
 // says how to opt in. Render builds the exact objects Submit sends.
 //
+// The envelope's k8s section may name an image, tolerations, a priority
+// and a runtime class only as the agent's Allowlist allows (Spec.Allow;
+// the executor container receives the executor Secret, so its image is
+// the operator's choice): Render refuses anything else with a
+// *NotAllowedError naming the field, and Submit creates nothing.
+//
 // Before creating anything Submit checks that a named RuntimeClass,
 // PriorityClass and the task PVC exist (the API server accepts a Job that
 // names a missing one, and its pod would never start). Informers on the

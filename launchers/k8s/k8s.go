@@ -169,7 +169,9 @@ func New(ctx context.Context, opts Options) (*Launcher, error) {
 // Errors (a launch_failed retry; nothing is created): writes are off
 // (ErrWritesDisabled); the attempt is for another worker; ctx is done or
 // past its deadline (launchers.ErrLaunchExpired); the envelope's digest is
-// not the lease's; no image; a named RuntimeClass, PriorityClass or the
+// not the lease's; an envelope value the agent's allowlists do not hold
+// (*NotAllowedError: its image, a toleration, its priority or runtime
+// class); no image; a named RuntimeClass, PriorityClass or the
 // task PVC does not exist (named in the error); the API server refused
 // the Job.
 func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.Submission, error) {

@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"strconv"
 	"time"
@@ -61,6 +62,9 @@ type Spec struct {
 	// LeaseDuration is the Lease's duration when the attempt's lease has
 	// no TTL (never in practice).
 	LeaseDuration time.Duration
+	// Allow is what the envelope's k8s section may set beyond Image
+	// (zero: no other image, no toleration, priority or runtime class).
+	Allow Allowlist
 }
 
 // Render builds claim a's Job and Lease exactly as Submit sends them,
@@ -69,8 +73,9 @@ type Spec struct {
 // the Job's UID), so the garbage collector deletes the Lease with the
 // Job.
 //
-// Errors: no image (neither the envelope's k8s.image nor Spec.Image), no
-// namespace.
+// Errors: no namespace; an envelope value Spec.Allow does not hold
+// (*NotAllowedError, naming the envelope's field); no image (neither the
+// envelope's k8s.image nor Spec.Image).
 func Render(s Spec, a launchers.Attempt, now time.Time) (*batchv1.Job, *coordinationv1.Lease, error) {
 	c := a.Claim()
 	env := a.Envelope
@@ -82,10 +87,13 @@ func Render(s Spec, a launchers.Attempt, now time.Time) (*batchv1.Job, *coordina
 	if image == "" {
 		image = s.Image
 	}
-	switch {
-	case s.Namespace == "":
+	if s.Namespace == "" {
 		return nil, nil, errors.New("k8s launcher: namespace is required")
-	case image == "":
+	}
+	if err := s.Allow.Check(k, s.Image); err != nil {
+		return nil, nil, fmt.Errorf("k8s launcher: %w", err)
+	}
+	if image == "" {
 		return nil, nil, errors.New("k8s launcher: no container image: give the envelope's k8s.image or the launcher's default image (--k8s-image)")
 	}
 	name := JobName(c)

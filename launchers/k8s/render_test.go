@@ -94,6 +94,7 @@ func TestRenderMatchesGolden(t *testing.T) {
 	s := testSpec()
 	s.TaskPVC = "wdc-tasks"
 	s.TTLSecondsAfterFinished = ptr.To[int64](3600)
+	s.Allow = Allowlist{Images: []string{"registry.example/*"}, Tolerations: []string{"gpu"}, PriorityClasses: []string{"batch-*"}, RuntimeClasses: []string{"gvisor"}}
 	job, l, err = Render(s, full, renderTime)
 	require.NoError(t, err)
 	golden(t, "full.yaml", job, l)
@@ -339,6 +340,7 @@ func TestPreflightNamesWhatIsMissing(t *testing.T) {
 	ctx := context.Background()
 	s := testSpec()
 	s.TaskPVC = "tasks"
+	s.Allow = Allowlist{PriorityClasses: []string{"batch-low"}, RuntimeClasses: []string{"gvisor"}}
 	job, _, err := Render(s, testAttempt(t, func(e *envelope.Envelope) {
 		e.K8s = &envelope.K8s{RuntimeClassName: "gvisor", PriorityClassName: "batch-low"}
 	}), renderTime)
