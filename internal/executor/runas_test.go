@@ -150,7 +150,7 @@ func TestLookupRunAsNamesTheFlag(t *testing.T) {
 		t.Fatal("the tests need the user nobody")
 	}
 	for in, want := range map[[2]string]string{
-		{"no-such-user-wdc", ""}: `--run-as-user "no-such-user-wdc": no such user`,
+		{"no-such-user-wdc", ""}:  `--run-as-user "no-such-user-wdc": no such user`,
 		{"nobody", "no-such-grp"}: `--run-as-group "no-such-grp": no such group`,
 		{"", "nogroup"}:           `--run-as-group "nogroup": goes with --run-as-user`,
 		{"root", ""}:              `--run-as-user "root": is root; name an unprivileged user`,
