@@ -188,7 +188,11 @@ func (a *app) runExec(ctx context.Context, o *execOptions) error {
 		fmt.Fprintf(a.deps.Stderr, "wdc exec: attempt %s: "+format+"\n", append([]any{claim}, args...)...)
 	}
 	a.identity = api.ExecIdentity(o.workerID)
-	a.protectProcess(o.runAs.user == "")
+	// Non-dumpable before any credential is used; the warning only once
+	// there is an attempt to start.
+	if err := executor.ProtectProcess(); err != nil {
+		a.notice("warning: " + err.Error() + ": a task's command of this user can read this process's environment through /proc")
+	}
 	tc, store, err := a.connectExecutor(ctx, o.dataDir, o.blobURL)
 	if err != nil {
 		return err
@@ -232,6 +236,7 @@ func (a *app) runExec(ctx context.Context, o *execOptions) error {
 	if err := checkWorkDir(runAs, workDir); err != nil {
 		return err
 	}
+	a.warnRootCommands(runAs == nil)
 	ex, err := executor.Start(executor.Options{
 		Attempt: attempt, Root: workDir, Blobs: store, Control: ctl, Limits: limits, Logger: a.logger().With("worker", claim.WorkerID),
 		// Whatever runs this process may have no way to cancel it: one

@@ -277,12 +277,18 @@ func checkWorkDir(ra *executor.RunAs, workDir string) error {
 
 // protectProcess makes this process non-dumpable (executor.ProtectProcess)
 // and, when its commands will run as root, says they can read what it
-// holds.
+// holds (warnRootCommands).
 func (a *app) protectProcess(warnRoot bool) {
 	if err := executor.ProtectProcess(); err != nil {
 		a.notice("warning: " + err.Error() + ": a task's command of this user can read this process's environment through /proc")
 	}
-	if warnRoot && executor.CommandsCanPtrace() {
+	a.warnRootCommands(warnRoot)
+}
+
+// warnRootCommands, when warn is set and commands started as this
+// process's user could read it (executor.CommandsCanPtrace), says so.
+func (a *app) warnRootCommands(warn bool) {
+	if warn && executor.CommandsCanPtrace() {
 		a.notice("warning: running as root with CAP_SYS_PTRACE and without --run-as-user: each task's command can read this process's credentials (AWS_*, TEMPORAL_API_KEY) through /proc; give --run-as-user")
 	}
 }
