@@ -188,11 +188,9 @@ func (a *app) runExec(ctx context.Context, o *execOptions) error {
 		fmt.Fprintf(a.deps.Stderr, "wdc exec: attempt %s: "+format+"\n", append([]any{claim}, args...)...)
 	}
 	a.identity = api.ExecIdentity(o.workerID)
-	// Non-dumpable before any credential is used; the warning only once
-	// there is an attempt to start.
-	if err := executor.ProtectProcess(); err != nil {
-		a.notice("warning: " + err.Error() + ": a task's command of this user can read this process's environment through /proc")
-	}
+	// Non-dumpable before any credential is used; the root warning only
+	// once there is an attempt to start.
+	a.protectProcess(false)
 	tc, store, err := a.connectExecutor(ctx, o.dataDir, o.blobURL)
 	if err != nil {
 		return err
