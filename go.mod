@@ -3,6 +3,7 @@ module github.com/wdc-runtime/wdc
 go 1.26.8
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/aws/aws-sdk-go-v2/service/s3 v1.111.0
 	github.com/gowebpki/jcs v1.0.2
 	github.com/mattn/go-isatty v0.0.24
