@@ -21,6 +21,9 @@ import (
 type Agent struct {
 	WorkerID string
 	Launcher launchers.Launcher
+	// Incarnation is the agent's current registration's incarnation (0
+	// before it registered); nil skips the incarnation check.
+	Incarnation func() int64
 }
 
 // LaunchAttempt starts an attempt and returns once it runs; the executor
@@ -30,14 +33,30 @@ type Agent struct {
 // launcher checks the deadline again, and that the lease is still current,
 // right before the command starts.
 //
+// A launch reserved under another incarnation of the worker (one queued
+// for the agent before it restarted, whose reservation its registration
+// reported lost) starts nothing either.
+//
 // Errors: a non-retryable launch_failed ApplicationError when the attempt
-// is for another worker, its launch is past its deadline, its lease is not
-// current or cannot be verified, or it cannot start (bad command, missing
-// input) — the task turns that into a launch_failed retry on a new attempt.
+// is for another worker or incarnation, its launch is past its deadline,
+// its lease is not current or cannot be verified, or it cannot start (bad
+// command, missing input) — the task turns that into a launch_failed retry
+// on a new attempt.
 func (a *Agent) LaunchAttempt(ctx context.Context, in api.LaunchInput) (api.LaunchResult, error) {
 	if in.Lease.WorkerID != a.WorkerID {
 		return api.LaunchResult{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("lease is for worker %q, this agent is %q", in.Lease.WorkerID, a.WorkerID), api.ErrTypeLaunchFailed, nil)
+	}
+	if a.Incarnation != nil && in.Incarnation != 0 {
+		if mine := a.Incarnation(); mine != in.Incarnation {
+			if activity.IsActivity(ctx) {
+				activity.GetLogger(ctx).Warn("launch refused: reserved for another incarnation", "task", in.Lease.TaskID, "worker", in.Lease.WorkerID,
+					"attempt", in.Lease.Attempt, "fence", in.Lease.Fence, "reserved_incarnation", in.Incarnation, "incarnation", mine)
+			}
+			return api.LaunchResult{}, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("attempt %d (fence %d) not started: reserved for incarnation %d of worker %s, this agent is incarnation %d",
+					in.Lease.Attempt, in.Lease.Fence, in.Incarnation, a.WorkerID, mine), api.ErrTypeLaunchFailed, nil)
+		}
 	}
 	var deadline time.Time
 	if activity.IsActivity(ctx) {

@@ -103,3 +103,41 @@ func TestLaunchAttemptRefusedByTheLauncherIsLoggedWithTheAttempt(t *testing.T) {
 	assert.EqualValues(t, 4, line["fence"])
 	assert.Contains(t, line["error"], "HTTP 500")
 }
+
+// A launch reserved under an earlier incarnation of the worker (queued for
+// an agent that restarted since, or taken before the new one registered)
+// never reaches the launcher: the registration reported its reservation
+// lost, and the task retries it on a new attempt.
+func TestLaunchAttemptOfAnotherIncarnationStartsNothing(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		mine        int64
+		reserved    int64
+		wantStarted bool
+	}{
+		{"an earlier incarnation", 4, 3, false},
+		{"before the agent registered", 0, 3, false},
+		{"its own incarnation", 3, 3, true},
+		{"a launch that names none", 3, 0, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			launcher := &recordingLauncher{}
+			agent := &Agent{WorkerID: "w-a", Launcher: launcher, Incarnation: func() int64 { return c.mine }}
+			_, err := agent.LaunchAttempt(context.Background(), api.LaunchInput{
+				Lease:       lease.Lease{TaskID: "t1", WorkerID: "w-a", Attempt: 2, Fence: 5, State: lease.Active, TTL: 4 * time.Second},
+				Incarnation: c.reserved, HeartbeatInterval: time.Second,
+			})
+			if c.wantStarted {
+				require.NoError(t, err)
+				assert.Equal(t, 1, launcher.submitted)
+				return
+			}
+			var appErr *temporal.ApplicationError
+			require.True(t, errors.As(err, &appErr), "got %v", err)
+			assert.Equal(t, api.ErrTypeLaunchFailed, appErr.Type())
+			assert.True(t, appErr.NonRetryable())
+			assert.Contains(t, appErr.Message(), "reserved for incarnation 3 of worker w-a")
+			assert.Zero(t, launcher.submitted, "nothing was submitted to the launcher")
+		})
+	}
+}

@@ -54,6 +54,10 @@ type LaunchInput struct {
 	Lease lease.Lease `json:"lease"`
 	// HeartbeatInterval is how often the executor heartbeats the lease.
 	HeartbeatInterval time.Duration `json:"heartbeat_interval"`
+	// Incarnation is the worker incarnation the reservation was made
+	// under (SelectWorkerResult.Incarnation); an agent of another
+	// incarnation starts nothing. 0: not known (no check).
+	Incarnation int64 `json:"incarnation,omitempty"`
 }
 
 // LaunchResult says where the attempt runs.

@@ -636,9 +636,11 @@ func (s *taskSuite) TestWorkerLostForAnotherLeaseIsIgnored() {
 
 // A selection that found fences granted by an earlier run (one an
 // operator reset away) reserves a higher one; the task grants exactly it,
-// and a claim under the old fence is stale.
+// and a claim under the old fence is stale. The launch names the
+// incarnation the reservation was made under, so that a restarted agent
+// refuses it.
 func (s *taskSuite) TestGrantTakesTheFenceTheSelectionReserved() {
-	s.waits = []api.SelectWorkerResult{{WorkerID: "worker-a", Incarnation: 1, Fence: 5}}
+	s.waits = []api.SelectWorkerResult{{WorkerID: "worker-a", Incarnation: 7, Fence: 5}}
 	stale := s.submit(time.Second, "t1/1/1", s.claim("worker-a", 1))
 	good := s.submit(2*time.Second, "t1/1/5", api.Claim{TaskID: "t1", WorkerID: "worker-a", Attempt: 1, Fence: 5, EnvelopeDigest: s.digest})
 	out := s.execute(api.TaskOptions{})
@@ -646,6 +648,7 @@ func (s *taskSuite) TestGrantTakesTheFenceTheSelectionReserved() {
 	s.Require().Len(s.launches, 1)
 	s.Equal(int64(5), s.launches[0].Lease.Fence)
 	s.Equal(int64(1), s.launches[0].Lease.Attempt)
+	s.Equal(int64(7), s.launches[0].Incarnation)
 	s.True(stale.rejected)
 	var appErr *temporal.ApplicationError
 	s.Require().True(errors.As(stale.err, &appErr))
