@@ -54,24 +54,29 @@ func runs(t *testing.T) int {
 	return n
 }
 
-// cluster is three hosts on one bridge: a runs the dev server and a
-// control plane, b and c run agents (startAgents).
+// cluster is hosts on one bridge: a runs the dev server; in newCluster's
+// three also a control plane, and b and c run agents (startRound).
 type cluster struct {
 	bin     string
 	bridge  string
 	a, b, c *host
+	// all is every host, a first.
+	all []*host
 	// address is the frontend's host:port, on a's address.
 	address string
 	// s3Env is the artifact store's environment (WDC_BLOB_URL, AWS_*)
 	// that every wdc process gets.
 	s3Env []string
+	// server is start-dev on a, started with serverArgs.
+	server     *proc
+	serverArgs []string
 }
 
 // host is one network namespace with its own address, directory (its
 // HOME and data dir) and processes.
 type host struct {
 	c    *cluster
-	name string // "a", "b", "c"
+	name string // "a", "b", …
 	ns   string
 	veth string // the bridge's end of its veth pair
 	peer string // the other end, eth0 in the namespace
@@ -94,6 +99,16 @@ type proc struct {
 // the test without root, ip or nft, and when a name it would use exists.
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
+	c := newHosts(t, "a", "b", "c")
+	cp := c.a.start(t, "control-plane", "control-plane", "--address", c.address)
+	cp.waitOut(t, 60*time.Second, "control plane polling")
+	return c
+}
+
+// newHosts builds hosts of these names (at least three; the first is a),
+// starts the dev server on a, and removes everything when the test ends.
+func newHosts(t *testing.T, names ...string) *cluster {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("hosts: network namespaces need root (CI runs as root): run as root, or skip the package with -short")
 	}
@@ -110,31 +125,24 @@ func newCluster(t *testing.T) *cluster {
 	prefix := "wh" + hex.EncodeToString(rnd[:])[:5] // interface names: 15 bytes at most
 	c := &cluster{bin: bin, bridge: prefix + "-br"}
 	root := t.TempDir()
-	for i, name := range []string{"a", "b", "c"} {
+	require.GreaterOrEqual(t, len(names), 3)
+	for i, name := range names {
 		h := &host{c: c, name: name, ns: prefix + "-" + name, veth: prefix + "-" + name + "br", peer: prefix + "-" + name + "ns",
 			addr: subnet + strconv.Itoa(i+1), dir: filepath.Join(root, name)}
 		require.NoError(t, os.MkdirAll(filepath.Join(h.dir, "tmp"), 0o755))
-		switch name {
-		case "a":
-			c.a = h
-		case "b":
-			c.b = h
-		default:
-			c.c = h
-		}
+		c.all = append(c.all, h)
 	}
+	c.a, c.b, c.c = c.all[0], c.all[1], c.all[2]
 	c.address = c.a.addr + ":" + serverPort
 	c.checkUnused(t)
 	t.Cleanup(func() { c.teardown(t) })
 	t.Cleanup(func() { c.checkNoGoAway(t) }) // after the processes stop
 	c.build(t)
 	c.startServer(t)
-	cp := c.a.start(t, "control-plane", "control-plane", "--address", c.address)
-	cp.waitOut(t, 60*time.Second, "control plane polling")
 	return c
 }
 
-func (c *cluster) hosts() []*host { return []*host{c.a, c.b, c.c} }
+func (c *cluster) hosts() []*host { return c.all }
 
 // checkUnused fails the test if a namespace, veth or bridge of a name it
 // would create exists: it is someone else's.
@@ -149,7 +157,11 @@ func (c *cluster) checkUnused(t *testing.T) {
 			}
 		}
 	}
-	for _, link := range []string{c.bridge, c.a.veth, c.a.peer, c.b.veth, c.b.peer, c.c.veth, c.c.peer} {
+	links := []string{c.bridge}
+	for _, h := range c.hosts() {
+		links = append(links, h.veth, h.peer)
+	}
+	for _, link := range links {
 		if exec.Command("ip", "link", "show", "dev", link).Run() == nil {
 			t.Fatalf("hosts: network interface %s exists and is not this test's", link)
 		}
@@ -244,15 +256,26 @@ func (c *cluster) checkNoGoAway(t *testing.T) {
 }
 
 // startServer runs `wdc server start-dev` on a, bound to a's address
-// only, with its S3 endpoint, and reads the store's environment from its
-// JSON.
+// only, with its S3 endpoint and its state in a's SQLite file (so that it
+// can start again where it stopped), and reads the store's environment
+// from its JSON.
 func (c *cluster) startServer(t *testing.T) {
 	t.Helper()
 	key := make([]byte, 16)
 	_, err := rand.Read(key)
 	require.NoError(t, err)
-	srv := c.a.start(t, "start-dev", "server", "start-dev", "--ip", c.a.addr, "--port", serverPort, "--headless",
-		"--s3-access-key", "hosts", "--s3-secret-key", hex.EncodeToString(key), "-o", "json")
+	c.serverArgs = []string{"server", "start-dev", "--ip", c.a.addr, "--port", serverPort, "--headless",
+		"--db-filename", filepath.Join(c.a.dir, "temporal.db"),
+		"--s3-access-key", "hosts", "--s3-secret-key", hex.EncodeToString(key), "-o", "json"}
+	c.server = c.restartServer(t, "start-dev")
+}
+
+// restartServer starts the dev server (name: its log files) and waits
+// until it prints its address; the first start reads the store's
+// environment.
+func (c *cluster) restartServer(t *testing.T, name string) *proc {
+	t.Helper()
+	srv := c.a.start(t, name, c.serverArgs...)
 	var info struct {
 		Address string `json:"address"`
 		S3      struct {
@@ -277,9 +300,12 @@ func (c *cluster) startServer(t *testing.T) {
 	}
 	require.Equal(t, c.address, info.Address)
 	require.NotEmpty(t, info.S3.Env["WDC_BLOB_URL"], "start-dev's S3 environment")
-	for k, v := range info.S3.Env {
-		c.s3Env = append(c.s3Env, k+"="+v)
+	if c.s3Env == nil {
+		for k, v := range info.S3.Env {
+			c.s3Env = append(c.s3Env, k+"="+v)
+		}
 	}
+	return srv
 }
 
 // env is the whole environment of a wdc process on h: nothing of the
