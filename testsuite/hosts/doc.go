@@ -16,5 +16,7 @@
 // see `ip netns list` and `ip link`).
 //
 // Each test repeats its partition $WDC_HOSTS_RUNS times (default 1;
-// `make soak` 10).
+// `make soak` 10). TestNemesisSoak (soak_test.go; make soak-ci, not make
+// test) runs six hosts under seeded faults and checks the recorded
+// history with internal/soak (docs/reliability.md).
 package hosts

@@ -1,0 +1,401 @@
+package hosts
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/internal/executor"
+	"github.com/wdc-runtime/wdc/internal/soak"
+	"github.com/wdc-runtime/wdc/lease"
+	"github.com/wdc-runtime/wdc/workflows"
+)
+
+// record reads the history: each task's leases and result (`tasks status`),
+// each command's trace, each run's events, the workers and the store.
+func (s *soakRun) record() soakHistory {
+	var h soakHistory
+	views := make([]api.TaskView, len(s.tasks))
+	errs := make([]error, len(s.tasks))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	for i, task := range s.tasks {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			views[i], errs[i] = s.c.status(task.ID)
+		}()
+	}
+	wg.Wait()
+	for i, task := range s.tasks {
+		if errs[i] != nil {
+			s.t.Errorf("soak: status of %s: %v", task.ID, errs[i])
+		}
+		h.Tasks = append(h.Tasks, soakTaskRecord{Task: task, View: views[i]})
+		h.Commands = append(h.Commands, readSoakTrace(s.t, task.ID, filepath.Join(s.traces, task.ID))...)
+	}
+	for _, run := range s.runs {
+		v, err := s.runView(run)
+		require.NoError(s.t, err, "run %s", run)
+		h.Runs = append(h.Runs, v)
+	}
+	b, err := s.c.a.cli("workers", "list", "-o", "json")
+	require.NoError(s.t, err)
+	require.NoError(s.t, json.Unmarshal(b, &h.Workers))
+	h.Blobs = storeBlobs(s.t, s.c.a.dir)
+	for _, host := range s.c.all[3:] {
+		h.Reports = append(h.Reports, readReports(s.t, filepath.Join(host.dir, "data", "work"))...)
+	}
+	h.Faults = s.faults
+	h.SelfExits = map[string]int{}
+	for _, p := range s.procs {
+		p.mu.Lock()
+		h.SelfExits[p.role] += p.selfExit
+		p.mu.Unlock()
+	}
+	return h
+}
+
+// soakHistory is what record read, before it becomes a soak.History.
+type soakHistory struct {
+	Tasks    []soakTaskRecord
+	Commands []soakCommand
+	Runs     []api.RunView
+	Workers  []api.WorkerView
+	Blobs    []string
+	Faults   []soakFault
+	// Reports are the executors' result.json files.
+	Reports []soakReport
+	// SelfExits counts, by role, processes that exited on their own and
+	// were started again.
+	SelfExits map[string]int
+}
+
+type soakTaskRecord struct {
+	Task soakTask
+	View api.TaskView
+}
+
+// soakCommand is one attempt's command as its trace saw it: its first
+// and last line (Stop zero: no "end" and no line after the last tick is
+// seen, so it was killed).
+type soakCommand struct {
+	Task           string
+	Attempt, Fence int64
+	Start, Last    time.Time
+	Ended          bool
+}
+
+// readSoakTrace reads task's trace file (none: the task never ran).
+func readSoakTrace(t *testing.T, task, path string) []soakCommand {
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	require.NoError(t, err)
+	defer f.Close()
+	byFence := map[int64]*soakCommand{}
+	var order []int64
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) != 4 {
+			continue // a line cut by a kill
+		}
+		secs, micros, ok := strings.Cut(fields[0], ".")
+		sec, err1 := strconv.ParseInt(secs, 10, 64)
+		us, err2 := strconv.ParseInt(micros, 10, 64)
+		attempt, err3 := strconv.ParseInt(fields[1], 10, 64)
+		fence, err4 := strconv.ParseInt(fields[2], 10, 64)
+		if !ok || err1 != nil || err2 != nil || err3 != nil || err4 != nil {
+			continue
+		}
+		at := time.Unix(sec, us*1000)
+		c := byFence[fence]
+		if c == nil {
+			c = &soakCommand{Task: task, Attempt: attempt, Fence: fence, Start: at}
+			byFence[fence] = c
+			order = append(order, fence)
+		}
+		c.Last = at
+		if fields[3] == "end" {
+			c.Ended = true
+		}
+	}
+	var out []soakCommand
+	for _, fence := range order {
+		out = append(out, *byFence[fence])
+	}
+	return out
+}
+
+// soakReport is an executor's report of one attempt (its result.json)
+// and when it was written.
+type soakReport struct {
+	executor.Report
+	Written time.Time
+}
+
+// readReports reads every result.json under an agent's work directory
+// (<worker>/<task>/<attempt>-<fence>/).
+func readReports(t *testing.T, dir string) []soakReport {
+	paths, err := filepath.Glob(filepath.Join(dir, "*", "*", "*", "result.json"))
+	require.NoError(t, err)
+	var out []soakReport
+	for _, path := range paths {
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		fi, err := os.Stat(path)
+		require.NoError(t, err)
+		r := soakReport{Written: fi.ModTime()}
+		require.NoError(t, json.Unmarshal(b, &r.Report), path)
+		out = append(out, r)
+	}
+	return out
+}
+
+// storeBlobs lists the digests of the blobs under sha256/ in the S3
+// store of start-dev, whose data is under dir.
+func storeBlobs(t *testing.T, dir string) []string {
+	var blobs []string
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		if parent := filepath.Base(filepath.Dir(path)); parent == "sha256" && len(d.Name()) == 64 {
+			blobs = append(blobs, "sha256:"+d.Name())
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	return blobs
+}
+
+// history turns what record read into the checker's history: each lease
+// a grant and, once ended, an acceptance, expiry or revocation at its
+// workflow times; each traced command with its first and last line.
+func (r soakHistory) history() soak.History {
+	var h soak.History
+	worker := map[string]string{} // "task/fence" → worker
+	accepted := map[string]bool{} // "task/fence" the task accepted
+	for _, rec := range r.Tasks {
+		v := rec.View
+		for _, l := range v.Leases {
+			worker[fmt.Sprintf("%s/%d", v.TaskID, l.Fence)] = l.WorkerID
+			h.Ops = append(h.Ops, soak.Op{Kind: soak.OpGrant, Task: v.TaskID, Attempt: l.Attempt, Fence: l.Fence, Worker: l.WorkerID,
+				OK: true, Call: l.GrantedAt, Return: l.GrantedAt})
+			if l.EndedAt.IsZero() {
+				continue
+			}
+			end := soak.Op{Kind: soak.OpRevoke, Task: v.TaskID, Attempt: l.Attempt, Fence: l.Fence, Worker: l.WorkerID,
+				Reason: l.EndReason, Call: l.EndedAt, Return: l.EndedAt}
+			switch l.EndReason {
+			case "result_accepted":
+				end.Kind, end.OK, end.Reason = soak.OpSubmit, true, ""
+				accepted[fmt.Sprintf("%s/%d", v.TaskID, l.Fence)] = true
+			case string(lease.ReasonLeaseExpired):
+				end.Kind = soak.OpExpire
+			}
+			h.Ops = append(h.Ops, end)
+		}
+		end := soak.TaskEnd{Task: rec.Task.ID, RunID: rec.Task.Run, State: string(v.State)}
+		if !v.State.Terminal() {
+			end.State = ""
+		}
+		if n := len(v.Directives); n > 0 && v.State == api.TaskRetriesExhausted {
+			end.Reason = string(v.Directives[n-1].Reason)
+		}
+		h.Tasks = append(h.Tasks, end)
+		if res := v.Result; res != nil {
+			for _, a := range res.Artifacts {
+				h.Artifacts = append(h.Artifacts, soak.Artifact{Task: v.TaskID, Attempt: res.Attempt, Fence: res.Fence, Name: a.Name, Digest: a.Digest})
+			}
+			for _, l := range res.Logs {
+				h.Inputs = append(h.Inputs, l.Digest)
+			}
+		}
+	}
+	// What the executors say of their submissions: a refusal between the
+	// command's end and the report's writing; an acceptance the task did
+	// not record as its accepted lease is one more accepted result.
+	for _, rep := range r.Reports {
+		c := rep.Claim
+		if rep.FinishedAt.IsZero() || rep.FinishedAt.After(rep.Written) {
+			rep.FinishedAt = rep.Written // never started: refused at launch
+		}
+		switch rep.Outcome {
+		case executor.OutcomeRejected:
+			h.Ops = append(h.Ops, soak.Op{Kind: soak.OpSubmit, Task: c.TaskID, Attempt: c.Attempt, Fence: c.Fence, Worker: c.WorkerID,
+				Reason: rep.Reason, Call: rep.FinishedAt, Return: rep.Written})
+		case executor.OutcomeAccepted:
+			if accepted[fmt.Sprintf("%s/%d", c.TaskID, c.Fence)] {
+				continue
+			}
+			h.Ops = append(h.Ops, soak.Op{Kind: soak.OpSubmit, Task: c.TaskID, Attempt: c.Attempt, Fence: c.Fence, Worker: c.WorkerID,
+				OK: true, Reason: "the executor's report only", Call: rep.FinishedAt, Return: rep.Written})
+		}
+	}
+	for _, c := range r.Commands {
+		h.Commands = append(h.Commands, soak.Command{Task: c.Task, Attempt: c.Attempt, Fence: c.Fence,
+			Host: worker[fmt.Sprintf("%s/%d", c.Task, c.Fence)], Start: c.Start, Stop: c.Last})
+	}
+	for _, v := range r.Runs {
+		h.Runs = append(h.Runs, runEnd(v))
+	}
+	h.Store.Blobs = r.Blobs
+	for _, w := range r.Workers {
+		h.Workers = append(h.Workers, soak.WorkerEnd{WorkerID: w.WorkerID, Reservations: len(w.Reservations),
+			FreeSlots: int(w.Free.Slots), Slots: int(w.Capacity.Slots)})
+	}
+	return h
+}
+
+// runEnd is a run's committed results (its events marked committed), its
+// evidence (the events its commit records name) and whether its TCD
+// chain, recomputed from those records, ends at the run's digest.
+func runEnd(v api.RunView) soak.RunEnd {
+	end := soak.RunEnd{RunID: v.RunID}
+	bySeq := map[int64]api.Event{}
+	for _, e := range v.Events {
+		bySeq[e.Seq] = e
+		if e.Type == api.EventWorkerResult && e.Committed && e.Result != nil {
+			end.Committed = append(end.Committed, e.Result.TaskID)
+		}
+	}
+	var problems []string
+	if v.EventsNotListed > 0 {
+		problems = append(problems, fmt.Sprintf("%d events not listed: the chain cannot be recomputed", v.EventsNotListed))
+	}
+	tcd, err := workflows.InitialTCD(v.RunID, v.WorldID)
+	if err != nil {
+		problems = append(problems, err.Error())
+	}
+	var evidence int64
+	for _, e := range v.Events {
+		if e.Type != api.EventCommit || e.Commit == nil {
+			continue
+		}
+		seqs := slices.Sorted(slices.Values(e.Commit.EventSeqs))
+		var refs []api.ResultRef
+		for _, seq := range seqs {
+			ev, ok := bySeq[seq]
+			if !ok || ev.Result == nil {
+				problems = append(problems, fmt.Sprintf("commit %d names event %d, not a listed worker_result", e.Commit.ParentTime, seq))
+				continue
+			}
+			refs = append(refs, *ev.Result)
+			end.Evidence = append(end.Evidence, ev.Result.TaskID)
+		}
+		evidence += int64(len(seqs))
+		if tcd, err = workflows.NextTCD(tcd, e.Commit.ParentTime, refs); err != nil {
+			problems = append(problems, err.Error())
+		} else if tcd != e.Commit.TCDDigest {
+			problems = append(problems, fmt.Sprintf("commit %d: tcd %s, recomputed %s", e.Commit.ParentTime, e.Commit.TCDDigest, tcd))
+		}
+	}
+	if tcd != v.TCDDigest {
+		problems = append(problems, fmt.Sprintf("run tcd %s, recomputed %s", v.TCDDigest, tcd))
+	}
+	if evidence != v.Evidence {
+		problems = append(problems, fmt.Sprintf("evidence %d, commit records name %d", v.Evidence, evidence))
+	}
+	end.ChainErr = strings.Join(problems, "; ")
+	return end
+}
+
+// check writes the history, runs the checker on it and prints the
+// figures; any violation fails the test.
+func (s *soakRun) check(r soakHistory) {
+	h := r.history()
+	f, err := os.Create(filepath.Join(s.out, "history.jsonl"))
+	require.NoError(s.t, err)
+	require.NoError(s.t, soak.WriteJSONL(f, h))
+	require.NoError(s.t, f.Close())
+	rep := soak.Check(h, soak.Options{
+		Expect: func(task, name string) (string, bool) {
+			return expectedOutput(task), name == "id.txt"
+		},
+		VisualizeDir: filepath.Join(s.out, "porcupine"),
+	})
+	var table strings.Builder
+	s.figures(&table, r, rep)
+	require.NoError(s.t, os.WriteFile(filepath.Join(s.out, "figures.txt"), []byte(table.String()), 0o644))
+	s.t.Logf("soak figures:\n%s", table.String())
+	for _, v := range rep.Violations {
+		s.t.Errorf("soak: violation %s", v)
+	}
+}
+
+// figures prints the soak's table: faults by kind with their time to
+// recover (from the heal to the next grant or acceptance on the faulted
+// agent's worker, or anywhere for the other hosts), the lease figures and
+// the checker's verdict.
+func (s *soakRun) figures(w *strings.Builder, r soakHistory, rep soak.Report) {
+	var events []time.Time
+	byWorker := map[string][]time.Time{}
+	for _, rec := range r.Tasks {
+		for _, l := range rec.View.Leases {
+			for _, at := range []time.Time{l.GrantedAt, map[bool]time.Time{true: l.EndedAt}[l.EndReason == "result_accepted"]} {
+				if !at.IsZero() {
+					events = append(events, at)
+					byWorker[l.WorkerID] = append(byWorker[l.WorkerID], at)
+				}
+			}
+		}
+	}
+	recovered := map[string][]time.Duration{}
+	count := map[string]int{}
+	for _, f := range r.Faults {
+		count[f.Kind]++
+		after := events
+		if f.Host >= "d" {
+			after = byWorker["soak-"+f.Host]
+		}
+		var next time.Time
+		for _, at := range after {
+			if at.After(f.Healed) && (next.IsZero() || at.Before(next)) {
+				next = at
+			}
+		}
+		if !next.IsZero() {
+			recovered[f.Kind] = append(recovered[f.Kind], next.Sub(f.Healed))
+		}
+	}
+	kinds := slices.Sorted(maps.Keys(count))
+	fmt.Fprintf(w, "%-20s %7s %12s %12s\n", "fault", "count", "recover p50", "recover p99")
+	total := 0
+	for _, k := range kinds {
+		total += count[k]
+		fmt.Fprintf(w, "%-20s %7d %12s %12s\n", k, count[k], percentile(recovered[k], 0.50), percentile(recovered[k], 0.99))
+	}
+	fmt.Fprintf(w, "%-20s %7d\n", "all faults", total)
+	fmt.Fprintf(w, "processes that exited on their own and were started again: %v\n", r.SelfExits)
+	fmt.Fprintf(w, "tasks %d, attempts %d, accepted %d, refused %v, overlaps %d (longest %s)\n",
+		rep.Tasks, rep.Attempts, rep.Accepted, rep.Refused, rep.Overlaps, rep.LongestOverlap)
+	fmt.Fprintf(w, "checker: %s\n", rep.Verdict())
+}
+
+// percentile is the q-quantile of ds (nearest rank), "-" for none.
+func percentile(ds []time.Duration, q float64) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	ds = slices.Sorted(slices.Values(ds))
+	i := int(q*float64(len(ds)) + 0.5)
+	i = min(max(i-1, 0), len(ds)-1)
+	return ds[i].Round(10 * time.Millisecond).String()
+}
