@@ -210,6 +210,7 @@ type Execution struct {
 	exited       bool    // the command has exited; Cancel is then a no-op
 	stopCause    Outcome // set when the executor itself kills the command
 	stopMsg      string
+	stopAt       time.Time // when stopCause was set
 	done         chan struct{}
 	report       Report
 }
@@ -489,7 +490,7 @@ func (e *Execution) stop(cause Outcome, msg string) {
 		return
 	}
 	if e.stopCause == "" {
-		e.stopCause, e.stopMsg = cause, msg
+		e.stopCause, e.stopMsg, e.stopAt = cause, msg, time.Now()
 		e.log.Warn("killing attempt", "cause", cause, "detail", msg)
 	}
 	_ = syscall.Kill(-e.cmd.Process.Pid, syscall.SIGKILL)
@@ -574,7 +575,10 @@ func (e *Execution) supervise() {
 	if e.fencedByWatchdog(wd, rep.Signal, finished) {
 		_, why, _ := e.fenceDeadline()
 		e.mu.Lock()
-		if e.stopCause == "" {
+		// A cancel taken once the deadline had passed came after the
+		// watchdog's kill: an executor that was stopped with its agent
+		// learns of the cancel and of the command's end in either order.
+		if e.stopCause == "" || e.stopCause == OutcomeCancelled && !e.stopAt.Before(wd.deadline.Add(-watchdogMargin)) {
 			e.stopCause, e.stopMsg = OutcomeSelfFenced, "killed by its fence watchdog: "+why
 		}
 		e.mu.Unlock()
