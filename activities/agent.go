@@ -33,9 +33,10 @@ type Agent struct {
 // launcher checks the deadline again, and that the lease is still current,
 // right before the command starts.
 //
-// A launch reserved under another incarnation of the worker (one queued
+// A launch reserved under an earlier incarnation of the worker (one queued
 // for the agent before it restarted, whose reservation its registration
-// reported lost) starts nothing either.
+// reported lost) starts nothing either; one of a later incarnation waits
+// for the registration that made it to return (awaitIncarnation).
 //
 // Errors: a non-retryable launch_failed ApplicationError when the attempt
 // is for another worker or incarnation, its launch is past its deadline,
@@ -48,7 +49,7 @@ func (a *Agent) LaunchAttempt(ctx context.Context, in api.LaunchInput) (api.Laun
 			fmt.Sprintf("lease is for worker %q, this agent is %q", in.Lease.WorkerID, a.WorkerID), api.ErrTypeLaunchFailed, nil)
 	}
 	if a.Incarnation != nil && in.Incarnation != 0 {
-		if mine := a.Incarnation(); mine != in.Incarnation {
+		if mine := a.awaitIncarnation(ctx, in.Incarnation); mine != in.Incarnation {
 			if activity.IsActivity(ctx) {
 				activity.GetLogger(ctx).Warn("launch refused: reserved for another incarnation", "task", in.Lease.TaskID, "worker", in.Lease.WorkerID,
 					"attempt", in.Lease.Attempt, "fence", in.Lease.Fence, "reserved_incarnation", in.Incarnation, "incarnation", mine)
@@ -84,6 +85,29 @@ func (a *Agent) LaunchAttempt(ctx context.Context, in api.LaunchInput) (api.Laun
 		return api.LaunchResult{}, temporal.NewNonRetryableApplicationError(err.Error(), api.ErrTypeLaunchFailed, err)
 	}
 	return api.LaunchResult{TaskDir: sub.TaskDir, PID: sub.PID}, nil
+}
+
+// incarnationWait bounds how long a launch reserved under a newer
+// incarnation than the agent knows waits for its registration to return.
+const incarnationWait = 10 * time.Second
+
+// awaitIncarnation is the agent's incarnation once it is at least want:
+// a reservation of incarnation N+1 can reach the agent before its
+// registration's answer does. It returns sooner with a lower one when ctx
+// ends or incarnationWait passes.
+func (a *Agent) awaitIncarnation(ctx context.Context, want int64) int64 {
+	deadline := time.Now().Add(incarnationWait)
+	for {
+		mine := a.Incarnation()
+		if mine >= want || !time.Now().Before(deadline) {
+			return mine
+		}
+		select {
+		case <-ctx.Done():
+			return mine
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // launchStillWanted is the lease check of a launch, which its task

@@ -118,11 +118,22 @@ func TestLaunchAttemptOfAnotherIncarnationStartsNothing(t *testing.T) {
 		{"an earlier incarnation", 4, 3, false},
 		{"before the agent registered", 0, 3, false},
 		{"its own incarnation", 3, 3, true},
+		{"a later one, registered meanwhile", 2, 3, true},
 		{"a launch that names none", 3, 0, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			launcher := &recordingLauncher{}
-			agent := &Agent{WorkerID: "w-a", Launcher: launcher, Incarnation: func() int64 { return c.mine }}
+			calls := 0
+			agent := &Agent{WorkerID: "w-a", Launcher: launcher, Incarnation: func() int64 {
+				calls++
+				if c.name == "a later one, registered meanwhile" && calls > 2 {
+					return c.reserved // the registration's answer arrived
+				}
+				if c.name == "before the agent registered" && calls > 2 {
+					return c.reserved + 1 // it registered a newer incarnation
+				}
+				return c.mine
+			}}
 			_, err := agent.LaunchAttempt(context.Background(), api.LaunchInput{
 				Lease:       lease.Lease{TaskID: "t1", WorkerID: "w-a", Attempt: 2, Fence: 5, State: lease.Active, TTL: 4 * time.Second},
 				Incarnation: c.reserved, HeartbeatInterval: time.Second,
