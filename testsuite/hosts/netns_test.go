@@ -275,6 +275,15 @@ func (c *cluster) startServer(t *testing.T) {
 // environment.
 func (c *cluster) restartServer(t *testing.T, name string) *proc {
 	t.Helper()
+	srv, err := c.startServerOnce(t, name)
+	require.NoError(t, err)
+	return srv
+}
+
+// startServerOnce is restartServer with its failure returned (start-dev
+// exited, or not ready within 2 minutes), for callers off the test's
+// goroutine.
+func (c *cluster) startServerOnce(t *testing.T, name string) (*proc, error) {
 	srv := c.a.start(t, name, c.serverArgs...)
 	var info struct {
 		Address string `json:"address"`
@@ -290,22 +299,25 @@ func (c *cluster) restartServer(t *testing.T, name string) *proc {
 		}
 		select {
 		case <-srv.exited:
-			t.Fatalf("start-dev exited: %s", srv.tail())
+			return srv, fmt.Errorf("start-dev exited: %s", srv.tail())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("start-dev not ready within 2m: %s", srv.tail())
+			srv.stop()
+			return srv, fmt.Errorf("start-dev not ready within 2m: %s", srv.tail())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	require.Equal(t, c.address, info.Address)
-	require.NotEmpty(t, info.S3.Env["WDC_BLOB_URL"], "start-dev's S3 environment")
+	if info.Address != c.address || info.S3.Env["WDC_BLOB_URL"] == "" {
+		srv.stop()
+		return srv, fmt.Errorf("start-dev at %q (want %q), S3 environment %v", info.Address, c.address, info.S3.Env)
+	}
 	if c.s3Env == nil {
 		for k, v := range info.S3.Env {
 			c.s3Env = append(c.s3Env, k+"="+v)
 		}
 	}
-	return srv
+	return srv, nil
 }
 
 // env is the whole environment of a wdc process on h: nothing of the
@@ -411,22 +423,40 @@ func (h *host) cli(args ...string) ([]byte, error) {
 // sockets stay open.
 func (h *host) cut(t *testing.T) {
 	t.Helper()
-	rules := fmt.Sprintf(`table inet %s {
-	chain input { type filter hook input priority -10; policy accept; iifname "eth0" drop; }
-	chain output { type filter hook output priority -10; policy accept; oifname "eth0" drop; }
-}
-`, blackholeTable)
-	cmd := exec.Command("ip", "netns", "exec", h.ns, "nft", "-f", "-")
-	cmd.Stdin = strings.NewReader(rules)
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "nft on host %s: %s", h.name, out)
+	require.NoError(t, h.partition(blackholeRules))
 }
 
 // heal ends h's partition.
 func (h *host) heal(t *testing.T) {
 	t.Helper()
-	out, err := exec.Command("ip", "netns", "exec", h.ns, "nft", "delete", "table", "inet", blackholeTable).CombinedOutput()
-	require.NoError(t, err, "nft on host %s: %s", h.name, out)
+	require.NoError(t, h.unpartition())
+}
+
+// blackholeRules drop every packet on a host's link (table
+// blackholeTable, so that unpartition removes them).
+var blackholeRules = fmt.Sprintf(`table inet %s {
+	chain input { type filter hook input priority -10; policy accept; iifname "eth0" drop; }
+	chain output { type filter hook output priority -10; policy accept; oifname "eth0" drop; }
+}
+`, blackholeTable)
+
+// partition loads nft rules (a table named blackholeTable) into h's
+// namespace.
+func (h *host) partition(rules string) error {
+	cmd := exec.Command("ip", "netns", "exec", h.ns, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("nft on host %s: %w: %s", h.name, err, out)
+	}
+	return nil
+}
+
+// unpartition removes h's partition table.
+func (h *host) unpartition() error {
+	if out, err := exec.Command("ip", "netns", "exec", h.ns, "nft", "delete", "table", "inet", blackholeTable).CombinedOutput(); err != nil {
+		return fmt.Errorf("nft on host %s: %w: %s", h.name, err, out)
+	}
+	return nil
 }
 
 // round is one repetition of a test: an agent on b and one on c, with

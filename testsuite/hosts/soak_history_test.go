@@ -108,12 +108,13 @@ func readSoakTrace(t *testing.T, task, path string) []soakCommand {
 	}
 	require.NoError(t, err)
 	defer f.Close()
-	byFence := map[int64]*soakCommand{}
-	var order []int64
+	type key struct{ fence, pid int64 }
+	byRun := map[key]*soakCommand{}
+	var order []key
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) != 4 {
+		if len(fields) != 5 {
 			continue // a line cut by a kill
 		}
 		secs, micros, ok := strings.Cut(fields[0], ".")
@@ -121,24 +122,26 @@ func readSoakTrace(t *testing.T, task, path string) []soakCommand {
 		us, err2 := strconv.ParseInt(micros, 10, 64)
 		attempt, err3 := strconv.ParseInt(fields[1], 10, 64)
 		fence, err4 := strconv.ParseInt(fields[2], 10, 64)
-		if !ok || err1 != nil || err2 != nil || err3 != nil || err4 != nil {
+		pid, err5 := strconv.ParseInt(fields[3], 10, 64)
+		if !ok || err1 != nil || err2 != nil || err3 != nil || err4 != nil || err5 != nil {
 			continue
 		}
 		at := time.Unix(sec, us*1000)
-		c := byFence[fence]
+		k := key{fence, pid}
+		c := byRun[k]
 		if c == nil {
 			c = &soakCommand{Task: task, Attempt: attempt, Fence: fence, Start: at}
-			byFence[fence] = c
-			order = append(order, fence)
+			byRun[k] = c
+			order = append(order, k)
 		}
 		c.Last = at
-		if fields[3] == "end" {
+		if fields[4] == "end" {
 			c.Ended = true
 		}
 	}
 	var out []soakCommand
-	for _, fence := range order {
-		out = append(out, *byFence[fence])
+	for _, k := range order {
+		out = append(out, *byRun[k])
 	}
 	return out
 }
@@ -257,11 +260,57 @@ func (r soakHistory) history() soak.History {
 		h.Runs = append(h.Runs, runEnd(v))
 	}
 	h.Store.Blobs = r.Blobs
+	// A blob of an attempt that still held the task's highest fence when
+	// its executor's submission was answered is an orphan, not a stale attempt's output
+	// (README guarantee 2): its ingest ran, and the task did not keep the
+	// result (the ingest failed after promoting, or the lease ended
+	// meanwhile). The checker is told of it as known; figures count it.
+	h.Inputs = append(h.Inputs, r.orphans()...)
 	for _, w := range r.Workers {
 		h.Workers = append(h.Workers, soak.WorkerEnd{WorkerID: w.WorkerID, Reservations: len(w.Reservations),
 			FreeSlots: int(w.Free.Slots), Slots: int(w.Capacity.Slots)})
 	}
 	return h
+}
+
+// orphans lists the blobs under sha256/ that no accepted result names and
+// that an executor's report gives as the output of an attempt whose fence
+// was the task's highest granted when the report was written (after its
+// submission was answered: a late submission after a newer grant stays a
+// stale blob).
+func (r soakHistory) orphans() []string {
+	inStore := map[string]bool{}
+	for _, b := range r.Blobs {
+		inStore[b] = true
+	}
+	named := map[string]bool{}
+	highest := map[string][]lease.Lease{} // task → its leases
+	for _, rec := range r.Tasks {
+		highest[rec.View.TaskID] = rec.View.Leases
+		if res := rec.View.Result; res != nil {
+			for _, a := range append(slices.Clone(res.Artifacts), res.Logs...) {
+				named[a.Digest] = true
+			}
+		}
+	}
+	var out []string
+	for _, rep := range r.Reports {
+		current := true
+		for _, l := range highest[rep.Claim.TaskID] {
+			if l.Fence > rep.Claim.Fence && !l.GrantedAt.After(rep.Written) {
+				current = false
+			}
+		}
+		if !current {
+			continue
+		}
+		for _, a := range rep.Artifacts {
+			if inStore[a.Digest] && !named[a.Digest] && !slices.Contains(out, a.Digest) {
+				out = append(out, a.Digest)
+			}
+		}
+	}
+	return out
 }
 
 // runEnd is a run's committed results (its events marked committed), its
@@ -321,13 +370,26 @@ func runEnd(v api.RunView) soak.RunEnd {
 // figures; any violation fails the test.
 func (s *soakRun) check(r soakHistory) {
 	h := r.history()
+	accepted := map[string][2]int64{} // task → the accepted attempt and fence
+	for _, rec := range r.Tasks {
+		if res := rec.View.Result; res != nil {
+			accepted[res.TaskID] = [2]int64{res.Attempt, res.Fence}
+		}
+	}
 	f, err := os.Create(filepath.Join(s.out, "history.jsonl"))
 	require.NoError(s.t, err)
 	require.NoError(s.t, soak.WriteJSONL(f, h))
 	require.NoError(s.t, f.Close())
 	rep := soak.Check(h, soak.Options{
 		Expect: func(task, name string) (string, bool) {
-			return expectedOutput(task), name == "id.txt"
+			switch name {
+			case "id.txt":
+				return expectedOutput(task), true
+			case "fence.txt":
+				a, ok := accepted[task]
+				return expectedFence(task, a[0], a[1]), ok
+			}
+			return "", false
 		},
 		VisualizeDir: filepath.Join(s.out, "porcupine"),
 	})
@@ -384,6 +446,7 @@ func (s *soakRun) figures(w *strings.Builder, r soakHistory, rep soak.Report) {
 	}
 	fmt.Fprintf(w, "%-20s %7d\n", "all faults", total)
 	fmt.Fprintf(w, "processes that exited on their own and were started again: %v\n", r.SelfExits)
+	fmt.Fprintf(w, "orphan blobs (a current attempt's outputs, its result not kept): %d\n", len(r.orphans()))
 	fmt.Fprintf(w, "tasks %d, attempts %d, accepted %d, refused %v, overlaps %d (longest %s)\n",
 		rep.Tasks, rep.Attempts, rep.Accepted, rep.Refused, rep.Overlaps, rep.LongestOverlap)
 	fmt.Fprintf(w, "checker: %s\n", rep.Verdict())

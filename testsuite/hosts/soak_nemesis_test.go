@@ -9,10 +9,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
-
-	"github.com/stretchr/testify/require"
 )
 
 // The nemesis's faults.
@@ -96,14 +93,21 @@ func (s *soakRun) nemesis(stop <-chan struct{}) {
 				signalHost(h, syscall.SIGSTOP)
 				time.Sleep(pause)
 				signalHost(h, syscall.SIGCONT)
-			case faultBlackholeShort, faultBlackholeLong:
-				h.cut(s.t)
-				time.Sleep(map[bool]time.Duration{true: short, false: long}[kind == faultBlackholeShort])
-				h.heal(s.t)
-			case faultRefuseShort, faultRefuseLong:
-				h.refuse(s.t)
-				time.Sleep(map[bool]time.Duration{true: short, false: long}[kind == faultRefuseShort])
-				h.heal(s.t)
+			case faultBlackholeShort, faultBlackholeLong, faultRefuseShort, faultRefuseLong:
+				rules, d := blackholeRules, long
+				if kind == faultRefuseShort || kind == faultRefuseLong {
+					rules = refuseRules
+				}
+				if kind == faultBlackholeShort || kind == faultRefuseShort {
+					d = short
+				}
+				if err := h.partition(rules); err != nil {
+					s.t.Errorf("soak: %s: %v", kind, err)
+					f.Kind = ""
+					break
+				}
+				time.Sleep(d)
+				s.heal(h)
 			}
 			f.Healed = time.Now()
 			s.mu.Lock()
@@ -117,6 +121,18 @@ func (s *soakRun) nemesis(stop <-chan struct{}) {
 			fmt.Fprintf(s.log, "%s\n", b)
 		}()
 	}
+}
+
+// heal ends h's partition, trying for a minute before it fails the test.
+func (s *soakRun) heal(h *host) {
+	var err error
+	for range 60 {
+		if err = h.unpartition(); err == nil {
+			return
+		}
+		time.Sleep(time.Second)
+	}
+	s.t.Errorf("soak: host %s stays partitioned: %v", h.name, err)
 }
 
 // perm is a seeded permutation of [0, n).
@@ -164,17 +180,10 @@ func signalHost(h *host, sig syscall.Signal) {
 	}
 }
 
-// refuse partitions h cleanly: every connection in or out of its link
-// is refused (TCP reset, ICMP unreachable otherwise) instead of hanging.
-func (h *host) refuse(t *testing.T) {
-	t.Helper()
-	rules := fmt.Sprintf(`table inet %s {
+// refuseRules refuse every connection in or out of a host's link (TCP
+// reset, ICMP unreachable otherwise) instead of dropping its packets.
+var refuseRules = fmt.Sprintf(`table inet %s {
 	chain input { type filter hook input priority -10; policy accept; iifname "eth0" meta l4proto tcp reject with tcp reset; iifname "eth0" reject; }
 	chain output { type filter hook output priority -10; policy accept; oifname "eth0" meta l4proto tcp reject with tcp reset; oifname "eth0" reject; }
 }
 `, blackholeTable)
-	cmd := exec.Command("ip", "netns", "exec", h.ns, "nft", "-f", "-")
-	cmd.Stdin = strings.NewReader(rules)
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "nft on host %s: %s", h.name, out)
-}

@@ -59,7 +59,7 @@ func TestNemesisSoak(t *testing.T) {
 		out = t.TempDir()
 	}
 	require.NoError(t, os.MkdirAll(out, 0o755))
-	t.Logf("soak: seed %d, nemesis for %s (reproduce: make soak SEED=%d DURATION=%s); history in %s", seed, duration, seed, duration, out)
+	t.Logf("soak: seed %d, nemesis for %s (its choices again: make soak-nemesis SEED=%d DURATION=%s); history in %s", seed, duration, seed, duration, out)
 
 	s := newSoak(t, seed, out)
 	s.start()
@@ -184,17 +184,35 @@ func (s *soakRun) start() {
 	}
 }
 
-// restart starts the process again (a new log file each time); the dev
-// server is waited for until it answers.
+// restart starts the process again (a new log file each time; the dev
+// server is waited for until it answers), trying every second for half
+// a minute before it fails the test. It may run off the test's goroutine.
 func (p *soakProc) restart(t *testing.T) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.n++
-	name := fmt.Sprintf("%s-%d", p.role, p.n)
-	if p.role == "start-dev" {
-		p.p = p.h.c.restartServer(t, name)
-	} else {
-		p.p = p.h.start(t, name, p.args...)
+	for try := 1; !p.done; try++ {
+		p.n++
+		name := fmt.Sprintf("%s-%d", p.role, p.n)
+		if p.role != "start-dev" {
+			p.p = p.h.start(t, name, p.args...)
+			break
+		}
+		srv, err := p.h.c.startServerOnce(t, name)
+		if err == nil {
+			p.p = srv
+			break
+		}
+		if try == 30 {
+			t.Errorf("soak: start-dev does not start again: %v", err)
+			return
+		}
+		t.Logf("soak: start-dev did not start (try %d): %v", try, err)
+		p.mu.Unlock()
+		time.Sleep(time.Second)
+		p.mu.Lock()
+	}
+	if p.done {
+		return
 	}
 	p.killed = false
 	go p.supervise(t, p.p)
@@ -316,13 +334,22 @@ func (s *soakRun) submit(batch int, path string, ttl time.Duration) {
 }
 
 // soakScript is every task's command: a line "<unix time> <attempt>
-// <fence> <what>" in its trace file at start, every 0.1 s for $TICKS
-// ticks, and at the end; its one output is a pure function of the task
-// (expectedOutput).
-const soakScript = `t() { echo "$EPOCHREALTIME $WDC_ATTEMPT $WDC_FENCE $1" >> "$TRACE"; }
+// <fence> <pid> <what>" in its trace file at start, every 0.1 s for
+// $TICKS ticks, and at the end; its outputs are id.txt, a function of the
+// task alone (expectedOutput), and fence.txt, of the attempt
+// (expectedFence), so that a stale attempt's blob has a digest of its own.
+const soakScript = `t() { echo "$EPOCHREALTIME $WDC_ATTEMPT $WDC_FENCE $$ $1" >> "$TRACE"; }
 t start; n=0
 while [ $n -lt "$TICKS" ]; do t tick; sleep 0.1; n=$((n+1)); done
-printf 'task %s\n' "$WDC_TASK_ID" > outputs/id.txt; t end`
+printf 'task %s\n' "$WDC_TASK_ID" > outputs/id.txt
+printf '%s %s %s\n' "$WDC_TASK_ID" "$WDC_ATTEMPT" "$WDC_FENCE" > outputs/fence.txt; t end`
+
+// expectedFence is the digest of the fence.txt attempt/fence of task id
+// writes.
+func expectedFence(id string, attempt, fence int64) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s %d %d\n", id, attempt, fence))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
 
 // expectedOutput is the digest of the output every attempt of task id
 // writes.
