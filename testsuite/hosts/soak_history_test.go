@@ -90,14 +90,12 @@ type soakTaskRecord struct {
 	View api.TaskView
 }
 
-// soakCommand is one attempt's command as its trace saw it: its first
-// and last line (Stop zero: no "end" and no line after the last tick is
-// seen, so it was killed).
+// soakCommand is one run of an attempt's command as its trace saw it:
+// its first and last line.
 type soakCommand struct {
 	Task           string
 	Attempt, Fence int64
 	Start, Last    time.Time
-	Ended          bool
 }
 
 // readSoakTrace reads task's trace file (none: the task never ran).
@@ -135,9 +133,6 @@ func readSoakTrace(t *testing.T, task, path string) []soakCommand {
 			order = append(order, k)
 		}
 		c.Last = at
-		if fields[4] == "end" {
-			c.Ended = true
-		}
 	}
 	var out []soakCommand
 	for _, k := range order {
@@ -411,12 +406,12 @@ func (s *soakRun) figures(w *strings.Builder, r soakHistory, rep soak.Report) {
 	byWorker := map[string][]time.Time{}
 	for _, rec := range r.Tasks {
 		for _, l := range rec.View.Leases {
-			for _, at := range []time.Time{l.GrantedAt, map[bool]time.Time{true: l.EndedAt}[l.EndReason == "result_accepted"]} {
-				if !at.IsZero() {
-					events = append(events, at)
-					byWorker[l.WorkerID] = append(byWorker[l.WorkerID], at)
-				}
+			at := []time.Time{l.GrantedAt}
+			if l.EndReason == "result_accepted" {
+				at = append(at, l.EndedAt)
 			}
+			events = append(events, at...)
+			byWorker[l.WorkerID] = append(byWorker[l.WorkerID], at...)
 		}
 	}
 	recovered := map[string][]time.Duration{}
