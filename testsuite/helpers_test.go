@@ -32,6 +32,9 @@ func countEvents(t *testing.T, wfID string, eventType enumspb.EventType) int {
 		require.NoError(t, err)
 		if ev.GetEventType() == eventType {
 			n++
+			if a := ev.GetWorkflowTaskFailedEventAttributes(); a != nil {
+				t.Logf("%s: event %d: workflow task failed: %s: %s", wfID, ev.GetEventId(), a.GetCause(), a.GetFailure().GetMessage())
+			}
 		}
 	}
 	return n
