@@ -106,14 +106,18 @@ type selectProgress struct {
 func (c *Control) SelectWorker(ctx context.Context, in api.SelectWorkerInput) (api.SelectWorkerResult, error) {
 	defer observeSince(ctx, api.MetricWorkerSelection, time.Now())
 	// Fences never repeat for a task: a run that an operator reset away
-	// may have granted in.Fence already.
-	floor, err := (&wdcclient.Client{C: c.Client}).FenceFloor(ctx, in.TaskID, in.Fence)
+	// or terminated may have granted in.Fence already, and its command
+	// may run until a TTL after that run closed.
+	past, err := (&wdcclient.Client{C: c.Client}).FenceFloor(ctx, in.TaskID, in.Fence)
 	if err != nil {
 		return api.SelectWorkerResult{}, err
 	}
-	if floor >= in.Fence {
-		activity.GetLogger(ctx).Warn("an earlier run of the task granted this fence; selecting under a higher one", "task", in.TaskID, "fence", in.Fence, "floor", floor)
-		in.Fence = floor + 1
+	if past.Fence >= in.Fence {
+		activity.GetLogger(ctx).Warn("an earlier run of the task granted this fence; selecting under a higher one", "task", in.TaskID, "fence", in.Fence, "floor", past.Fence)
+		in.Fence = past.Fence + 1
+		if res, wait := c.lockDelay(past, in); wait {
+			return res, nil
+		}
 	}
 	progress := selectProgress{TaskID: in.TaskID, Fence: in.Fence}
 	if activity.HasHeartbeatDetails(ctx) {
@@ -513,4 +517,29 @@ var recordHeartbeat = activity.RecordHeartbeat
 // stale attempt's outputs never linger (they are never promoted).
 func (c *Control) CleanupStaging(ctx context.Context, in api.CleanupInput) error {
 	return c.Blobs.RemoveTaskStaging(ctx, in.TaskID)
+}
+
+// lockDelay is the waiting result while an earlier run's fence may still
+// be held: until the latest close of a run that granted one, plus the
+// longer of its lease TTL and in's. No fence is granted before, as after
+// a lost worker (README guarantee 9): that run's heartbeats are refused
+// from its close, so its command dies by then.
+func (c *Control) lockDelay(earlier wdcclient.EarlierFences, in api.SelectWorkerInput) (api.SelectWorkerResult, bool) {
+	if earlier.ClosedAt.IsZero() {
+		return api.SelectWorkerResult{}, false
+	}
+	until := earlier.ClosedAt.Add(max(earlier.LeaseTTL, in.LeaseTTL))
+	now := time.Now()
+	if c.Now != nil {
+		now = c.Now()
+	}
+	if !now.Before(until) {
+		return api.SelectWorkerResult{}, false
+	}
+	return api.SelectWorkerResult{
+		Fence:          in.Fence,
+		Waiting:        fmt.Sprintf("fence %d of an earlier run of the task (closed %s) may be held until %s", in.Fence-1, earlier.ClosedAt.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339)),
+		RetryAfter:     until.Sub(now),
+		LockDelayUntil: until,
+	}, true
 }

@@ -21,6 +21,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/fleet"
@@ -55,8 +56,12 @@ type fakeRegistry struct {
 	profiles bool
 	// lists and queries count the calls made (lists: of the fleet).
 	lists, queries int
-	// fenceFloor is the highest fence an earlier run of the task published.
-	fenceFloor int64
+	// fenceFloor is the highest fence an earlier run of the task published;
+	// fenceClosed, when set, is when that run closed, with fenceTTL in its
+	// memo.
+	fenceFloor  int64
+	fenceClosed time.Time
+	fenceTTL    time.Duration
 }
 
 func newFakeRegistry(workers ...fleet.Worker) *fakeRegistry {
@@ -78,9 +83,18 @@ func (f *fakeRegistry) ListWorkflow(_ context.Context, req *workflowservice.List
 			if err != nil {
 				return nil, err
 			}
-			resp.Executions = append(resp.Executions, &workflowpb.WorkflowExecutionInfo{
+			info := &workflowpb.WorkflowExecutionInfo{
 				SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{api.SAFence.GetName(): p}},
-			})
+			}
+			if !f.fenceClosed.IsZero() {
+				ttl, err := converter.GetDefaultDataConverter().ToPayload(f.fenceTTL)
+				if err != nil {
+					return nil, err
+				}
+				info.CloseTime = timestamppb.New(f.fenceClosed)
+				info.Memo = &commonpb.Memo{Fields: map[string]*commonpb.Payload{api.MemoLeaseTTL: ttl}}
+			}
+			resp.Executions = append(resp.Executions, info)
 		}
 		return &resp, nil
 	}
@@ -539,4 +553,27 @@ func TestSelectWorkerSkipsFencesAnEarlierRunGranted(t *testing.T) {
 	reg = newFakeRegistry(idleWorker("a", 0))
 	res = runSelect(t, selectEnv(reg, t0), api.SelectWorkerInput{TaskID: "t1", Fence: 2})
 	assert.Equal(t, int64(2), res.Fence, "no earlier run: the task's own next fence")
+}
+
+// After an earlier run that granted a fence closed (terminated or reset
+// away by an operator), nothing is reserved until the longer of its lease
+// TTL and the task's has passed since it closed: its command may run
+// until then.
+func TestSelectWorkerWaitsOutTheLockDelayOfAClosedEarlierRun(t *testing.T) {
+	reg := newFakeRegistry(idleWorker("a", 0))
+	reg.fenceFloor, reg.fenceClosed, reg.fenceTTL = 3, t0.Add(-2*time.Second), 10*time.Second
+	res := runSelect(t, selectEnv(reg, t0), api.SelectWorkerInput{TaskID: "t1", Fence: 1, LeaseTTL: 5 * time.Second})
+	assert.Empty(t, res.WorkerID)
+	assert.Empty(t, reg.reserves, "nothing reserved during the lock-delay")
+	assert.Equal(t, t0.Add(8*time.Second), res.LockDelayUntil, "the earlier run's TTL, the longer")
+	assert.Equal(t, 8*time.Second, res.RetryAfter)
+	assert.Contains(t, res.Waiting, "fence 3 of an earlier run")
+
+	res = runSelect(t, selectEnv(reg, t0), api.SelectWorkerInput{TaskID: "t1", Fence: 1, LeaseTTL: 20 * time.Second})
+	assert.Equal(t, t0.Add(18*time.Second), res.LockDelayUntil, "the task's TTL, the longer")
+
+	res = runSelect(t, selectEnv(reg, t0.Add(8*time.Second)), api.SelectWorkerInput{TaskID: "t1", Fence: 1, LeaseTTL: 5 * time.Second})
+	assert.Equal(t, "a", res.WorkerID, "the lock-delay is over: %s", res.Waiting)
+	assert.Equal(t, int64(4), res.Fence)
+	assert.Zero(t, res.LockDelayUntil)
 }

@@ -69,7 +69,7 @@ func (c *Control) startTask(ctx context.Context, runID string, t api.StartTask) 
 		TypedSearchAttributes:                    api.TaskStartAttributes(runID),
 		StaticSummary:                            api.TaskSummary(t.Input.Envelope),
 		StaticDetails:                            api.TaskDetails(t.Input.Envelope, t.Input.EnvelopeDigest),
-		Memo:                                     api.TaskMemo(runID, t.Input.EnvelopeDigest),
+		Memo:                                     api.TaskMemo(runID, t.Input.EnvelopeDigest, t.Input.Options.WithDefaults().LeaseTTL),
 	}, api.TaskWorkflowType, t.Input)
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if err == nil || !errors.As(err, &started) {

@@ -18,6 +18,9 @@ type SelectWorkerInput struct {
 	// worker_lost, launch_failed, infra_killed), oldest first. None of them
 	// is chosen while another eligible worker exists.
 	AvoidWorkers []string `json:"avoid_workers,omitempty"`
+	// LeaseTTL is the TTL the task grants its leases with: the least
+	// lock-delay after an earlier run of the task closed (LockDelayUntil).
+	LeaseTTL time.Duration `json:"lease_ttl,omitempty"`
 }
 
 // SelectWorkerResult is the reserved worker, or (WorkerID empty) why no
@@ -42,6 +45,12 @@ type SelectWorkerResult struct {
 	// the looks of its waiting tasks by how many wait (at most a minute,
 	// spread ±50 %); the task waits at least its select_interval.
 	RetryAfter time.Duration `json:"retry_after,omitempty"`
+	// LockDelayUntil, with an empty WorkerID, is when the lock-delay after
+	// an earlier run of the task ends: that run (one an operator
+	// terminated or reset away) granted a fence whose command may still
+	// run until a lease TTL after the run closed, so no fence is granted
+	// before (README guarantee 9).
+	LockDelayUntil time.Time `json:"lock_delay_until,omitzero"`
 }
 
 // LaunchInput starts one attempt. The task cancels the launch activity in

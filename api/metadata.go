@@ -23,6 +23,10 @@ const (
 	MemoRunID = "WdcRunID"
 	// MemoEnvelopeDigest is the task's sealed envelope digest.
 	MemoEnvelopeDigest = "WdcEnvelopeDigest"
+	// MemoLeaseTTL is the task's lease TTL (nanoseconds): a later run of
+	// the task waits that long after this one closed before it grants a
+	// fence (the lock-delay of api.SelectWorkerResult.LockDelayUntil).
+	MemoLeaseTTL = "WdcLeaseTTL"
 )
 
 // summaryCommandRunes bounds the command shown in a task's summary.

@@ -3,6 +3,7 @@ package api
 import (
 	"strconv"
 	"strings"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
@@ -228,8 +229,8 @@ func TaskIDReusePolicy(rerun bool) enumspb.WorkflowIdReusePolicy {
 	return enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE
 }
 
-// TaskMemo is the memo a task's workflow starts with: its run and
-// envelope digest.
-func TaskMemo(runID, envelopeDigest string) map[string]any {
-	return map[string]any{MemoRunID: runID, MemoEnvelopeDigest: envelopeDigest}
+// TaskMemo is the memo a task's workflow starts with: its run, envelope
+// digest and lease TTL.
+func TaskMemo(runID, envelopeDigest string, leaseTTL time.Duration) map[string]any {
+	return map[string]any{MemoRunID: runID, MemoEnvelopeDigest: envelopeDigest, MemoLeaseTTL: leaseTTL}
 }

@@ -221,28 +221,48 @@ func statusName(s enumspb.WorkflowExecutionStatus) string {
 	return strings.TrimPrefix(enumspb.WorkflowExecutionStatus_name[int32(s)], "WORKFLOW_EXECUTION_STATUS_")
 }
 
-// FenceFloor is the highest fence at or above from that any run of the
-// task's workflow, running or closed, published (search attribute
-// WdcFence), or 0 when none did: a run that an operator reset away may
-// have granted fences the current run's ledger does not remember.
-// Errors: Temporal's.
-func (c *Client) FenceFloor(ctx context.Context, taskID string, from int64) (int64, error) {
+// EarlierFences is what the other runs of a task's workflow, running or
+// closed, published: the highest fence (search attribute WdcFence, 0 when
+// none) and, of the closed runs among them, the latest close time and the
+// longest lease TTL (memo api.MemoLeaseTTL; 0 when none says).
+type EarlierFences struct {
+	Fence    int64
+	ClosedAt time.Time
+	LeaseTTL time.Duration
+}
+
+// FenceFloor reads what the runs of the task's workflow that published a
+// fence at or above from granted: a run that an operator reset away or
+// terminated may have granted fences the current run's ledger does not
+// remember, and its command may still run. Errors: Temporal's.
+func (c *Client) FenceFloor(ctx context.Context, taskID string, from int64) (EarlierFences, error) {
 	q := fmt.Sprintf("WorkflowId = %q AND %s >= %d", api.TaskWorkflowID(taskID), api.SAFence.GetName(), from)
-	var floor int64
+	var out EarlierFences
 	var token []byte
+	dc := converter.GetDefaultDataConverter()
 	for {
 		resp, err := c.C.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, NextPageToken: token, PageSize: 100})
 		if err != nil {
-			return 0, wrap("fences of task "+taskID, err)
+			return EarlierFences{}, wrap("fences of task "+taskID, err)
 		}
 		for _, e := range resp.GetExecutions() {
 			var fence int64
-			if p := e.GetSearchAttributes().GetIndexedFields()[api.SAFence.GetName()]; p != nil && converter.GetDefaultDataConverter().FromPayload(p, &fence) == nil {
-				floor = max(floor, fence)
+			if p := e.GetSearchAttributes().GetIndexedFields()[api.SAFence.GetName()]; p != nil && dc.FromPayload(p, &fence) == nil {
+				out.Fence = max(out.Fence, fence)
+			}
+			if e.GetCloseTime() == nil {
+				continue
+			}
+			if at := e.GetCloseTime().AsTime(); at.After(out.ClosedAt) {
+				out.ClosedAt = at
+			}
+			var ttl time.Duration
+			if p := e.GetMemo().GetFields()[api.MemoLeaseTTL]; p != nil && dc.FromPayload(p, &ttl) == nil {
+				out.LeaseTTL = max(out.LeaseTTL, ttl)
 			}
 		}
 		if token = resp.GetNextPageToken(); len(token) == 0 {
-			return floor, nil
+			return out, nil
 		}
 	}
 }

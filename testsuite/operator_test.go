@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,14 +63,16 @@ func TestOperatorTerminateEndsTheTaskVisibly(t *testing.T) {
 // `temporal workflow reset --type FirstWorkflowTask` and the Web UI's
 // Reset do) re-runs the selection and the grant. The new run never grants
 // the fence the reset-away run granted: attempt 1 of the new run holds
-// fence 2, a claim under fence 1 is refused as stale_fence, and the task
-// completes on the new fence.
+// fence 2, granted no sooner than a TTL after the reset (the lock-delay),
+// a claim under fence 1 is refused as stale_fence, and the task completes
+// on the new fence.
 func TestOperatorResetNeverReusesAFence(t *testing.T) {
 	startAgent(t, "op-reset-a", quickReservationCheck)
 	waitWorkersActive(t, "op-reset-a")
 	env := taskEnvelope(t, "op-reset", `if [ "$WDC_FENCE" = 1 ]; then exec sleep 60; fi
 sleep 3; echo "fence $WDC_FENCE" > outputs/fence.txt`)
-	submit(t, env, api.TaskOptions{LeaseTTL: 30 * time.Second})
+	ttl := 6 * time.Second
+	submit(t, env, api.TaskOptions{LeaseTTL: ttl})
 	first := waitAttemptRunning(t, env.TaskID, 1)
 	require.Equal(t, int64(1), first.Lease.Fence)
 	ctx := context.Background()
@@ -87,6 +90,7 @@ sleep 3; echo "fence $WDC_FENCE" > outputs/fence.txt`)
 		}
 	}
 	require.NotZero(t, firstWFT)
+	reset := time.Now()
 	_, err = suite.client.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
 		Namespace:                 "default",
 		WorkflowExecution:         &commonpb.WorkflowExecution{WorkflowId: wfID, RunId: runID},
@@ -103,6 +107,8 @@ sleep 3; echo "fence $WDC_FENCE" > outputs/fence.txt`)
 		return err == nil && v.AttemptDir != "" && v.Lease != nil && v.Lease.Fence != 1
 	})
 	assert.Equal(t, int64(2), second.Lease.Fence, "a fence above the reset-away run's")
+	assert.False(t, second.Lease.GrantedAt.Before(reset.Add(ttl)),
+		"granted at %s, within a TTL of the reset at %s: the reset-away run's command may still run", second.Lease.GrantedAt, reset)
 	assert.NotEqual(t, first.AttemptDir, second.AttemptDir, "task directories never collide")
 	_, err = submitAs(t, suite.client, "op-reset-stale", api.SubmitResultInput{Claim: lease.ClaimOf(*first.Lease)})
 	var appErr *temporal.ApplicationError
@@ -278,8 +284,10 @@ echo "fence $WDC_FENCE" > outputs/fence.txt`)
 
 // A task an operator terminated and then submits again (the same
 // envelope, `wdc tasks submit`) runs again as a new execution of its
-// workflow: its fences go on above the terminated one's, the terminated
-// one's reservation is released within the reservation check period,
+// workflow: its fences go on above the terminated one's, granted no
+// sooner than a TTL after the terminate (the lock-delay, which the task
+// says it waits out), the terminated one's reservation is released within
+// the reservation check period,
 // visibility lists it by the state it is in (a terminated execution keeps
 // WdcTaskState LEASED: the list filters name the execution status), and
 // state and --wait say how each ended.
@@ -288,11 +296,12 @@ func TestOperatorTerminateThenResubmitGrantsAHigherFence(t *testing.T) {
 	waitWorkersActive(t, "op-tr-a")
 	env := taskEnvelope(t, "op-tr", `if [ "$WDC_FENCE" = 1 ]; then exec sleep 60; fi
 echo "fence $WDC_FENCE" > outputs/fence.txt`)
-	opts := api.TaskOptions{LeaseTTL: 30 * time.Second}
+	opts := api.TaskOptions{LeaseTTL: 10 * time.Second}
 	submit(t, env, opts)
 	first := waitAttemptRunning(t, env.TaskID, 1)
 	require.Equal(t, int64(1), first.Lease.Fence)
 	ctx := context.Background()
+	terminated := time.Now()
 	require.NoError(t, suite.client.TerminateWorkflow(ctx, api.TaskWorkflowID(env.TaskID), "", "operator test"))
 	waitFor(t, 10*time.Second, "the task reads ABORTED", func() bool {
 		v, err := suite.wdc.Task(ctx, env.TaskID)
@@ -331,9 +340,17 @@ echo "fence $WDC_FENCE" > outputs/fence.txt`)
 	waitNoReservation(t, "op-tr-a", env.TaskID)
 
 	submit(t, env, opts)
+	if time.Since(terminated) < opts.LeaseTTL-2*time.Second {
+		waitFor(t, 10*time.Second, "the new execution waits out the lock-delay", func() bool {
+			v, err := suite.wdc.Task(ctx, env.TaskID)
+			return err == nil && strings.HasPrefix(v.Waiting, "lock-delay: fence 1 of an earlier run")
+		})
+	}
 	out, view := waitOutcome(t, env.TaskID)
 	require.Equal(t, api.TaskCompleted, out.State, "waiting: %s", view.Waiting)
 	require.Len(t, view.Leases, 1)
+	assert.False(t, view.Leases[0].GrantedAt.Before(terminated.Add(opts.LeaseTTL)),
+		"granted at %s, within a TTL of the terminate at %s: the terminated command may still run", view.Leases[0].GrantedAt, terminated)
 	assert.Equal(t, int64(1), view.Leases[0].Attempt, "a new execution counts its own attempts")
 	assert.Equal(t, int64(2), view.Result.Fence, "above the terminated execution's fence")
 	assert.Equal(t, "fence 2\n", readArtifact(t, view.Result, "fence.txt"))

@@ -588,6 +588,7 @@ func (r *runWorkflow) reconcileReadded(ctx workflow.Context, ins []api.AddTaskIn
 // does not change a task that already started. Workflow tests start tasks
 // through it.
 func TaskStart(runID string, in api.AddTaskInput) (workflow.ChildWorkflowOptions, api.TaskInput) {
+	opts := in.Options.WithDefaults()
 	return workflow.ChildWorkflowOptions{
 			WorkflowID:            api.TaskWorkflowID(in.Envelope.TaskID),
 			TaskQueue:             api.ControlTaskQueue,
@@ -596,9 +597,9 @@ func TaskStart(runID string, in api.AddTaskInput) (workflow.ChildWorkflowOptions
 			TypedSearchAttributes: api.TaskStartAttributes(runID),
 			StaticSummary:         api.TaskSummary(in.Envelope),
 			StaticDetails:         api.TaskDetails(in.Envelope, in.EnvelopeDigest),
-			Memo:                  api.TaskMemo(runID, in.EnvelopeDigest),
+			Memo:                  api.TaskMemo(runID, in.EnvelopeDigest, opts.LeaseTTL),
 		}, api.TaskInput{
-			Envelope: in.Envelope, EnvelopeDigest: in.EnvelopeDigest, Options: in.Options.WithDefaults(),
+			Envelope: in.Envelope, EnvelopeDigest: in.EnvelopeDigest, Options: opts,
 		}
 }
 

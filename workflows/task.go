@@ -284,6 +284,7 @@ func (t *taskWorkflow) selectAndGrant(ctx workflow.Context) error {
 		Fence:        t.ledger.Fence + 1,
 		Requirements: t.env.Requirements(),
 		AvoidWorkers: t.lostWorkers(),
+		LeaseTTL:     t.opts.LeaseTTL,
 	}
 	// A local activity, in the workflow task that asks for it: a marker in
 	// the history instead of three activity events and a workflow task.
@@ -305,9 +306,12 @@ func (t *taskWorkflow) selectAndGrant(ctx workflow.Context) error {
 		t.selectInterval = t.opts.SelectInterval
 		return t.grant(ctx, res)
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		t.waiting = "cannot select a worker: " + errorMessage(err)
-	} else {
+	case !res.LockDelayUntil.IsZero():
+		t.waiting = "lock-delay: " + res.Waiting
+	default:
 		t.waiting = "no eligible worker: " + res.Waiting
 	}
 	workflow.GetLogger(ctx).Info("no worker yet", "task", t.env.TaskID, "reason", t.waiting)
