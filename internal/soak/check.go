@@ -456,10 +456,11 @@ func (c *checker) nothingAfterEnd() {
 	}
 }
 
-// leaseEnd returns when the lease of attempt/fence ended — the earliest
-// Return of its expiry or revocation and of the first grant called after
-// its own grant returned — what ended it, and whether it was granted at all.
-// end is zero when nothing ended it.
+// leaseEnd returns when the command of attempt/fence must have stopped by —
+// the earliest of its expiry's or revocation's Return (plus its Grace) and
+// of the Return of the first grant called after its own grant returned —
+// what ended it, and whether it was granted at all. end is zero when
+// nothing ended it.
 func (c *checker) leaseEnd(task string, attempt, fence int64) (end time.Time, endedBy string, granted bool) {
 	var grant Op
 	for _, op := range c.ops[task] {
@@ -473,16 +474,21 @@ func (c *checker) leaseEnd(task string, attempt, fence int64) (end time.Time, en
 	}
 	for _, op := range c.ops[task] {
 		var by string
+		at := op.Return
 		switch {
 		case (op.Kind == OpExpire || op.Kind == OpRevoke) && op.Attempt == attempt && op.Fence == fence:
 			by = string(op.Kind)
+			if op.Grace > 0 {
+				at = at.Add(op.Grace)
+				by = fmt.Sprintf("%s (%s) and its %s grace", op.Kind, op.Reason, op.Grace)
+			}
 		case op.Kind == OpGrant && op.Call.After(grant.Return):
 			by = fmt.Sprintf("grant of fence %d", op.Fence)
 		default:
 			continue
 		}
-		if end.IsZero() || op.Return.Before(end) {
-			end, endedBy = op.Return, by
+		if end.IsZero() || at.Before(end) {
+			end, endedBy = at, by
 		}
 	}
 	return end, endedBy, true

@@ -266,6 +266,28 @@ func TestOverlapAndLateStopAreMeasuredAgainstTheWindow(t *testing.T) {
 	assert.Equal(t, 20*time.Millisecond, r.LongestOverlap)
 }
 
+// An end with a grace (an operator's terminate) lets the command run
+// until the grace is over, not beyond, and a grant of the next fence still
+// ends it at once.
+func TestAGraceExtendsTheLeasesEndForItsCommandOnly(t *testing.T) {
+	withGrace := func(stop, next int) History {
+		h := legalHistory()
+		end := op(OpRevoke, "c", 2, 3, "w2", false, "execution closed by an operator", 700, 710)
+		end.Grace = time.Second
+		h.Ops[len(h.Ops)-1] = end
+		h.Ops = append(h.Ops, op(OpGrant, "c", 1, 4, "w1", false, "", next, next+10))
+		h.Commands[len(h.Commands)-1].Stop = at(stop)
+		h.Commands = append(h.Commands, cmd("c", 1, 4, "h1", next+20, next+300))
+		return h
+	}
+	assert.Empty(t, Check(withGrace(1600, 2000), opts()).Violations, "stopped within the grace, before the next grant")
+	r := Check(withGrace(1900, 2000), opts())
+	assert.Equal(t, []Kind{KindRanAfterLease}, kinds(r), "stopped after the grace: %v", r.Violations)
+	assert.Contains(t, r.Violations[0].Detail, "1s grace")
+	r = Check(withGrace(1600, 1400), opts())
+	assert.Equal(t, []Kind{KindOverlap, KindRanAfterLease}, kinds(r), "the next grant came within the grace: %v", r.Violations)
+}
+
 func TestAnExpectOfNilSkipsTheArtifactCheck(t *testing.T) {
 	h := legalHistory()
 	h.Artifacts[0].Digest, h.Store.Blobs[0] = "sha256:ffff", "sha256:ffff"

@@ -57,17 +57,21 @@ func (k OpKind) valid() bool {
 
 // Op is one lease operation. [Call, Return] is the closed real-time interval
 // in which it took effect, as the recorder saw it; both must be set. OK only
-// means something for heartbeats and submits.
+// means something for heartbeats and submits. Grace, on an expiry or a
+// revocation, is how long after it the attempt's command may still run:
+// an end no heartbeat could tell the attempt of before (an operator's
+// terminate or reset, after which the next grant waits a lock-delay).
 type Op struct {
-	Kind    OpKind    `json:"kind"`
-	Task    string    `json:"task"`
-	Attempt int64     `json:"attempt"`
-	Fence   int64     `json:"fence"`
-	Worker  string    `json:"worker,omitempty"`
-	OK      bool      `json:"ok"`
-	Reason  string    `json:"reason,omitempty"`
-	Call    time.Time `json:"call"`
-	Return  time.Time `json:"return"`
+	Kind    OpKind        `json:"kind"`
+	Task    string        `json:"task"`
+	Attempt int64         `json:"attempt"`
+	Fence   int64         `json:"fence"`
+	Worker  string        `json:"worker,omitempty"`
+	OK      bool          `json:"ok"`
+	Reason  string        `json:"reason,omitempty"`
+	Call    time.Time     `json:"call"`
+	Return  time.Time     `json:"return"`
+	Grace   time.Duration `json:"grace,omitempty"`
 }
 
 // Command is one executor's log of one attempt's command on Host. Stop is

@@ -15,6 +15,9 @@ import (
 const envRunCLI = "WDC_HOSTS_RUN_CLI"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(envRunOperator) == "1" {
+		os.Exit(operatorMain(os.Args[1:]))
+	}
 	if os.Getenv(envRunCLI) == "1" {
 		os.Exit(cmd.Main(cmd.Deps{StartDevServer: devserver.StartServer}, os.Args[1:]))
 	}

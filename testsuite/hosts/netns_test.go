@@ -329,7 +329,12 @@ func (h *host) env() []string {
 
 // command is `wdc args…` run in h's namespace with h's environment only.
 func (h *host) command(ctx context.Context, args ...string) *exec.Cmd {
-	argv := append([]string{"netns", "exec", h.ns, "env", "-i"}, h.env()...)
+	return h.commandWith(ctx, h.env(), args...)
+}
+
+// commandWith is `wdc args…` run in h's namespace with the environment env only.
+func (h *host) commandWith(ctx context.Context, env []string, args ...string) *exec.Cmd {
+	argv := append([]string{"netns", "exec", h.ns, "env", "-i"}, env...)
 	argv = append(append(argv, h.c.bin), args...)
 	cmd := exec.CommandContext(ctx, "ip", argv...)
 	cmd.Dir = h.dir
@@ -407,14 +412,20 @@ func (p *proc) waitOut(t *testing.T, within time.Duration, want string) {
 // cli runs a short wdc command on h against the frontend and returns its
 // stdout, or an error with its stderr.
 func (h *host) cli(args ...string) ([]byte, error) {
+	return h.output("wdc", h.env(), append(args, "--address", h.c.address)...)
+}
+
+// output runs this binary as name (with env) on h, within 30 s, and
+// returns its stdout, or an error with its stderr.
+func (h *host) output(name string, env []string, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := h.command(ctx, append(args, "--address", h.c.address)...)
+	cmd := h.commandWith(ctx, env, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return out, fmt.Errorf("wdc %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(stderr.Bytes()))
+		return out, fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	return out, nil
 }

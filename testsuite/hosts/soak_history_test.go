@@ -2,6 +2,7 @@ package hosts
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -28,6 +29,7 @@ import (
 func (s *soakRun) record() soakHistory {
 	var h soakHistory
 	views := make([]api.TaskView, len(s.tasks))
+	runs := make([][]operatorRun, len(s.tasks))
 	errs := make([]error, len(s.tasks))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 4)
@@ -38,6 +40,12 @@ func (s *soakRun) record() soakHistory {
 			defer wg.Done()
 			defer func() { <-sem }()
 			views[i], errs[i] = s.c.status(task.ID)
+			if errs[i] == nil && s.touched[task.ID] {
+				var out []byte
+				if out, errs[i] = s.c.a.operator("runs", task.ID); errs[i] == nil {
+					errs[i] = json.Unmarshal(out, &runs[i])
+				}
+			}
 		}()
 	}
 	wg.Wait()
@@ -45,7 +53,7 @@ func (s *soakRun) record() soakHistory {
 		if errs[i] != nil {
 			s.t.Errorf("soak: status of %s: %v", task.ID, errs[i])
 		}
-		h.Tasks = append(h.Tasks, soakTaskRecord{Task: task, View: views[i]})
+		h.Tasks = append(h.Tasks, soakTaskRecord{Task: task, View: views[i], Runs: runs[i]})
 		h.Commands = append(h.Commands, readSoakTrace(s.t, task.ID, filepath.Join(s.traces, task.ID))...)
 	}
 	for _, run := range s.runs {
@@ -85,9 +93,48 @@ type soakHistory struct {
 	SelfExits map[string]int
 }
 
+// soakTaskRecord is a task at the end: its current view and, for a task
+// an operator's fault hit, every execution of its workflow (oldest first).
 type soakTaskRecord struct {
 	Task soakTask
 	View api.TaskView
+	Runs []operatorRun
+}
+
+// grantedLease is a lease of a task, from the latest execution of its
+// workflow that has it, and how that execution ended it when it closed
+// without an outcome (an operator's terminate, or the reset that replaced
+// it): byOperator, the close time, or void, a result it accepted that
+// never became the task's.
+type grantedLease struct {
+	lease.Lease
+	byOperator time.Time
+	void       bool
+}
+
+// leases lists every lease the task's executions granted, by fence.
+func (rec soakTaskRecord) leases() []grantedLease {
+	if len(rec.Runs) == 0 {
+		var out []grantedLease
+		for _, l := range rec.View.Leases {
+			out = append(out, grantedLease{Lease: l})
+		}
+		return out
+	}
+	byFence := map[int64]grantedLease{}
+	for _, run := range rec.Runs {
+		closedBy := run.Status != "WORKFLOW_EXECUTION_STATUS_RUNNING" && run.Status != "WORKFLOW_EXECUTION_STATUS_COMPLETED" &&
+			run.Status != "WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW"
+		for _, l := range run.View.Leases {
+			g := grantedLease{Lease: l}
+			if closedBy && l.EndedAt.IsZero() {
+				g.byOperator = run.Close
+			}
+			g.void = closedBy && l.EndReason == "result_accepted"
+			byFence[l.Fence] = g
+		}
+	}
+	return slices.SortedFunc(maps.Values(byFence), func(a, b grantedLease) int { return cmp.Compare(a.Fence, b.Fence) })
 }
 
 // soakCommand is one run of an attempt's command as its trace saw it:
@@ -192,20 +239,34 @@ func (r soakHistory) history() soak.History {
 	accepted := map[string]bool{} // "task/fence" the task accepted
 	for _, rec := range r.Tasks {
 		v := rec.View
-		for _, l := range v.Leases {
+		for _, g := range rec.leases() {
+			l := g.Lease
 			worker[fmt.Sprintf("%s/%d", v.TaskID, l.Fence)] = l.WorkerID
 			h.Ops = append(h.Ops, soak.Op{Kind: soak.OpGrant, Task: v.TaskID, Attempt: l.Attempt, Fence: l.Fence, Worker: l.WorkerID,
 				OK: true, Call: l.GrantedAt, Return: l.GrantedAt})
+			if !g.byOperator.IsZero() {
+				// Its command may run until a TTL after: no heartbeat
+				// could end it sooner (README guarantee 9; the lock-delay
+				// keeps the next grant after it).
+				h.Ops = append(h.Ops, soak.Op{Kind: soak.OpRevoke, Task: v.TaskID, Attempt: l.Attempt, Fence: l.Fence, Worker: l.WorkerID,
+					Reason: "execution closed by an operator", Call: g.byOperator, Return: g.byOperator, Grace: l.TTL})
+				continue
+			}
 			if l.EndedAt.IsZero() {
 				continue
 			}
 			end := soak.Op{Kind: soak.OpRevoke, Task: v.TaskID, Attempt: l.Attempt, Fence: l.Fence, Worker: l.WorkerID,
 				Reason: l.EndReason, Call: l.EndedAt, Return: l.EndedAt}
-			switch l.EndReason {
-			case "result_accepted":
+			switch {
+			case g.void:
+				// Accepted by an execution an operator then closed: the
+				// result never became the task's (docs/operations.md).
+				end.Reason = "result accepted by an execution an operator closed"
+				accepted[fmt.Sprintf("%s/%d", v.TaskID, l.Fence)] = true
+			case l.EndReason == "result_accepted":
 				end.Kind, end.OK, end.Reason = soak.OpSubmit, true, ""
 				accepted[fmt.Sprintf("%s/%d", v.TaskID, l.Fence)] = true
-			case string(lease.ReasonLeaseExpired):
+			case l.EndReason == string(lease.ReasonLeaseExpired):
 				end.Kind = soak.OpExpire
 			}
 			h.Ops = append(h.Ops, end)
@@ -279,9 +340,9 @@ func (r soakHistory) orphans() []string {
 		inStore[b] = true
 	}
 	named := map[string]bool{}
-	highest := map[string][]lease.Lease{} // task → its leases
+	highest := map[string][]grantedLease{} // task → its leases
 	for _, rec := range r.Tasks {
-		highest[rec.View.TaskID] = rec.View.Leases
+		highest[rec.View.TaskID] = rec.leases()
 		if res := rec.View.Result; res != nil {
 			for _, a := range append(slices.Clone(res.Artifacts), res.Logs...) {
 				named[a.Digest] = true
@@ -399,19 +460,20 @@ func (s *soakRun) check(r soakHistory) {
 
 // figures prints the soak's table: faults by kind with their time to
 // recover (from the heal to the next grant or acceptance on the faulted
-// agent's worker, or anywhere for the other hosts), the lease figures and
-// the checker's verdict.
+// agent's worker, of the task an operator's fault hit, or anywhere for the
+// other hosts), the lease figures and the checker's verdict.
 func (s *soakRun) figures(w *strings.Builder, r soakHistory, rep soak.Report) {
 	var events []time.Time
-	byWorker := map[string][]time.Time{}
+	byWorker, byTask := map[string][]time.Time{}, map[string][]time.Time{}
 	for _, rec := range r.Tasks {
-		for _, l := range rec.View.Leases {
+		for _, l := range rec.leases() {
 			at := []time.Time{l.GrantedAt}
 			if l.EndReason == "result_accepted" {
 				at = append(at, l.EndedAt)
 			}
 			events = append(events, at...)
 			byWorker[l.WorkerID] = append(byWorker[l.WorkerID], at...)
+			byTask[rec.Task.ID] = append(byTask[rec.Task.ID], at...)
 		}
 	}
 	recovered := map[string][]time.Duration{}
@@ -419,7 +481,10 @@ func (s *soakRun) figures(w *strings.Builder, r soakHistory, rep soak.Report) {
 	for _, f := range r.Faults {
 		count[f.Kind]++
 		after := events
-		if f.Host >= "d" {
+		switch {
+		case f.Task != "":
+			after = byTask[f.Task]
+		case f.Host == "d" || f.Host == "e" || f.Host == "f":
 			after = byWorker["soak-"+f.Host]
 		}
 		var next time.Time

@@ -1,15 +1,21 @@
 package hosts
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wdc-runtime/wdc/api"
 )
 
 // The nemesis's faults.
@@ -23,12 +29,18 @@ const (
 	faultBlackholeLong    = "blackhole-long"
 	faultRefuseShort      = "refuse-short"
 	faultRefuseLong       = "refuse-long"
+	faultTerminateTask    = "terminate-task" // then submitted again
+	faultResetTask        = "reset-task"     // to its first or last workflow task
 )
+
+// operatorHost is the "host" of an operator's faults (they run on a): one
+// at a time.
+const operatorHost = "operator"
 
 // nemesisKinds weighs the faults: each appears as often as it is listed.
 var nemesisKinds = []string{faultKillAgent, faultKillAgent, faultKillControlPlane, faultKillCommand, faultKillCommand,
 	faultPauseAgent, faultPauseAgent, faultBlackholeShort, faultBlackholeShort, faultBlackholeLong, faultRefuseShort,
-	faultRefuseLong, faultRestartServer}
+	faultRefuseLong, faultRestartServer, faultTerminateTask, faultResetTask}
 
 // nemesis injects a fault every 0.3–2 s on a host that has none in
 // progress, each healed on its own schedule, until stop; then it waits
@@ -43,6 +55,17 @@ func (s *soakRun) nemesis(stop <-chan struct{}) {
 		case <-time.After(s.between(300*time.Millisecond, 2*time.Second)):
 		}
 		kind := nemesisKinds[s.intn(len(nemesisKinds))]
+		if kind == faultTerminateTask || kind == faultResetTask {
+			s.mu.Lock()
+			busy := s.busy[operatorHost]
+			s.busy[operatorHost] = true
+			s.mu.Unlock()
+			if !busy {
+				wg.Add(1)
+				go func() { defer wg.Done(); s.operatorFault(kind, s.between(500*time.Millisecond, 4*time.Second)) }()
+			}
+			continue
+		}
 		var candidates []*host
 		switch kind {
 		case faultKillAgent, faultPauseAgent, faultKillCommand:
@@ -116,11 +139,79 @@ func (s *soakRun) nemesis(stop <-chan struct{}) {
 			if f.Kind == "" {
 				return
 			}
-			s.faults = append(s.faults, f)
-			b, _ := json.Marshal(f)
-			fmt.Fprintf(s.log, "%s\n", b)
+			s.logFault(f)
 		}()
 	}
+}
+
+// logFault records f (s.mu held).
+func (s *soakRun) logFault(f soakFault) {
+	s.faults = append(s.faults, f)
+	b, _ := json.Marshal(f)
+	fmt.Fprintf(s.log, "%s\n", b)
+}
+
+// operatorFault is an operator's intervention from Temporal's own tools
+// on a task whose attempt runs: a terminate, and after pause the same
+// envelope submitted again (as docs/operations.md tells an operator to),
+// or a reset to the first or the last workflow task. A task that ended
+// meanwhile is no fault.
+func (s *soakRun) operatorFault(kind string, pause time.Duration) {
+	defer func() {
+		s.mu.Lock()
+		s.busy[operatorHost] = false
+		s.mu.Unlock()
+	}()
+	task, ok := s.leasedTask()
+	if !ok {
+		s.t.Logf("soak: %s: no task's lease seen held", kind)
+		return
+	}
+	f := soakFault{Kind: kind, Host: operatorHost, Task: task.ID, At: time.Now()}
+	cmd := "terminate"
+	if kind == faultResetTask {
+		cmd = "reset-first"
+		if s.intn(2) == 0 {
+			cmd = "reset-last"
+		}
+		f.Kind = kind + "-" + strings.TrimPrefix(cmd, "reset-")
+	}
+	s.mu.Lock()
+	s.touched[task.ID] = true // its executions are all recorded
+	s.mu.Unlock()
+	if _, err := s.c.a.operator(cmd, task.ID); err != nil {
+		s.t.Logf("soak: %s of %s: %v", cmd, task.ID, err)
+		return
+	}
+	if kind == faultTerminateTask {
+		time.Sleep(pause)
+		path := filepath.Join(s.out, fmt.Sprintf("again-%s-%d.jsonl", task.ID, time.Now().UnixNano()))
+		require.NoError(s.t, os.WriteFile(path, []byte(s.envelope(task)+"\n"), 0o644))
+		out := s.submit("again "+task.ID, path, task.TTL)
+		s.t.Logf("soak: %s terminated and submitted again: %s", task.ID, bytes.TrimSpace(out))
+	}
+	f.Healed = time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.logFault(f)
+}
+
+// leasedTask is a task of the last 60 submitted whose lease is held now
+// (of up to 10 drawn), false if none.
+func (s *soakRun) leasedTask() (soakTask, bool) {
+	s.mu.Lock()
+	recent := s.tasks[max(0, len(s.tasks)-60):]
+	s.mu.Unlock()
+	if len(recent) == 0 {
+		return soakTask{}, false
+	}
+	for range 10 {
+		task := recent[s.intn(len(recent))]
+		if v, err := s.c.status(task.ID); err == nil && v.State == api.TaskLeased {
+			return task, true
+		}
+	}
+	return soakTask{}, false
 }
 
 // heal ends h's partition, trying for a minute before it fails the test.

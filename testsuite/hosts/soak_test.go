@@ -98,8 +98,11 @@ type soakRun struct {
 	tasks  []soakTask
 	runs   []string
 	faults []soakFault
-	busy   map[string]bool // hosts with a fault in progress
-	log    *os.File
+	busy   map[string]bool // hosts with a fault in progress (operatorHost too)
+	// touched are the tasks an operator's fault hit: record reads every
+	// execution of their workflows.
+	touched map[string]bool
+	log     *os.File
 }
 
 // soakProc is the wdc process a host runs (the dev server, a control
@@ -126,11 +129,12 @@ type soakTask struct {
 	TTL     time.Duration
 }
 
-// soakFault is one fault the nemesis injected: Kind on Host from At
-// until Healed (zero: not yet).
+// soakFault is one fault the nemesis injected: Kind on Host (or on Task,
+// by an operator) from At until Healed (zero: not yet).
 type soakFault struct {
 	Kind        string    `json:"kind"`
 	Host        string    `json:"host"`
+	Task        string    `json:"task,omitempty"`
 	At          time.Time `json:"at"`
 	Healed      time.Time `json:"healed"`
 	RecoveredIn float64   `json:"recovered_in_seconds,omitempty"`
@@ -138,7 +142,7 @@ type soakFault struct {
 
 func newSoak(t *testing.T, seed uint64, out string) *soakRun {
 	s := &soakRun{t: t, out: out, traces: filepath.Join(out, "traces"), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		procs: map[string]*soakProc{}, busy: map[string]bool{}}
+		procs: map[string]*soakProc{}, busy: map[string]bool{}, touched: map[string]bool{}}
 	require.NoError(t, os.MkdirAll(s.traces, 0o777))
 	require.NoError(t, os.MkdirAll(filepath.Join(out, "porcupine"), 0o755))
 	log, err := os.Create(filepath.Join(out, "nemesis.jsonl"))
@@ -310,24 +314,24 @@ func (s *soakRun) submitter(stop <-chan struct{}) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-inFlight }()
-			s.submit(batch, path, ttl)
+			s.submit(fmt.Sprintf("batch %d", batch), path, ttl)
 		}()
 	}
 }
 
-// submit sends a batch file until it is accepted (20 tries, a second
-// apart).
-func (s *soakRun) submit(batch int, path string, ttl time.Duration) {
+// submit sends a batch file (named name in logs) until it is accepted
+// (20 tries, a second apart) and returns the CLI's answer.
+func (s *soakRun) submit(name, path string, ttl time.Duration) []byte {
 	for try := 1; ; try++ {
-		_, err := s.c.a.cli("tasks", "submit", "--batch", path, "--lease-ttl", ttl.String(), "--max-attempts", "20",
+		out, err := s.c.a.cli("tasks", "submit", "--batch", path, "--lease-ttl", ttl.String(), "--max-attempts", "20",
 			"--backoff-initial", "100ms", "--backoff-max", "2s", "-o", "json")
 		if err == nil {
-			return
+			return out
 		}
-		s.t.Logf("soak: batch %d (try %d): %v", batch, try, err)
+		s.t.Logf("soak: %s (try %d): %v", name, try, err)
 		if try == 20 {
-			s.t.Errorf("soak: batch %d not submitted after %d tries", batch, try)
-			return
+			s.t.Errorf("soak: %s not submitted after %d tries", name, try)
+			return nil
 		}
 		time.Sleep(time.Second)
 	}

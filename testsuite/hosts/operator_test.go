@@ -1,0 +1,153 @@
+package hosts
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/wdc-runtime/wdc/api"
+)
+
+// envRunOperator makes this test binary an operator with Temporal's own
+// client calls (what `temporal workflow terminate`, `reset` and `list`
+// and the Web UI make), run on a host like the wdc CLI: `operator
+// terminate|reset-first|reset-last|runs ADDRESS TASK`.
+const envRunOperator = "WDC_HOSTS_OPERATOR"
+
+// operatorRun is one execution of a task's workflow, as `operator runs`
+// prints it (one JSON array, oldest first): its status, close time (zero
+// while running) and the lease view its query returns.
+type operatorRun struct {
+	RunID  string       `json:"run_id"`
+	Status string       `json:"status"`
+	Start  time.Time    `json:"start"`
+	Close  time.Time    `json:"close,omitzero"`
+	View   api.TaskView `json:"view"`
+}
+
+// operatorMain runs one operator command and returns the exit code.
+func operatorMain(args []string) int {
+	if len(args) != 3 {
+		fmt.Fprintln(os.Stderr, "usage: operator terminate|reset-first|reset-last|runs ADDRESS TASK")
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := client.DialContext(ctx, client.Options{HostPort: args[1], Namespace: "default"})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer c.Close()
+	wfID := api.TaskWorkflowID(args[2])
+	switch args[0] {
+	case "terminate":
+		err = c.TerminateWorkflow(ctx, wfID, "", "soak nemesis: operator terminate")
+	case "reset-first", "reset-last":
+		err = resetRunning(ctx, c, wfID, args[0] == "reset-first")
+	case "runs":
+		var runs []operatorRun
+		if runs, err = taskRuns(ctx, c, wfID); err == nil {
+			err = json.NewEncoder(os.Stdout).Encode(runs)
+		}
+	default:
+		err = fmt.Errorf("operator: unknown command %q", args[0])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// errNotRunning: the task's workflow closed before the operator acted.
+var errNotRunning = errors.New("not running")
+
+// resetRunning resets the running execution of wfID to its first or last
+// completed workflow task, as `temporal workflow reset --type
+// FirstWorkflowTask|LastWorkflowTask` does; errNotRunning when it closed.
+func resetRunning(ctx context.Context, c client.Client, wfID string, first bool) error {
+	desc, err := c.DescribeWorkflowExecution(ctx, wfID, "")
+	if err != nil {
+		return err
+	}
+	info := desc.GetWorkflowExecutionInfo()
+	if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return errNotRunning
+	}
+	runID := info.GetExecution().GetRunId()
+	var point int64
+	iter := c.GetWorkflowHistory(ctx, wfID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for iter.HasNext() && !(first && point != 0) {
+		ev, err := iter.Next()
+		if err != nil {
+			return err
+		}
+		if ev.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
+			point = ev.GetEventId()
+		}
+		if ev.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED {
+			return errNotRunning
+		}
+	}
+	if point == 0 {
+		return errNotRunning
+	}
+	_, err = c.ResetWorkflowExecution(ctx, &workflowservice.ResetWorkflowExecutionRequest{
+		Namespace:                 "default",
+		WorkflowExecution:         &commonpb.WorkflowExecution{WorkflowId: wfID, RunId: runID},
+		Reason:                    "soak nemesis: operator reset",
+		WorkflowTaskFinishEventId: point,
+		RequestId:                 fmt.Sprintf("soak-%s-%d", wfID, time.Now().UnixNano()),
+	})
+	return err
+}
+
+// taskRuns lists every execution of wfID from visibility, oldest first,
+// each with its lease query (a closed one's replays to its last state).
+func taskRuns(ctx context.Context, c client.Client, wfID string) ([]operatorRun, error) {
+	var runs []operatorRun
+	var token []byte
+	for {
+		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Query: fmt.Sprintf("WorkflowId = %q", wfID), NextPageToken: token, PageSize: 100})
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range resp.GetExecutions() {
+			r := operatorRun{RunID: e.GetExecution().GetRunId(), Start: e.GetStartTime().AsTime(),
+				Status: enumspb.WorkflowExecutionStatus_name[int32(e.GetStatus())]}
+			if e.GetCloseTime() != nil {
+				r.Close = e.GetCloseTime().AsTime()
+			}
+			q, err := c.QueryWorkflow(ctx, wfID, r.RunID, api.QueryLease)
+			if err != nil {
+				return nil, fmt.Errorf("query run %s: %w", r.RunID, err)
+			}
+			if err := q.Get(&r.View); err != nil {
+				return nil, err
+			}
+			runs = append(runs, r)
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			break
+		}
+	}
+	slices.SortFunc(runs, func(a, b operatorRun) int { return a.Start.Compare(b.Start) })
+	return runs, nil
+}
+
+// operator runs `operator cmd ADDRESS task` on h and returns its
+// stdout, or an error with its stderr.
+func (h *host) operator(cmd, task string) ([]byte, error) {
+	return h.output("operator", append(h.env(), envRunOperator+"=1"), cmd, h.c.address, task)
+}
