@@ -108,7 +108,7 @@ func (c *Control) SelectWorker(ctx context.Context, in api.SelectWorkerInput) (a
 	// Fences never repeat for a task: a run that an operator reset away
 	// or terminated may have granted in.Fence already, and its command
 	// may run until a TTL after that run closed.
-	past, err := (&wdcclient.Client{C: c.Client}).FenceFloor(ctx, in.TaskID, in.Fence)
+	past, err := (&wdcclient.Client{C: c.Client}).FenceFloor(ctx, in.TaskID, activity.GetInfo(ctx).WorkflowExecution.RunID, in.Fence)
 	if err != nil {
 		return api.SelectWorkerResult{}, err
 	}
@@ -520,25 +520,34 @@ func (c *Control) CleanupStaging(ctx context.Context, in api.CleanupInput) error
 }
 
 // lockDelay is the waiting result while an earlier run's fence may still
-// be held: until the latest close of a run that granted one, plus the
-// longer of its lease TTL and in's. No fence is granted before, as after
-// a lost worker (README guarantee 9): that run's heartbeats are refused
-// from its close, so its command dies by then.
+// be held: until the latest close of a run that granted one (now, for a
+// run visibility still lists as running), plus the longer of its lease TTL
+// and in's. No fence is granted before, as after a lost worker (README
+// guarantee 9): that run's heartbeats are refused from its close, so its
+// command dies by then.
 func (c *Control) lockDelay(earlier wdcclient.EarlierFences, in api.SelectWorkerInput) (api.SelectWorkerResult, bool) {
-	if earlier.ClosedAt.IsZero() {
-		return api.SelectWorkerResult{}, false
-	}
-	until := earlier.ClosedAt.Add(max(earlier.LeaseTTL, in.LeaseTTL))
 	now := time.Now()
 	if c.Now != nil {
 		now = c.Now()
 	}
+	closed := earlier.ClosedAt
+	if earlier.Open {
+		closed = now
+	}
+	if closed.IsZero() {
+		return api.SelectWorkerResult{}, false
+	}
+	until := closed.Add(max(earlier.LeaseTTL, in.LeaseTTL))
 	if !now.Before(until) {
 		return api.SelectWorkerResult{}, false
 	}
+	how := "closed " + closed.UTC().Format(time.RFC3339)
+	if earlier.Open {
+		how = "closing now"
+	}
 	return api.SelectWorkerResult{
 		Fence:          in.Fence,
-		Waiting:        fmt.Sprintf("fence %d of an earlier run of the task (closed %s) may be held until %s", in.Fence-1, earlier.ClosedAt.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339)),
+		Waiting:        fmt.Sprintf("fence %d of an earlier run of the task (%s) may be held until %s", in.Fence-1, how, until.UTC().Format(time.RFC3339)),
 		RetryAfter:     until.Sub(now),
 		LockDelayUntil: until,
 	}, true

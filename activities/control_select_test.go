@@ -62,7 +62,14 @@ type fakeRegistry struct {
 	fenceFloor  int64
 	fenceClosed time.Time
 	fenceTTL    time.Duration
+	// fenceOpen lists that run as still running (its close not yet in
+	// visibility), and fenceSelf lists it under the caller's own run ID.
+	fenceOpen, fenceSelf bool
 }
+
+// testRunID is the run ID the SDK's test activity environment gives the
+// workflow that calls an activity.
+const testRunID = "default-test-run-id"
 
 func newFakeRegistry(workers ...fleet.Worker) *fakeRegistry {
 	f := &fakeRegistry{workers: map[string]*fleet.Worker{}, mode: map[string]string{}}
@@ -84,15 +91,21 @@ func (f *fakeRegistry) ListWorkflow(_ context.Context, req *workflowservice.List
 				return nil, err
 			}
 			info := &workflowpb.WorkflowExecutionInfo{
+				Execution:        &commonpb.WorkflowExecution{WorkflowId: "wdc-task/t1", RunId: "earlier"},
 				SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{api.SAFence.GetName(): p}},
 			}
-			if !f.fenceClosed.IsZero() {
+			if f.fenceSelf {
+				info.Execution.RunId = testRunID
+			}
+			if !f.fenceClosed.IsZero() || f.fenceOpen {
 				ttl, err := converter.GetDefaultDataConverter().ToPayload(f.fenceTTL)
 				if err != nil {
 					return nil, err
 				}
-				info.CloseTime = timestamppb.New(f.fenceClosed)
 				info.Memo = &commonpb.Memo{Fields: map[string]*commonpb.Payload{api.MemoLeaseTTL: ttl}}
+			}
+			if !f.fenceClosed.IsZero() && !f.fenceOpen {
+				info.CloseTime = timestamppb.New(f.fenceClosed)
 			}
 			resp.Executions = append(resp.Executions, info)
 		}
@@ -576,4 +589,26 @@ func TestSelectWorkerWaitsOutTheLockDelayOfAClosedEarlierRun(t *testing.T) {
 	assert.Equal(t, "a", res.WorkerID, "the lock-delay is over: %s", res.Waiting)
 	assert.Equal(t, int64(4), res.Fence)
 	assert.Zero(t, res.LockDelayUntil)
+}
+
+// A run that visibility still lists as running, other than the caller's,
+// is closing now (an operator's reset or terminate whose close has not
+// reached visibility yet): the lock-delay runs from now, not from a close
+// time it does not know.
+func TestSelectWorkerCountsAnEarlierRunStillListedAsClosingNow(t *testing.T) {
+	reg := newFakeRegistry(idleWorker("a", 0))
+	reg.fenceFloor, reg.fenceTTL, reg.fenceOpen = 2, 6*time.Second, true
+	res := runSelect(t, selectEnv(reg, t0), api.SelectWorkerInput{TaskID: "t1", Fence: 2, LeaseTTL: 5 * time.Second})
+	assert.Empty(t, res.WorkerID)
+	assert.Empty(t, reg.reserves, "nothing reserved during the lock-delay")
+	assert.Equal(t, int64(3), res.Fence)
+	assert.Equal(t, t0.Add(6*time.Second), res.LockDelayUntil, "from now, with the earlier run's TTL")
+	assert.Contains(t, res.Waiting, "fence 2 of an earlier run of the task (closing now)")
+
+	// The caller's own run is not an earlier one.
+	reg = newFakeRegistry(idleWorker("a", 0))
+	reg.fenceFloor, reg.fenceTTL, reg.fenceOpen, reg.fenceSelf = 2, 6*time.Second, true, true
+	res = runSelect(t, selectEnv(reg, t0), api.SelectWorkerInput{TaskID: "t1", Fence: 2, LeaseTTL: 5 * time.Second})
+	assert.Equal(t, "a", res.WorkerID, "its own published fence delays nothing: %s", res.Waiting)
+	assert.Equal(t, int64(2), res.Fence)
 }

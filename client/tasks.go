@@ -223,19 +223,23 @@ func statusName(s enumspb.WorkflowExecutionStatus) string {
 
 // EarlierFences is what the other runs of a task's workflow, running or
 // closed, published: the highest fence (search attribute WdcFence, 0 when
-// none) and, of the closed runs among them, the latest close time and the
-// longest lease TTL (memo api.MemoLeaseTTL; 0 when none says).
+// none); of the closed runs among them, the latest close time; whether one
+// is still listed as running (Open: its close has not reached visibility
+// yet, so it closes now); and the longest lease TTL among them (memo
+// api.MemoLeaseTTL; 0 when none says).
 type EarlierFences struct {
 	Fence    int64
 	ClosedAt time.Time
+	Open     bool
 	LeaseTTL time.Duration
 }
 
-// FenceFloor reads what the runs of the task's workflow that published a
-// fence at or above from granted: a run that an operator reset away or
-// terminated may have granted fences the current run's ledger does not
-// remember, and its command may still run. Errors: Temporal's.
-func (c *Client) FenceFloor(ctx context.Context, taskID string, from int64) (EarlierFences, error) {
+// FenceFloor reads what the runs of the task's workflow other than self
+// (a run ID) that published a fence at or above from granted: a run that
+// an operator reset away or terminated may have granted fences the current
+// run's ledger does not remember, and its command may still run. Errors:
+// Temporal's.
+func (c *Client) FenceFloor(ctx context.Context, taskID, self string, from int64) (EarlierFences, error) {
 	q := fmt.Sprintf("WorkflowId = %q AND %s >= %d", api.TaskWorkflowID(taskID), api.SAFence.GetName(), from)
 	var out EarlierFences
 	var token []byte
@@ -246,14 +250,16 @@ func (c *Client) FenceFloor(ctx context.Context, taskID string, from int64) (Ear
 			return EarlierFences{}, wrap("fences of task "+taskID, err)
 		}
 		for _, e := range resp.GetExecutions() {
+			if e.GetExecution().GetRunId() == self {
+				continue
+			}
 			var fence int64
 			if p := e.GetSearchAttributes().GetIndexedFields()[api.SAFence.GetName()]; p != nil && dc.FromPayload(p, &fence) == nil {
 				out.Fence = max(out.Fence, fence)
 			}
 			if e.GetCloseTime() == nil {
-				continue
-			}
-			if at := e.GetCloseTime().AsTime(); at.After(out.ClosedAt) {
+				out.Open = true
+			} else if at := e.GetCloseTime().AsTime(); at.After(out.ClosedAt) {
 				out.ClosedAt = at
 			}
 			var ttl time.Duration
