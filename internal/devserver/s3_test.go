@@ -89,3 +89,21 @@ func TestAdvertisedIP(t *testing.T) {
 	assert.NotNil(t, ip.To4())
 	assert.False(t, ip.IsUnspecified())
 }
+
+// The internal services' ports are distinct and never one the options
+// name: the S3 gateway and the Web UI bind theirs after those services.
+func TestFreePortsAvoidsTheNamedPorts(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	taken := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+	for range 20 {
+		ports, err := freePorts("127.0.0.1", 3, []int{taken})
+		require.NoError(t, err)
+		require.Len(t, ports, 3)
+		assert.NotContains(t, ports, taken)
+		assert.NotEqual(t, ports[0], ports[1])
+		assert.NotEqual(t, ports[1], ports[2])
+		assert.NotEqual(t, ports[0], ports[2])
+	}
+}

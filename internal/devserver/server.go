@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"sync/atomic"
@@ -306,19 +307,23 @@ func dialIP(ip string) string {
 
 // serverConfig is the static configuration of a single-node, single-shard
 // server whose frontend is at opts.IP:opts.Port and whose other services
-// listen on free loopback ports.
+// listen on free loopback ports, none of them one the options name (the
+// Web UI's and S3's start after these services).
 func serverConfig(opts Options, sqlCfg *config.SQL) (*config.Config, error) {
-	services := map[string]config.Service{}
-	for _, name := range []string{"frontend", "history", "matching", "worker"} {
-		rpc := config.RPC{GRPCPort: opts.Port, BindOnIP: opts.IP}
-		if name != "frontend" {
-			p, err := freePort("127.0.0.1")
-			if err != nil {
-				return nil, err
-			}
-			rpc = config.RPC{GRPCPort: p, BindOnIP: "127.0.0.1"}
-		}
-		services[name] = config.Service{RPC: rpc}
+	avoid := []int{opts.Port}
+	if opts.EnableUI {
+		avoid = append(avoid, opts.UIPort)
+	}
+	if opts.S3 != nil {
+		avoid = append(avoid, opts.S3.Port)
+	}
+	ports, err := freePorts("127.0.0.1", 3, avoid)
+	if err != nil {
+		return nil, err
+	}
+	services := map[string]config.Service{"frontend": {RPC: config.RPC{GRPCPort: opts.Port, BindOnIP: opts.IP}}}
+	for i, name := range []string{"history", "matching", "worker"} {
+		services[name] = config.Service{RPC: config.RPC{GRPCPort: ports[i], BindOnIP: "127.0.0.1"}}
 	}
 	frontend := net.JoinHostPort(dialIP(opts.IP), strconv.Itoa(opts.Port))
 	return &config.Config{
@@ -373,6 +378,26 @@ func freePort(ip string) (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// freePorts returns n distinct free ports on ip, none in avoid: each is
+// held open until all are found, so none repeats.
+func freePorts(ip string, n int, avoid []int) ([]int, error) {
+	var ports []int
+	for tries := 0; len(ports) < n; tries++ {
+		if tries == 100 {
+			return nil, fmt.Errorf("find %d free ports on %s: none left outside %v", n, ip, avoid)
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			return nil, fmt.Errorf("find a free port on %s: %w", ip, err)
+		}
+		defer l.Close()
+		if p := l.Addr().(*net.TCPAddr).Port; !slices.Contains(avoid, p) {
+			ports = append(ports, p)
+		}
+	}
+	return ports, nil
 }
 
 // checkPortFree fails with a clear error when ip:port is already bound.
