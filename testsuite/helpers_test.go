@@ -40,6 +40,29 @@ func countEvents(t *testing.T, wfID string, eventType enumspb.EventType) int {
 	return n
 }
 
+// countFailedWorkflowTasks counts a workflow's failed workflow tasks other
+// than those failed with cause UnhandledCommand: Temporal's own answer to
+// a completion that raced a new event (a signal, a timeout), which the
+// next workflow task handles; every other cause is a fault of the code.
+func countFailedWorkflowTasks(t *testing.T, wfID string) int {
+	t.Helper()
+	iter := suite.client.GetWorkflowHistory(context.Background(), wfID, "", false, 0)
+	n := 0
+	for iter.HasNext() {
+		ev, err := iter.Next()
+		require.NoError(t, err)
+		a := ev.GetWorkflowTaskFailedEventAttributes()
+		if a == nil {
+			continue
+		}
+		t.Logf("%s: event %d: workflow task failed: %s: %s", wfID, ev.GetEventId(), a.GetCause(), a.GetFailure().GetMessage())
+		if a.GetCause() != enumspb.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND {
+			n++
+		}
+	}
+	return n
+}
+
 // writeHistory saves a workflow's history (current run) as JSON in
 // testdata/, for the replay tests.
 func writeHistory(t *testing.T, wfID string) {

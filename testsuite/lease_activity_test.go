@@ -183,7 +183,7 @@ func TestRevokedLeaseFencesItsExecutorThroughItsLeaseActivity(t *testing.T) {
 	require.NoError(t, err)
 	out, _ := waitOutcome(t, env.TaskID)
 	assert.Equal(t, api.TaskCancelled, out.State)
-	assert.Zero(t, countEvents(t, api.TaskWorkflowID(env.TaskID), enumspb.EVENT_TYPE_WORKFLOW_TASK_FAILED), "no workflow task failed")
+	assert.Zero(t, countFailedWorkflowTasks(t, api.TaskWorkflowID(env.TaskID)), "no workflow task failed but for a raced completion")
 	if *updateHistories {
 		writeHistory(t, api.TaskWorkflowID(env.TaskID))
 	}
