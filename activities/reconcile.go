@@ -23,8 +23,9 @@ import (
 // found) with its status, so the run records it as ended without a result.
 // With ListClosed it describes instead the run's tasks that visibility
 // lists as closed without an outcome (ClosedTasksQuery), and returns those
-// whose current execution is still so. Errors are transport failures
-// (retried).
+// whose current execution is still so. With Reported it also returns a
+// running task whose lease query says it ended (reportedOutcome). Errors
+// are transport failures (retried).
 func (c *Control) ReconcileTasks(ctx context.Context, in api.ReconcileTasksInput) (api.ReconcileTasksResult, error) {
 	var res api.ReconcileTasksResult
 	ids := in.TaskIDs
@@ -47,6 +48,16 @@ func (c *Control) ReconcileTasks(ctx context.Context, in api.ReconcileTasksInput
 			return res, fmt.Errorf("describe %s: %w", wfID, err)
 		}
 		status := desc.GetWorkflowExecutionInfo().GetStatus()
+		if in.Reported && status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			rt, err := c.reportedOutcome(ctx, in.RunID, id, desc.GetWorkflowExecutionInfo().GetExecution().GetRunId())
+			if err != nil {
+				return res, err
+			}
+			if rt != nil {
+				res.Closed = append(res.Closed, *rt)
+			}
+			continue
+		}
 		if status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING ||
 			(in.ListClosed && status == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED) {
 			// Listed from an execution that was reset or continued as new,
@@ -59,18 +70,58 @@ func (c *Control) ReconcileTasks(ctx context.Context, in api.ReconcileTasksInput
 			if err := c.Client.GetWorkflow(ctx, wfID, "").Get(ctx, &out); err != nil {
 				return res, fmt.Errorf("result of %s: %w", wfID, err)
 			}
-			if out.Result != nil {
-				ref, err := api.ResultRefOf(*out.Result)
-				if err != nil {
-					return res, fmt.Errorf("result of %s: %w", wfID, err)
-				}
-				out.Result, out.Ref = nil, &ref
+			if out.RunID != in.RunID {
+				continue // another run's task of the same ID
+			}
+			if err := compactOutcome(&out); err != nil {
+				return res, fmt.Errorf("result of %s: %w", wfID, err)
 			}
 			rt.Outcome = &out
 		}
 		res.Closed = append(res.Closed, rt)
 	}
 	return res, nil
+}
+
+// reportedOutcome is a running task's outcome as its own lease query
+// (at execution execRunID) gives it, nil while the task has not ended or
+// when it belongs to another run: a task-ended signal is a hint to look,
+// never the outcome itself.
+func (c *Control) reportedOutcome(ctx context.Context, runID, taskID, execRunID string) (*api.ReconciledTask, error) {
+	wfID := api.TaskWorkflowID(taskID)
+	resp, err := c.Client.QueryWorkflow(ctx, wfID, execRunID, api.QueryLease)
+	var v api.TaskView
+	if err == nil {
+		err = resp.Get(&v)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("query %s: %w", wfID, err)
+	}
+	if !v.State.Terminal() || v.RunID != runID {
+		activity.GetLogger(ctx).Warn("task-ended signal for a task that has not ended ignored", "run", runID, "task", taskID, "state", v.State, "task_run", v.RunID)
+		return nil, nil
+	}
+	out := api.TaskOutcome{TaskID: taskID, RunID: v.RunID, State: v.State, Result: v.Result}
+	if v.Lease != nil {
+		out.Attempts = v.Lease.Attempt
+	}
+	if err := compactOutcome(&out); err != nil {
+		return nil, fmt.Errorf("result of %s: %w", wfID, err)
+	}
+	return &api.ReconciledTask{TaskID: taskID, Status: "RUNNING", Outcome: &out}, nil
+}
+
+// compactOutcome replaces out's full Result with its compact Ref.
+func compactOutcome(out *api.TaskOutcome) error {
+	if out.Result == nil {
+		return nil
+	}
+	ref, err := api.ResultRefOf(*out.Result)
+	if err != nil {
+		return err
+	}
+	out.Result, out.Ref = nil, &ref
+	return nil
 }
 
 // ClosedTasksQuery is the visibility query for the tasks of run runID

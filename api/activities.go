@@ -123,17 +123,24 @@ type ReconcileTasksInput struct {
 	// ListClosed finds the run's tasks with one visibility query instead
 	// of describing TaskIDs (activities.Control.ReconcileTasks).
 	ListClosed bool `json:"list_closed,omitempty"`
+	// Reported says each of TaskIDs was named by a task-ended signal: a
+	// task whose workflow still runs is returned too once its own lease
+	// query answers with a terminal state (the signal itself is not
+	// trusted).
+	Reported bool `json:"reported,omitempty"`
 }
 
-// ReconciledTask is a task whose workflow was found closed.
+// ReconciledTask is a task whose workflow was found closed, or (Reported)
+// running with a terminal state.
 type ReconciledTask struct {
 	TaskID string `json:"task_id"`
 	// Status is the Temporal execution status, e.g. "TERMINATED",
-	// "COMPLETED", or "NOT_FOUND".
+	// "COMPLETED", "RUNNING" or "NOT_FOUND".
 	Status string `json:"status"`
 	// Outcome is the task's own outcome when its workflow COMPLETED (the
-	// task-ended signal may have been lost), with the compact Ref instead
-	// of the full Result; nil otherwise.
+	// task-ended signal may have been lost) or, RUNNING, when its lease
+	// query says it ended, with the compact Ref instead of the full
+	// Result; nil otherwise.
 	Outcome *TaskOutcome `json:"outcome,omitempty"`
 }
 
