@@ -662,6 +662,10 @@ type RunState struct {
 	PendingBytes int64 `json:"pending_bytes"`
 	// ContinuedAsNew counts continue-as-new generations.
 	ContinuedAsNew int64 `json:"continued_as_new"`
+	// Reported are the tasks a task-ended signal named whose outcome the
+	// run had not yet read from the task itself, carried into a
+	// continue-as-new (empty in a query's answer).
+	Reported []string `json:"reported,omitempty"`
 }
 
 // RunView is the run query's answer.

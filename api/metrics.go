@@ -49,6 +49,10 @@ const (
 	// task that had already ended differently (another state or result):
 	// the run keeps the first (control plane). Any count is a bug.
 	MetricTaskReportsConflicting = "wdc_task_reports_conflicting"
+	// MetricTaskReportsUnverified counts task-ended signals a run ignored
+	// because the task's own query did not say it ended: sent by someone
+	// other than the task, or before an operator reset it (control plane).
+	MetricTaskReportsUnverified = "wdc_task_reports_unverified"
 	// MetricWorkers is the fleet's registry entries in each state, tagged
 	// MetricTagState, as one control plane counts them in visibility every
 	// WorkersCountInterval (control plane; gauge: take the max over

@@ -19,8 +19,9 @@ import (
 // WdcRun is the parent of a run's tasks (workflow ID api.RunWorkflowID).
 // Tasks are added by the add-task(s) updates and run as WdcTask workflows,
 // each batch started by one StartTasks activity (older runs: as children,
-// parent-close policy ABANDON); each reports its outcome with the
-// task-ended signal, and the reconcile finds those that close without.
+// parent-close policy ABANDON); each signals task-ended when it ended, the
+// run then reads the outcome from the task itself (verifyReports), and the
+// reconcile finds those that close without.
 // Parent ingest appends one worker_result event per accepted result.
 // Evidence, parent_time and the TCD digest change only through the
 // commit update (invariant 4).
@@ -70,6 +71,16 @@ type runWorkflow struct {
 	endedAs map[string]string
 	// shown is what the current details last showed (showDetails).
 	shown runDetailsKey
+	// reported are the tasks named by a task-ended signal whose outcome is
+	// still to be read from the task itself (verifyReports), in arrival
+	// order; reportedSet holds the same IDs and those being verified.
+	reported    []string
+	reportedSet map[string]bool
+	// verify is the ReconcileTasks activity reading the outcomes of
+	// verifying (nil when none runs); verifySince is r.admits at its start.
+	verify      workflow.Future
+	verifying   []string
+	verifySince int64
 }
 
 // childDoneBuffer is the capacity of the channel of child outcomes: more
@@ -86,6 +97,18 @@ const maxCarryBytes = 1900 << 10
 // continued as new on a build that has it, delete the DefaultVersion
 // branch (startTask, awaitStart, watchChild, childDone) and this constant.
 const startTasksByActivity = "start-tasks-by-activity"
+
+// verifyTaskReports is the change ID of reading a task's outcome from the
+// task itself when its task-ended signal arrives (version 1) instead of
+// taking the signal's content (default), so a signal anyone can send
+// cannot end a task or add a worker_result. Retire it as
+// docs/upgrading.md says: once every open WdcRun has continued as new on
+// a build that has it, make noteTaskEnded unconditional.
+const verifyTaskReports = "verify-task-reports"
+
+// maxVerifyBatch is the most reported tasks one ReconcileTasks activity
+// reads the outcome of.
+const maxVerifyBatch = 256
 
 // reconcileInterval is how often a run looks for tasks it does not watch
 // that closed without reporting (tasks started by StartTasks, and children
@@ -114,6 +137,10 @@ func newRunWorkflow(in api.RunInput) (*runWorkflow, error) {
 	if in.Carry != nil {
 		r := &runWorkflow{st: *in.Carry}
 		r.loadCarry()
+		for _, id := range r.st.Reported {
+			r.noteReport(id)
+		}
+		r.st.Reported = nil
 		return r, nil
 	}
 	if err := fleet.ValidateID("run_id", in.RunID); err != nil {
@@ -233,10 +260,11 @@ func (r *runWorkflow) run(ctx workflow.Context) (api.RunState, error) {
 		}
 		r.armReconcile(ctx)
 		sel := workflow.NewSelector(ctx)
+		r.verifyReports(ctx)
 		sel.AddReceive(r.endedCh, func(c workflow.ReceiveChannel, _ bool) {
 			var out api.TaskEndedSignal
 			c.Receive(ctx, &out)
-			r.onTaskEnded(ctx, out)
+			r.noteTaskEnded(ctx, out)
 		})
 		sel.AddReceive(r.childDone, func(c workflow.ReceiveChannel, _ bool) {
 			var out api.TaskEndedSignal
@@ -249,6 +277,9 @@ func (r *runWorkflow) run(ctx workflow.Context) (api.RunState, error) {
 				r.reconcile = nil
 				r.reconcileUnwatched(ctx)
 			})
+		}
+		if r.verify != nil {
+			sel.AddFuture(r.verify, func(f workflow.Future) { r.verified(ctx, f) })
 		}
 		sel.Select(ctx)
 		if ctx.Err() != nil {
@@ -309,6 +340,13 @@ func (r *runWorkflow) reconcileTasks(ctx workflow.Context, in api.ReconcileTasks
 		workflow.GetLogger(ctx).Warn("reconcile tasks", "run", r.st.RunID, "error", err)
 		return
 	}
+	r.recordReconciled(ctx, res, since)
+}
+
+// recordReconciled records each task of res that the run lists as open
+// and does not watch, unless it was admitted again after since (r.admits
+// when the activity started).
+func (r *runWorkflow) recordReconciled(ctx workflow.Context, res api.ReconcileTasksResult, since int64) {
 	for _, c := range res.Closed {
 		if r.watched[c.TaskID] || r.admittedAt[c.TaskID] > since {
 			continue
@@ -319,6 +357,82 @@ func (r *runWorkflow) reconcileTasks(ctx workflow.Context, in api.ReconcileTasks
 		}
 		r.onTaskEndedDetail(ctx, out, "workflow "+c.Status)
 	}
+}
+
+// noteTaskEnded takes a task-ended signal. At verifyTaskReports version 1
+// it is only a hint: the task is queued for verifyReports, which reads the
+// outcome from the task's own workflow. Before, the signal's outcome was
+// recorded as sent.
+func (r *runWorkflow) noteTaskEnded(ctx workflow.Context, out api.TaskEndedSignal) {
+	if workflow.GetVersion(ctx, verifyTaskReports, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		r.onTaskEnded(ctx, out)
+		return
+	}
+	r.noteReport(out.TaskID)
+}
+
+// noteReport queues a task for verifyReports, once, if the run lists it
+// as open.
+func (r *runWorkflow) noteReport(taskID string) {
+	if t := r.task(taskID); t == nil || t.State.Terminal() || r.reportedSet[taskID] {
+		return
+	}
+	if r.reportedSet == nil {
+		r.reportedSet = map[string]bool{}
+	}
+	r.reportedSet[taskID] = true
+	r.reported = append(r.reported, taskID)
+}
+
+// verifyReports starts one ReconcileTasks activity (Reported) for up to
+// maxVerifyBatch queued tasks, unless one runs: reports that arrive
+// meanwhile wait for the next, so a busy run verifies in batches.
+func (r *runWorkflow) verifyReports(ctx workflow.Context) {
+	if r.verify != nil || len(r.reported) == 0 {
+		return
+	}
+	n := min(len(r.reported), maxVerifyBatch)
+	r.verifying = append([]string(nil), r.reported[:n]...)
+	r.reported = append([]string(nil), r.reported[n:]...)
+	r.verifySince = r.admits
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:           api.ControlTaskQueue,
+		StartToCloseTimeout: 2 * time.Minute,
+		HeartbeatTimeout:    30 * time.Second,
+		Summary:             fmt.Sprintf("ReconcileTasks of %d reported tasks", n),
+	})
+	r.verify = workflow.ExecuteActivity(actx, controlActs.ReconcileTasks,
+		api.ReconcileTasksInput{RunID: r.st.RunID, TaskIDs: r.verifying, Reported: true})
+}
+
+// verified records the outcomes verifyReports read. A reported task still
+// open afterwards did not say it ended: its signal is logged, counted
+// (api.MetricTaskReportsUnverified) and dropped. When the activity failed
+// (it retries until it succeeds, so only on cancellation) the tasks are
+// queued again.
+func (r *runWorkflow) verified(ctx workflow.Context, f workflow.Future) {
+	ids := r.verifying
+	r.verify, r.verifying = nil, nil
+	var res api.ReconcileTasksResult
+	if err := f.Get(ctx, &res); err != nil {
+		workflow.GetLogger(ctx).Warn("verify task reports", "run", r.st.RunID, "error", err)
+		r.reported = append(ids, r.reported...)
+		return
+	}
+	r.recordReconciled(ctx, res, r.verifySince)
+	for _, id := range ids {
+		delete(r.reportedSet, id)
+		if t := r.task(id); t != nil && !t.State.Terminal() && !r.watched[id] {
+			workflow.GetLogger(ctx).Warn("task-ended signal for a task that has not ended; ignored", "run", r.st.RunID, "task", id)
+			count(ctx, api.MetricTaskReportsUnverified, "")
+		}
+	}
+}
+
+// pendingReports are the tasks queued or being verified, for a
+// continue-as-new to carry.
+func (r *runWorkflow) pendingReports() []string {
+	return append(append([]string(nil), r.verifying...), r.reported...)
 }
 
 // watchChild records the child's own outcome when it closes, whatever the
@@ -915,7 +1029,7 @@ func (r *runWorkflow) continueAsNew(ctx workflow.Context) error {
 	for {
 		var out api.TaskEndedSignal
 		if r.endedCh.ReceiveAsync(&out) {
-			r.onTaskEnded(ctx, out)
+			r.noteTaskEnded(ctx, out)
 			continue
 		}
 		if r.childDone.ReceiveAsync(&out) {
@@ -926,6 +1040,7 @@ func (r *runWorkflow) continueAsNew(ctx workflow.Context) error {
 	}
 	st := compacted(r.st)
 	st.ContinuedAsNew++
+	st.Reported = r.pendingReports()
 	in := api.RunInput{RunID: st.RunID, WorldID: st.WorldID, CloseWhenDone: st.CloseWhenDone, Carry: &st}
 	if b, err := json.Marshal(in); err != nil || len(b) > maxCarryBytes {
 		// Only runs of pathological sizes get here (MaxRunPendingBytes

@@ -108,9 +108,7 @@ func TestRunReconcileSkipsTasksBeingStarted(t *testing.T) {
 	e3, d3 := runEnvelope(t, "t3")
 	var add3 updateOutcome
 	h.update(reconcileInterval-time.Nanosecond, api.UpdateAddTask, api.AddTaskInput{Envelope: e3, EnvelopeDigest: d3}, &add3, nil)
-	h.env.RegisterDelayedCallback(func() {
-		h.env.SignalWorkflow(api.SignalTaskEnded, api.TaskOutcome{TaskID: "t1", RunID: "r1", State: api.TaskCancelled})
-	}, 95*time.Second)
+	h.finishTask(95*time.Second, "t1", api.TaskOutcome{State: api.TaskCancelled})
 	h.finishTask(100*time.Second, "t3", api.TaskOutcome{State: api.TaskCompleted, Attempts: 1, Ref: &api.ResultRef{TaskID: "t3", Fence: 1}})
 	h.env.ExecuteWorkflow(api.RunWorkflowType, api.RunInput{RunID: "r1", WorldID: "w1", Carry: &carry, CloseWhenDone: true})
 	require.NoError(t, h.env.GetWorkflowError())

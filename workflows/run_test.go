@@ -15,7 +15,6 @@ import (
 	"github.com/wdc-runtime/wdc/activities"
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/envelope"
-	"github.com/wdc-runtime/wdc/internal/telemetry"
 )
 
 // fakeTask stands in for WdcTask as the run's child: it runs until the
@@ -44,6 +43,11 @@ type runHarness struct {
 	// answers it (else nothing is closed).
 	reconciled []api.ReconcileTasksInput
 	reconcile  func(api.ReconcileTasksInput) api.ReconcileTasksResult
+	// ended is each task's own outcome once finishTask ended it: what
+	// ReconcileTasks with Reported reads from the task (a task-ended
+	// signal alone ends nothing); verified records those inputs.
+	ended    map[string]api.TaskOutcome
+	verified []api.ReconcileTasksInput
 	// children is set when the run starts its tasks as fakeTask children
 	// (DefaultVersion of startTasksByActivity).
 	children bool
@@ -62,7 +66,7 @@ func newRunHarnessIn(t *testing.T, ts *testsuite.WorkflowTestSuite) *runHarness 
 	env.RegisterWorkflowWithOptions(WdcRun, workflow.RegisterOptions{Name: api.RunWorkflowType})
 	env.RegisterWorkflowWithOptions(fakeTask, workflow.RegisterOptions{Name: api.TaskWorkflowType})
 	env.RegisterActivity(&activities.Control{})
-	h := &runHarness{t: t, env: env}
+	h := &runHarness{t: t, env: env, ended: map[string]api.TaskOutcome{}}
 	h.startCall = env.OnActivity(controlActs.StartTasks, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in api.StartTasksInput) (api.StartTasksResult, error) {
 			h.started = append(h.started, in)
@@ -76,6 +80,10 @@ func newRunHarnessIn(t *testing.T, ts *testsuite.WorkflowTestSuite) *runHarness 
 		})
 	env.OnActivity(controlActs.ReconcileTasks, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in api.ReconcileTasksInput) (api.ReconcileTasksResult, error) {
+			if in.Reported {
+				h.verified = append(h.verified, in)
+				return h.reportedOutcomes(in), nil
+			}
 			h.reconciled = append(h.reconciled, in)
 			if h.reconcile == nil {
 				return api.ReconcileTasksResult{}, nil
@@ -83,6 +91,23 @@ func newRunHarnessIn(t *testing.T, ts *testsuite.WorkflowTestSuite) *runHarness 
 			return h.reconcile(in), nil
 		})
 	return h
+}
+
+// reportedOutcomes answers ReconcileTasks with Reported as the activity
+// does: the tasks that ended, by their own outcome.
+func (h *runHarness) reportedOutcomes(in api.ReconcileTasksInput) api.ReconcileTasksResult {
+	var res api.ReconcileTasksResult
+	for _, id := range in.TaskIDs {
+		if out, ok := h.ended[id]; ok {
+			if out.Result != nil {
+				ref, err := api.ResultRefOf(*out.Result)
+				require.NoError(h.t, err)
+				out.Result, out.Ref = nil, &ref
+			}
+			res.Closed = append(res.Closed, api.ReconciledTask{TaskID: id, Status: "RUNNING", Outcome: &out})
+		}
+	}
+	return res
 }
 
 // childPath makes the run start its tasks as fakeTask children, as runs
@@ -126,6 +151,7 @@ func (h *runHarness) update(at time.Duration, name string, arg any, out *updateO
 func (h *runHarness) finishTask(at time.Duration, taskID string, out api.TaskOutcome) {
 	out.TaskID, out.RunID = taskID, "r1"
 	h.env.RegisterDelayedCallback(func() {
+		h.ended[taskID] = out
 		if h.children {
 			require.NoError(h.t, h.env.SignalWorkflowByID(api.TaskWorkflowID(taskID), "finish", out))
 		}
@@ -259,16 +285,10 @@ func TestRunIgnoresRepeatedAndUnknownReports(t *testing.T) {
 }
 
 // A task's first outcome is the run's: a later report that differs (an
-// abandoned attempt's result, another state) is counted and never flips
-// the recorded result.
+// abandoned attempt's result, another state) is not looked at again and
+// never flips the recorded result.
 func TestRunKeepsATasksFirstOutcome(t *testing.T) {
-	m := telemetry.NewMetrics(nil)
-	var ts testsuite.WorkflowTestSuite
-	ts.SetMetricsHandler(m.Handler)
-	h := newRunHarnessIn(t, &ts)
-	e1, d1 := runEnvelope(t, "t1")
-	var add updateOutcome
-	h.update(time.Second, api.UpdateAddTask, api.AddTaskInput{Envelope: e1, EnvelopeDigest: d1}, &add, nil)
+	h, m, add, d1 := newRunHarnessWithTask(t)
 	kept := &api.TaskResult{TaskID: "t1", RunID: "r1", WorkerID: "w-b", Attempt: 2, Fence: 2, EnvelopeDigest: d1}
 	h.finishTask(2*time.Second, "t1", api.TaskOutcome{State: api.TaskCompleted, Attempts: 2, Result: kept})
 	abandoned := &api.TaskResult{TaskID: "t1", RunID: "r1", WorkerID: "w-a", Attempt: 1, Fence: 1, EnvelopeDigest: d1}
@@ -292,17 +312,9 @@ func TestRunKeepsATasksFirstOutcome(t *testing.T) {
 	require.Equal(t, int64(1), v.TaskCounts.Completed)
 
 	require.NoError(t, m.Close())
-	fams, err := m.Registry.Gather()
-	require.NoError(t, err)
-	var conflicting float64
-	for _, f := range fams {
-		if f.GetName() == api.MetricTaskReportsConflicting+"_total" {
-			for _, s := range f.GetMetric() {
-				conflicting += s.GetCounter().GetValue()
-			}
-		}
-	}
-	require.Equal(t, float64(2), conflicting, "the two differing reports, not the repeat")
+	require.Zero(t, counterTotal(t, m, api.MetricTaskReportsConflicting), "the later reports were never taken as outcomes")
+	require.Len(t, h.verified, 1, "only the first report was verified")
+	require.Equal(t, []string{"t1"}, h.verified[0].TaskIDs)
 }
 
 func requireAppErrType(t *testing.T, err error, typ string) {
