@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wdc-runtime/wdc/api"
+	wdcclient "github.com/wdc-runtime/wdc/client"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -173,4 +175,18 @@ func has(t testing.TB, s *blobstore.Store, digest string) bool {
 	ok, err := s.Has(context.Background(), digest)
 	require.NoError(t, err)
 	return ok
+}
+
+// runWithEndedTasks polls run runID until it lists every task as ended:
+// the run reads a task's outcome from the task a moment after the task's
+// workflow closed.
+func runWithEndedTasks(t *testing.T, wc *wdcclient.Client, runID string) api.RunView {
+	t.Helper()
+	var v api.RunView
+	waitFor(t, 10*time.Second, "run "+runID+" has its tasks' outcomes", func() bool {
+		var err error
+		v, err = wc.Run(context.Background(), runID)
+		return err == nil && v.TaskCounts.Total > 0 && v.TaskCounts.Open == 0
+	})
+	return v
 }

@@ -290,8 +290,7 @@ func TestResultValidationAndDeduplication(t *testing.T) {
 	assert.Equal(t, lease.Completed, view.Lease.State)
 	accepted := countEvents(t, wfID, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED)
 	assert.Equal(t, 1, accepted, "one update applied")
-	run, err := suite.wdc.Run(context.Background(), env.RunID)
-	require.NoError(t, err)
+	run := runWithEndedTasks(t, suite.wdc, env.RunID)
 	assert.Equal(t, int64(1), run.WorkerResultEvents)
 }
 
@@ -418,8 +417,7 @@ func TestProgramFailureIsAResultWithLogs(t *testing.T) {
 	assert.LessOrEqual(t, countEvents(t, wf, enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES), 2)
 	t.Logf("%d events", historyLength(t, wf))
 	assert.LessOrEqual(t, historyLength(t, wf), 27)
-	v, err := suite.wdc.Run(context.Background(), "logs-run")
-	require.NoError(t, err)
+	v := runWithEndedTasks(t, suite.wdc, "logs-run")
 	require.Len(t, v.Tasks, 1)
 	assert.Equal(t, api.TaskCompleted, v.Tasks[0].State, "the run has the task's report")
 	assert.Equal(t, int64(1), v.WorkerResultEvents)

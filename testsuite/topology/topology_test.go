@@ -355,13 +355,16 @@ func (c *cluster) waitOutcome(t *testing.T, id string, timeout time.Duration) (a
 }
 
 // checkRunResult checks that the task's result reached its run: one
-// worker_result event.
+// worker_result event, once the run read the ended task's outcome (a
+// moment after the task's workflow closed).
 func (c *cluster) checkRunResult(t *testing.T, runID string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rv, err := c.wdc.Run(ctx, runID)
-	require.NoError(t, err)
+	var rv api.RunView
+	waitFor(t, 10*time.Second, "run "+runID+" has its task's outcome", func() bool {
+		var err error
+		rv, err = c.wdc.Run(context.Background(), runID)
+		return err == nil && rv.TaskCounts.Total > 0 && rv.TaskCounts.Open == 0
+	})
 	assert.Equal(t, int64(1), rv.WorkerResultEvents, "one worker_result event in run %s", runID)
 }
 
