@@ -23,6 +23,20 @@ const (
 	RejectWrongAttempt RejectReason = "wrong_attempt"
 	// RejectWrongTask: the message names another task.
 	RejectWrongTask RejectReason = "wrong_task"
+
+	// The identity check's reasons (package identity), judged beside the
+	// fence check.
+
+	// RejectUnauthenticated: the message carries no valid signature from
+	// an identity the trust bundle vouches for (unsigned, a bad or expired
+	// certificate, a signature that does not match the content).
+	RejectUnauthenticated RejectReason = "unauthenticated"
+	// RejectWrongIdentity: validly signed, but by someone who does not
+	// speak for the message's worker or attempt.
+	RejectWrongIdentity RejectReason = "wrong_identity"
+	// RejectReplayed: a validly signed message sent again (not newer than
+	// the last one accepted, or older than the replay window).
+	RejectReplayed RejectReason = "replayed"
 )
 
 // Claim is what every message from an attempt asserts about itself:

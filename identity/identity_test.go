@@ -1,0 +1,190 @@
+package identity
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wdc-runtime/wdc/lease"
+)
+
+type msg struct {
+	WorkerID string `json:"worker_id"`
+	N        int    `json:"n"`
+	Proof    *Proof `json:"proof,omitempty"`
+}
+
+func signerFor(t *testing.T, iss *Issuer, worker string, ttl time.Duration) *Signer {
+	t.Helper()
+	svid, err := iss.IssueWorker(worker, ttl)
+	require.NoError(t, err)
+	s, err := NewSigner(svid)
+	require.NoError(t, err)
+	return s
+}
+
+func reasonOf(rej *lease.Rejection) lease.RejectReason {
+	if rej == nil {
+		return ""
+	}
+	return rej.Reason
+}
+
+func TestWorkerMessages(t *testing.T) {
+	td := spiffeid.RequireTrustDomainFromString(DefaultTrustDomain)
+	iss, err := NewIssuer(td)
+	require.NoError(t, err)
+	other, err := NewIssuer(td) // same trust domain, another root
+	require.NoError(t, err)
+	now := time.Now()
+	a := signerFor(t, iss, "worker-a", time.Hour)
+	b := signerFor(t, iss, "worker-b", time.Hour)
+	forged := signerFor(t, other, "worker-a", time.Hour)
+	expired := signerFor(t, iss, "worker-a", time.Millisecond)
+
+	sign := func(s *Signer, m msg, at time.Time) (msg, *Proof) {
+		p, err := s.Sign("register", m, at)
+		require.NoError(t, err)
+		return m, p
+	}
+	base := msg{WorkerID: "worker-a", N: 1}
+	for _, tc := range []struct {
+		name string
+		mode Mode
+		at   time.Time
+		make func() (msg, *Proof)
+		want lease.RejectReason
+	}{
+		{"signed by the worker", ModeRequired, now, func() (msg, *Proof) { return sign(a, base, now) }, ""},
+		{"unsigned, required", ModeRequired, now, func() (msg, *Proof) { return base, nil }, lease.RejectUnauthenticated},
+		{"unsigned, optional", ModeOptional, now, func() (msg, *Proof) { return base, nil }, ""},
+		{"anything, off", ModeOff, now, func() (msg, *Proof) { return base, &Proof{Signature: []byte("x")} }, ""},
+		{"bad signature, optional", ModeOptional, now, func() (msg, *Proof) {
+			m, p := sign(a, base, now)
+			m.N = 2
+			return m, p
+		}, lease.RejectUnauthenticated},
+		{"content changed", ModeRequired, now, func() (msg, *Proof) {
+			m, p := sign(a, base, now)
+			m.N = 2
+			return m, p
+		}, lease.RejectUnauthenticated},
+		{"another worker's SVID", ModeRequired, now, func() (msg, *Proof) { return sign(b, base, now) }, lease.RejectWrongIdentity},
+		{"a root the bundle does not hold", ModeRequired, now, func() (msg, *Proof) { return sign(forged, base, now) }, lease.RejectUnauthenticated},
+		{"an expired SVID", ModeRequired, now.Add(time.Minute), func() (msg, *Proof) { return sign(expired, base, now) }, lease.RejectUnauthenticated},
+		{"signed long ago (replayed)", ModeRequired, now.Add(MaxSignedAge + time.Second), func() (msg, *Proof) { return sign(a, base, now) }, lease.RejectReplayed},
+		{"dated in the future", ModeRequired, now, func() (msg, *Proof) { return sign(a, base, now.Add(MaxSignedAge+time.Second)) }, lease.RejectUnauthenticated},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := NewVerifier(tc.mode, iss.Bundle())
+			require.NoError(t, err)
+			m, p := tc.make()
+			verdict, rej := v.Worker(tc.at, "worker-a", "register", m, p)
+			require.Equal(t, tc.want, reasonOf(rej), "%v", rej)
+			if rej == nil && tc.mode == ModeRequired {
+				require.True(t, verdict.Signed)
+				require.Equal(t, "spiffe://wdc.local/wdc/worker/worker-a", verdict.ID.String())
+			}
+		})
+	}
+}
+
+func TestAttemptMessages(t *testing.T) {
+	td := spiffeid.RequireTrustDomainFromString(DefaultTrustDomain)
+	iss, err := NewIssuer(td)
+	require.NoError(t, err)
+	now := time.Now()
+	a := signerFor(t, iss, "worker-a", time.Hour)
+	b := signerFor(t, iss, "worker-b", time.Hour)
+	claim := lease.Claim{TaskID: "t1", WorkerID: "worker-a", Attempt: 2, Fence: 2, EnvelopeDigest: "sha256:00"}
+	old := claim
+	old.Attempt, old.Fence = 1, 1
+	key, err := a.Delegate(claim, now.Add(time.Hour))
+	require.NoError(t, err)
+	oldKey, err := a.Delegate(old, now.Add(time.Hour))
+	require.NoError(t, err)
+	bClaim := claim
+	bClaim.WorkerID = "worker-b"
+	bKey, err := b.Delegate(bClaim, now.Add(time.Hour))
+	require.NoError(t, err)
+	shortKey, err := a.Delegate(claim, now.Add(time.Second))
+	require.NoError(t, err)
+	v, err := NewVerifier(ModeRequired, iss.Bundle())
+	require.NoError(t, err)
+
+	m := msg{WorkerID: "worker-a", N: 7}
+	signed := func(k *AttemptKey) *Proof {
+		p, err := k.Sign("submit-result", m, now)
+		require.NoError(t, err)
+		return p
+	}
+	workerSigned, err := a.Sign("submit-result", m, now)
+	require.NoError(t, err)
+	tampered := signed(key)
+	d := *tampered.Delegation
+	d.Claim.Fence = 9
+	tampered.Delegation = &d
+
+	for _, tc := range []struct {
+		name string
+		at   time.Time
+		p    *Proof
+		want lease.RejectReason
+	}{
+		{"the attempt's own key", now, signed(key), ""},
+		{"unsigned", now, nil, lease.RejectUnauthenticated},
+		{"another attempt's key", now, signed(oldKey), lease.RejectWrongIdentity},
+		{"another worker's attempt key", now, signed(bKey), lease.RejectWrongIdentity},
+		{"the worker's key, not delegated", now, workerSigned, lease.RejectWrongIdentity},
+		{"a delegation edited to another fence", now, tampered, lease.RejectUnauthenticated},
+		{"an expired delegation", now.Add(time.Minute), signed(shortKey), lease.RejectUnauthenticated},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, rej := v.Attempt(tc.at, "submit-result", claim, m, tc.p)
+			require.Equal(t, tc.want, reasonOf(rej), "%v", rej)
+		})
+	}
+	t.Run("a signature moved to another kind of message", func(t *testing.T) {
+		_, rej := v.Attempt(now, "attempt-failed", claim, m, signed(key))
+		require.Equal(t, lease.RejectUnauthenticated, reasonOf(rej))
+	})
+}
+
+func TestIssuerAndSVIDFiles(t *testing.T) {
+	td := spiffeid.RequireTrustDomainFromString(DefaultTrustDomain)
+	dir := t.TempDir()
+	iss, err := LoadOrCreateIssuer(filepath.Join(dir, "ca"), td)
+	require.NoError(t, err)
+	st, err := os.Stat(filepath.Join(dir, "ca", CAKeyFile))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), st.Mode().Perm())
+	again, err := LoadOrCreateIssuer(filepath.Join(dir, "ca"), td)
+	require.NoError(t, err)
+	require.True(t, iss.Bundle().Equal(again.Bundle()), "a second load reads the same root")
+
+	svid, err := again.IssueWorker("worker-a", time.Hour)
+	require.NoError(t, err)
+	require.NoError(t, WriteSVID(filepath.Join(dir, "a"), svid, again.Bundle()))
+	st, err = os.Stat(filepath.Join(dir, "a", SVIDKeyFile))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), st.Mode().Perm())
+	loaded, bundle, err := LoadSVID(filepath.Join(dir, "a"))
+	require.NoError(t, err)
+	s, err := NewSigner(loaded)
+	require.NoError(t, err)
+	p, err := s.Sign("register", msg{WorkerID: "worker-a"}, time.Now())
+	require.NoError(t, err)
+	v, err := NewVerifier(ModeRequired, bundle)
+	require.NoError(t, err)
+	_, rej := v.Worker(time.Now(), "worker-a", "register", msg{WorkerID: "worker-a"}, p)
+	require.Nil(t, rej)
+
+	_, err = NewVerifier(ModeRequired, nil)
+	require.Error(t, err, "required without a bundle")
+	_, err = ParseMode("on")
+	require.ErrorContains(t, err, "want off, optional or required")
+}

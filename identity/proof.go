@@ -1,0 +1,172 @@
+package identity
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gowebpki/jcs"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
+
+	"github.com/wdc-runtime/wdc/lease"
+)
+
+// Proof is what a signed message carries: the signer's X.509-SVID, for an
+// attempt's message the key its worker delegated to it, and a signature
+// over the message's exact content (Content).
+type Proof struct {
+	// Chain is the worker's X.509-SVID, leaf first (DER).
+	Chain [][]byte `json:"chain"`
+	// Delegation is set on an attempt's messages: Signature is then by
+	// Delegation.Key, which the chain's leaf delegated.
+	Delegation *Delegation `json:"delegation,omitempty"`
+	// SignedAt is when the signer signed, by its clock (UTC, milliseconds).
+	SignedAt time.Time `json:"signed_at"`
+	// Signature is over Content(kind, message, SignedAt).
+	Signature []byte `json:"signature"`
+}
+
+// Delegation is a worker's grant of an Ed25519 key to one attempt: the key
+// speaks only for Claim (task, worker, attempt, fence, envelope digest)
+// and only until NotAfter.
+type Delegation struct {
+	Claim lease.Claim `json:"claim"`
+	// Key is the attempt's Ed25519 public key (32 bytes).
+	Key []byte `json:"key"`
+	// NotAfter ends the delegation; it never outlives the worker's SVID.
+	NotAfter time.Time `json:"not_after"`
+	// Signature is the worker's, by its SVID's key, over the fields above.
+	Signature []byte `json:"signature"`
+}
+
+// Content is the bytes a Proof signs: a domain label, the message's kind
+// (its update or signal name), the signing time, and the RFC 8785 canonical
+// JSON of the message without its proof. Errors: message does not marshal.
+func Content(kind string, message any, signedAt time.Time) ([]byte, error) {
+	raw, err := json.Marshal(message)
+	if err != nil {
+		return nil, fmt.Errorf("sign %s: %w", kind, err)
+	}
+	canon, err := jcs.Transform(raw)
+	if err != nil {
+		return nil, fmt.Errorf("sign %s: %w", kind, err)
+	}
+	head := "wdc-signed-message/v1\x00" + kind + "\x00" + signedAt.UTC().Format(time.RFC3339Nano) + "\x00"
+	return append([]byte(head), canon...), nil
+}
+
+func (d Delegation) content() ([]byte, error) {
+	d.Signature = nil
+	return Content("delegation", d, d.NotAfter)
+}
+
+// signingTime is t as a Proof carries it (UTC, milliseconds), so that it
+// survives JSON unchanged.
+func signingTime(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }
+
+// Signer signs as a fleet worker with its X.509-SVID.
+type Signer struct {
+	svid  *x509svid.SVID
+	chain [][]byte
+}
+
+// NewSigner returns a signer for svid. Errors: the SVID's key cannot sign.
+func NewSigner(svid *x509svid.SVID) (*Signer, error) {
+	if svid == nil || len(svid.Certificates) == 0 || svid.PrivateKey == nil {
+		return nil, errors.New("identity: an SVID with a certificate and a key is required")
+	}
+	s := &Signer{svid: svid}
+	for _, c := range svid.Certificates {
+		s.chain = append(s.chain, c.Raw)
+	}
+	return s, nil
+}
+
+// ID is the signer's SPIFFE ID.
+func (s *Signer) ID() spiffeid.ID { return s.svid.ID }
+
+// NotAfter is when the signer's SVID expires.
+func (s *Signer) NotAfter() time.Time { return s.svid.Certificates[0].NotAfter }
+
+// Sign signs message of kind at time at.
+func (s *Signer) Sign(kind string, message any, at time.Time) (*Proof, error) {
+	at = signingTime(at)
+	content, err := Content(kind, message, at)
+	if err != nil {
+		return nil, err
+	}
+	sig, err := signWith(s.svid.PrivateKey, content)
+	if err != nil {
+		return nil, err
+	}
+	return &Proof{Chain: s.chain, SignedAt: at, Signature: sig}, nil
+}
+
+// Delegate makes a new Ed25519 key for the attempt c and signs its
+// delegation, valid until notAfter (at most the SVID's expiry).
+func (s *Signer) Delegate(c lease.Claim, notAfter time.Time) (*AttemptKey, error) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	if na := s.NotAfter(); notAfter.IsZero() || notAfter.After(na) {
+		notAfter = na
+	}
+	d := Delegation{Claim: c, Key: pub, NotAfter: signingTime(notAfter)}
+	content, err := d.content()
+	if err != nil {
+		return nil, err
+	}
+	if d.Signature, err = signWith(s.svid.PrivateKey, content); err != nil {
+		return nil, err
+	}
+	return &AttemptKey{Chain: s.chain, Delegation: d, Key: priv}, nil
+}
+
+// AttemptKey is an attempt's delegated key, what its executor signs with.
+// It is a credential: it travels to an external executor only in a file
+// readable by that executor alone.
+type AttemptKey struct {
+	Chain      [][]byte           `json:"chain"`
+	Delegation Delegation         `json:"delegation"`
+	Key        ed25519.PrivateKey `json:"key"`
+}
+
+// Sign signs message of kind at time at with the attempt's key.
+func (k *AttemptKey) Sign(kind string, message any, at time.Time) (*Proof, error) {
+	at = signingTime(at)
+	content, err := Content(kind, message, at)
+	if err != nil {
+		return nil, err
+	}
+	d := k.Delegation
+	return &Proof{Chain: k.Chain, Delegation: &d, SignedAt: at, Signature: ed25519.Sign(k.Key, content)}, nil
+}
+
+func signWith(key crypto.Signer, content []byte) ([]byte, error) {
+	if _, ok := key.Public().(ed25519.PublicKey); ok {
+		return key.Sign(rand.Reader, content, crypto.Hash(0))
+	}
+	sum := sha256.Sum256(content)
+	return key.Sign(rand.Reader, sum[:], crypto.SHA256)
+}
+
+// verifySignature checks sig over content by pub (ECDSA with SHA-256, or
+// Ed25519).
+func verifySignature(pub any, content, sig []byte) bool {
+	switch k := pub.(type) {
+	case *ecdsa.PublicKey:
+		sum := sha256.Sum256(content)
+		return ecdsa.VerifyASN1(k, sum[:], sig)
+	case ed25519.PublicKey:
+		return ed25519.Verify(k, content, sig)
+	}
+	return false
+}

@@ -1,0 +1,163 @@
+package identity
+
+import (
+	"crypto/ed25519"
+	"fmt"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
+
+	"github.com/wdc-runtime/wdc/lease"
+)
+
+// MaxSignedAge is how old a worker's own signed message may be when it
+// is judged (its SignedAt against the validator's now), and how far in
+// the future it may be dated (clock skew). Older is RejectReplayed.
+const MaxSignedAge = 2 * time.Minute
+
+// Verifier judges signed messages against a trust bundle. A nil Verifier
+// is ModeOff. It is safe for concurrent use and never changes after
+// construction (a control plane loads a new bundle by restarting).
+type Verifier struct {
+	// Mode is off, optional or required; empty is ModeOff.
+	Mode Mode
+	// Bundle holds the trust domain's authorities; required unless Mode is off.
+	Bundle *x509bundle.Bundle
+}
+
+// Verdict is what a Verifier found about an accepted message.
+type Verdict struct {
+	// Signed is false for an unsigned message accepted in ModeOptional,
+	// or any message in ModeOff.
+	Signed bool
+	// ID is the signer's SPIFFE ID when Signed.
+	ID spiffeid.ID
+}
+
+// NewVerifier checks that mode and bundle fit together.
+func NewVerifier(mode Mode, bundle *x509bundle.Bundle) (*Verifier, error) {
+	if _, err := ParseMode(string(mode)); err != nil {
+		return nil, err
+	}
+	if mode != ModeOff && (bundle == nil || bundle.Empty()) {
+		return nil, fmt.Errorf("identity %s needs a trust bundle", mode)
+	}
+	return &Verifier{Mode: mode, Bundle: bundle}, nil
+}
+
+func (v *Verifier) off() bool { return v == nil || v.Mode == "" || v.Mode == ModeOff }
+
+func reject(reason lease.RejectReason, format string, args ...any) *lease.Rejection {
+	return &lease.Rejection{Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// chain verifies p's certificate chain at now and returns the signer's ID
+// and leaf, or RejectUnauthenticated.
+func (v *Verifier) chain(now time.Time, p *Proof) (spiffeid.ID, *lease.Rejection, any) {
+	id, chains, err := x509svid.ParseAndVerify(p.Chain, v.Bundle, x509svid.WithTime(now))
+	if err != nil {
+		return spiffeid.ID{}, reject(lease.RejectUnauthenticated, "the signer's certificate is not valid at %s: %v", now.UTC().Format(time.RFC3339), err), nil
+	}
+	return id, nil, chains[0][0].PublicKey
+}
+
+// unsigned decides an unsigned message: accepted in ModeOptional, else
+// RejectUnauthenticated.
+func (v *Verifier) unsigned(kind string) (Verdict, *lease.Rejection) {
+	if v.Mode == ModeOptional {
+		return Verdict{}, nil
+	}
+	return Verdict{}, reject(lease.RejectUnauthenticated, "%s is not signed; this control plane requires signed messages (identity %s)", kind, v.Mode)
+}
+
+// Worker judges message of kind that fleet worker `worker` signs with its
+// own SVID (register, worker heartbeat): the chain verifies at now, its ID
+// is the worker's, the signature matches the content (message without its
+// proof), and SignedAt is within MaxSignedAge of now. Rejections:
+// unauthenticated, wrong_identity, replayed. The caller also refuses a
+// SignedAt not after the last it accepted (replayed).
+func (v *Verifier) Worker(now time.Time, worker, kind string, message any, p *Proof) (Verdict, *lease.Rejection) {
+	if v.off() {
+		return Verdict{}, nil
+	}
+	if p == nil {
+		return v.unsigned(kind)
+	}
+	id, rej, pub := v.chain(now, p)
+	if rej != nil {
+		return Verdict{}, rej
+	}
+	if got, ok := WorkerOf(id); !ok || got != worker {
+		return Verdict{}, reject(lease.RejectWrongIdentity, "%s for worker %q is signed by %s", kind, worker, id)
+	}
+	if p.Delegation != nil {
+		return Verdict{}, reject(lease.RejectWrongIdentity, "%s for worker %q is signed by an attempt's key, not the worker's", kind, worker)
+	}
+	if rej := v.content(pub, kind, message, p); rej != nil {
+		return Verdict{}, rej
+	}
+	switch {
+	case p.SignedAt.Before(now.Add(-MaxSignedAge)):
+		return Verdict{}, reject(lease.RejectReplayed, "%s signed at %s is older than %s", kind, p.SignedAt.Format(time.RFC3339), MaxSignedAge)
+	case p.SignedAt.After(now.Add(MaxSignedAge)):
+		return Verdict{}, reject(lease.RejectUnauthenticated, "%s is signed at %s, in the future", kind, p.SignedAt.Format(time.RFC3339))
+	}
+	return Verdict{Signed: true, ID: id}, nil
+}
+
+// Attempt judges message of kind from the attempt c (submit-result, lease
+// heartbeat, attempt-failed): the chain verifies at now and is worker
+// c.WorkerID's, the worker delegated p.Delegation.Key to exactly c and not
+// past now, and that key signed the content (message without its proof).
+// Rejections: unauthenticated, wrong_identity. A replay of a whole signed
+// message is the same claim again: the fence check and the update's ID
+// answer it.
+func (v *Verifier) Attempt(now time.Time, kind string, c lease.Claim, message any, p *Proof) (Verdict, *lease.Rejection) {
+	if v.off() {
+		return Verdict{}, nil
+	}
+	if p == nil {
+		return v.unsigned(kind)
+	}
+	id, rej, pub := v.chain(now, p)
+	if rej != nil {
+		return Verdict{}, rej
+	}
+	if got, ok := WorkerOf(id); !ok || got != c.WorkerID {
+		return Verdict{}, reject(lease.RejectWrongIdentity, "%s of %s is signed under %s, not worker %q", kind, c, id, c.WorkerID)
+	}
+	d := p.Delegation
+	if d == nil {
+		return Verdict{}, reject(lease.RejectWrongIdentity, "%s of %s is signed by the worker's key, not by a key delegated to the attempt", kind, c)
+	}
+	dc, err := d.content()
+	if err != nil || !verifySignature(pub, dc, d.Signature) {
+		return Verdict{}, reject(lease.RejectUnauthenticated, "%s of %s carries a delegation %s did not sign", kind, c, id)
+	}
+	if d.Claim != c {
+		return Verdict{}, reject(lease.RejectWrongIdentity, "%s of %s is signed with the key of attempt %s", kind, c, d.Claim)
+	}
+	if now.After(d.NotAfter) {
+		return Verdict{}, reject(lease.RejectUnauthenticated, "%s of %s: the attempt's key expired at %s", kind, c, d.NotAfter.Format(time.RFC3339))
+	}
+	if len(d.Key) != ed25519.PublicKeySize {
+		return Verdict{}, reject(lease.RejectUnauthenticated, "%s of %s: the delegated key is not an Ed25519 key", kind, c)
+	}
+	if rej := v.content(ed25519.PublicKey(d.Key), kind, message, p); rej != nil {
+		return Verdict{}, rej
+	}
+	return Verdict{Signed: true, ID: id}, nil
+}
+
+func (v *Verifier) content(pub any, kind string, message any, p *Proof) *lease.Rejection {
+	content, err := Content(kind, message, p.SignedAt)
+	if err != nil {
+		return reject(lease.RejectUnauthenticated, "%v", err)
+	}
+	if !verifySignature(pub, content, p.Signature) {
+		return reject(lease.RejectUnauthenticated, "the signature of %s does not match its content", kind)
+	}
+	return nil
+}
