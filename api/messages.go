@@ -6,6 +6,7 @@ import (
 
 	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/fleet"
+	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/lease"
 	"github.com/wdc-runtime/wdc/resource"
 )
@@ -295,6 +296,9 @@ type SubmitResultInput struct {
 	// by ID alike, counted from 1): how many it sent. Informational, for
 	// pricing heartbeats (`wdc bench`); the task does not judge it.
 	HeartbeatSeq int64 `json:"heartbeat_seq,omitempty"`
+	// Proof is the attempt's signature over the rest of the input, by the
+	// key its worker delegated to it (identity.Verifier.Attempt).
+	Proof *identity.Proof `json:"proof,omitempty"`
 }
 
 // SubmitResultResult answers an accepted submission once ingested.

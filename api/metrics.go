@@ -1,6 +1,10 @@
 package api
 
-import "github.com/wdc-runtime/wdc/lease"
+import (
+	"slices"
+
+	"github.com/wdc-runtime/wdc/lease"
+)
 
 // Names of wdc's metrics, as given to a metrics handler. The Prometheus
 // names add the suffix of their kind: "_total" to counters, "_seconds" to
@@ -80,13 +84,27 @@ var MetricRevokedReasons = []lease.RetryReason{lease.ReasonWorkerLost, lease.Rea
 var MetricFenceReasons = []lease.RejectReason{lease.RejectStaleFence, lease.RejectWrongWorker, lease.RejectWrongAttempt,
 	lease.RejectWrongTask, lease.RejectDigestMismatch, lease.RejectLeaseNotActive}
 
+// MetricIdentityReasons are the identity check's reasons: values of the
+// MetricResultsRejected that a control plane counts for results and
+// registrations it refused as unsigned, signed by the wrong key, or
+// replayed.
+var MetricIdentityReasons = []lease.RejectReason{lease.RejectUnauthenticated, lease.RejectWrongIdentity, lease.RejectReplayed}
+
 // MetricRejectedReasons are the reason values of the MetricResultsRejected
-// that a control plane counts: the fence check's, invalid_argument and
-// ingest_failed.
+// that a control plane counts: the fence check's, the identity check's,
+// invalid_argument and ingest_failed.
 func MetricRejectedReasons() []string {
-	out := make([]string, 0, len(MetricFenceReasons)+2)
-	for _, r := range MetricFenceReasons {
+	out := make([]string, 0, len(MetricFenceReasons)+len(MetricIdentityReasons)+2)
+	for _, r := range append(slices.Clone(MetricFenceReasons), MetricIdentityReasons...) {
 		out = append(out, string(r))
 	}
 	return append(out, ErrTypeInvalidArgument, MetricReasonIngestFailed)
 }
+
+// MetricUnsignedAccepted counts messages a control plane in identity mode
+// optional accepted unsigned, tagged MetricTagKind (register,
+// submit-result): what turning the mode to required would refuse.
+const MetricUnsignedAccepted = "wdc_unsigned_accepted"
+
+// MetricTagKind names a message's kind (its update or signal name).
+const MetricTagKind = "kind"

@@ -109,7 +109,7 @@ func (c *Client) RegisterWorker(ctx context.Context, reg api.RegisterInput) (api
 		handle, err := c.C.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 			StartWorkflowOperation: start,
 			UpdateOptions: client.UpdateWorkflowOptions{
-				UpdateName: api.UpdateRegister, Args: []any{reg}, WaitForStage: client.WorkflowUpdateStageCompleted,
+				UpdateName: api.UpdateRegister, UpdateID: registerUpdateID(reg), Args: []any{reg}, WaitForStage: client.WorkflowUpdateStageCompleted,
 			},
 		})
 		if err == nil {
@@ -118,6 +118,16 @@ func (c *Client) RegisterWorker(ctx context.Context, reg api.RegisterInput) (api
 		return err
 	})
 	return res, wrap(op, err)
+}
+
+// registerUpdateID is a signed registration's update ID, from its signing
+// time, so a retry of the same signed bytes is the same update rather than
+// a replay the registry refuses; "" (a new ID) for an unsigned one.
+func registerUpdateID(reg api.RegisterInput) string {
+	if reg.Proof == nil {
+		return ""
+	}
+	return fmt.Sprintf("register/%d", reg.Proof.SignedAt.UnixNano())
 }
 
 // previousIncarnation is the last incarnation of a deregistered (closed)

@@ -3,6 +3,7 @@ package fleet
 import (
 	"errors"
 	"fmt"
+	"github.com/wdc-runtime/wdc/identity"
 	"regexp"
 	"slices"
 	"sort"
@@ -166,6 +167,10 @@ type Registration struct {
 	// takes over from the previous incarnation (a restarted Kubernetes or
 	// Ray agent whose Jobs kept running); see Worker.Register.
 	Adopt []Adoption `json:"adopt,omitempty"`
+	// Proof is the worker's signature over the rest of the registration
+	// (identity.Verifier.Worker), required when the control plane's
+	// identity mode is; the registry keeps only its signer and time.
+	Proof *identity.Proof `json:"proof,omitempty"`
 }
 
 // Adoption is one attempt a new incarnation claims to run still, named as
@@ -296,6 +301,11 @@ type Worker struct {
 	ReservationCheckAfter time.Duration `json:"reservation_check_after,omitempty"`
 
 	RegisteredAt time.Time `json:"registered_at"`
+	// Identity is the SPIFFE ID that signed the registration ("" when it
+	// was accepted unsigned), and IdentitySignedAt when it signed: a
+	// registration signed no later is a replay.
+	Identity         string    `json:"identity,omitempty"`
+	IdentitySignedAt time.Time `json:"identity_signed_at,omitzero"`
 	// LastHeartbeatAt is the last accepted heartbeat signal (or
 	// registration); while LivenessActivity is set, the heartbeats go to
 	// Temporal instead (client.Client.Views reads the last one from there).

@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -169,4 +170,17 @@ func verifySignature(pub any, content, sig []byte) bool {
 		return ed25519.Verify(k, content, sig)
 	}
 	return false
+}
+
+// SignerID is the SPIFFE ID the proof's leaf certificate names, unverified:
+// what a Verifier accepted it as, once it did.
+func (p *Proof) SignerID() (spiffeid.ID, error) {
+	if p == nil || len(p.Chain) == 0 {
+		return spiffeid.ID{}, errors.New("identity: no certificate")
+	}
+	leaf, err := x509.ParseCertificate(p.Chain[0])
+	if err != nil {
+		return spiffeid.ID{}, err
+	}
+	return x509svid.IDFromCert(leaf)
 }

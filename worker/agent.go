@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"github.com/wdc-runtime/wdc/identity"
 	"log/slog"
 	"sync"
 	"time"
@@ -64,6 +65,10 @@ type AgentOptions struct {
 	// (HeartbeaterOptions.Healthy): a cluster's worker heartbeats only
 	// while its cluster's API answers.
 	Healthy func(ctx context.Context) error
+	// Identity, when set, is the worker's X.509-SVID signer: it signs the
+	// registration, and a Local agent delegates a key to each attempt to
+	// sign its result (identity.Signer.Delegate).
+	Identity *identity.Signer
 }
 
 // AgentLauncher is what the agent runs its attempts through: the Local
@@ -109,7 +114,7 @@ func StartAgent(ctx context.Context, c client.Client, opts AgentOptions) (*Agent
 	// executors run in this process), so a STALE revocation needs no
 	// lock-delay.
 	reg.LivenessFenced = runsLocal && executor.WatchdogAvailable()
-	hb, err := newHeartbeater(c, HeartbeaterOptions{Registration: reg, Interval: opts.HeartbeatInterval, Logger: log, OnTakenOver: a.giveWay, Metrics: opts.Metrics, Healthy: opts.Healthy})
+	hb, err := newHeartbeater(c, HeartbeaterOptions{Registration: reg, Interval: opts.HeartbeatInterval, Logger: log, OnTakenOver: a.giveWay, Metrics: opts.Metrics, Healthy: opts.Healthy, Signer: opts.Identity})
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +132,7 @@ func StartAgent(ctx context.Context, c client.Client, opts AgentOptions) (*Agent
 			Liveness: hb.LivenessDeadline,
 			WorkerID: reg.WorkerID, WorkDir: opts.WorkDir, Blobs: opts.Blobs,
 			Control: &executor.TemporalControl{Client: c}, Limits: opts.Limits, Faults: opts.Faults,
-			Logger: log, OnReport: opts.OnReport, Metrics: opts.Metrics, RunAs: opts.RunAs,
+			Logger: log, OnReport: opts.OnReport, Metrics: opts.Metrics, RunAs: opts.RunAs, Signer: opts.Identity,
 		})
 	}
 	if err != nil {

@@ -3,6 +3,8 @@ package worker
 import (
 	"context"
 	"fmt"
+	"github.com/wdc-runtime/wdc/identity"
+	"go.temporal.io/sdk/interceptor"
 	"os"
 	"time"
 
@@ -39,6 +41,9 @@ type ControlPlaneOptions struct {
 	// SettleTimeout bounds how long Start waits for the deployment to take
 	// the version (see Start). Default DefaultSettleTimeout.
 	SettleTimeout time.Duration
+	// Identity judges signed messages in the workflows' validators
+	// (workflows.Interceptor); nil is identity off.
+	Identity *identity.Verifier
 }
 
 // withDefaults fills in the defaults.
@@ -86,6 +91,9 @@ func NewControlPlaneWith(c client.Client, blobs *blobstore.Store, opts ControlPl
 		// the SDK refuses a workflow registered without one.
 		DefaultVersioningBehavior: workflow.VersioningBehaviorUnspecified,
 	}}
+	if opts.Identity != nil {
+		wo.Interceptors = []interceptor.WorkerInterceptor{workflows.Interceptor(opts.Identity)}
+	}
 	control := sdkworker.New(c, api.ControlTaskQueue, wo)
 	RegisterWorkflows(control)
 	control.RegisterActivityWithOptions(&activities.Control{Client: c, Blobs: blobs}, activity.RegisterOptions{SkipInvalidStructFunctions: true})

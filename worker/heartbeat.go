@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/wdc-runtime/wdc/identity"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -38,6 +39,7 @@ type Heartbeater struct {
 	// adopter, when set, names the attempts each registration adopts
 	// (an agent's cluster launcher; worker/adopt.go).
 	adopter Adopter
+	signer  *identity.Signer
 	// beatLog and withheldLog log a run of failed or withheld heartbeats
 	// once at its start, every 30 s with a count, and once at its end.
 	beatLog, withheldLog *logrepeat.Failure
@@ -76,6 +78,10 @@ type HeartbeaterOptions struct {
 	// OFFLINE, as if the agent were gone. A Ray agent asks its cluster's
 	// dashboard, a Kubernetes agent its API server's /readyz.
 	Healthy func(ctx context.Context) error
+	// Signer, when set, signs every registration as the worker (its
+	// X.509-SVID); a control plane with identity required refuses an
+	// unsigned one.
+	Signer *identity.Signer
 }
 
 // StartHeartbeater registers the worker (a new incarnation) and starts its
@@ -117,7 +123,7 @@ func newHeartbeater(c client.Client, opts HeartbeaterOptions) (*Heartbeater, err
 	}
 	return &Heartbeater{
 		reg: reg, interval: opts.Interval, client: &wdcclient.Client{C: c}, log: opts.Logger,
-		onTakenOver: opts.OnTakenOver, metrics: opts.Metrics, healthy: opts.Healthy, stop: make(chan struct{}), done: make(chan struct{}),
+		onTakenOver: opts.OnTakenOver, metrics: opts.Metrics, healthy: opts.Healthy, signer: opts.Signer, stop: make(chan struct{}), done: make(chan struct{}),
 		beatLog:     &logrepeat.Failure{Log: opts.Logger, Msg: "worker heartbeat", Recovered: "worker heartbeat delivered again"},
 		withheldLog: &logrepeat.Failure{Log: opts.Logger, Msg: "worker heartbeat withheld: what this worker runs on does not answer", Recovered: "worker heartbeats resumed: what this worker runs on answers again"},
 	}, nil
@@ -204,6 +210,13 @@ func (h *Heartbeater) register(ctx context.Context) error {
 		reg.Adopt = adoptions(claims)
 	}
 	sent := time.Now()
+	if h.signer != nil {
+		proof, err := h.signer.Sign(api.UpdateRegister, reg, sent)
+		if err != nil {
+			return fmt.Errorf("sign the registration: %w", err)
+		}
+		reg.Proof = proof
+	}
 	res, err := h.client.RegisterWorker(ctx, reg)
 	if err != nil {
 		return err

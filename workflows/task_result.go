@@ -21,10 +21,16 @@ type submission struct {
 	err    error
 }
 
-// validateSubmitResult is the submit-result validator: the shared fence
-// check, then the result's shape (api.SubmitResultInput.Validate). A
-// rejection writes no history.
+// validateSubmitResult is the submit-result validator: the identity check
+// (the attempt's delegated key signed it), the shared fence check, then
+// the result's shape (api.SubmitResultInput.Validate). A rejection writes
+// no history.
 func (t *taskWorkflow) validateSubmitResult(ctx workflow.Context, in api.SubmitResultInput) error {
+	unsigned := in
+	unsigned.Proof = nil
+	if err := authenticateAttempt(ctx, api.UpdateSubmitResult, in.Claim, unsigned, in.Proof); err != nil {
+		return err
+	}
 	if rej := lease.Check(t.ledger.Current(), in.Claim); rej != nil {
 		return temporal.NewApplicationError(rej.Message, string(rej.Reason), rej)
 	}

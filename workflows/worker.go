@@ -476,12 +476,23 @@ func (w *workerWorkflow) validateRegister(ctx workflow.Context, in api.RegisterI
 	if err := in.Validate(); err != nil {
 		return temporal.NewApplicationError(err.Error(), api.ErrTypeInvalidArgument)
 	}
+	unsigned := in
+	unsigned.Proof = nil
+	if err := authenticateWorker(ctx, w.id, api.UpdateRegister, unsigned, in.Proof, w.rec.IdentitySignedAt); err != nil {
+		countRejected(ctx, err)
+		return err
+	}
 	return nil
 }
 
 func (w *workerWorkflow) register(ctx workflow.Context, in api.RegisterInput) (api.RegisterResult, error) {
 	prev := w.rec // the lost reservations are the previous incarnation's
 	lost := w.rec.Register(in, workflow.Now(ctx))
+	if id, err := in.Proof.SignerID(); err == nil {
+		w.rec.Identity, w.rec.IdentitySignedAt = id.String(), in.Proof.SignedAt
+	} else if in.Proof == nil {
+		w.rec.IdentitySignedAt = prev.IdentitySignedAt
+	}
 	w.registered = true
 	w.noteLostOf(prev, lost, api.WorkerReregistered)
 	w.wake.SendAsync(true)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/envelope"
+	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/logrepeat"
 	"github.com/wdc-runtime/wdc/launchers"
@@ -173,6 +174,11 @@ type Options struct {
 	// RunAs, when set, runs the command as another user (RunAs); nil runs
 	// it as the executor's own user.
 	RunAs *RunAs
+	// AttemptKey, when set, signs the attempt's result: the key its worker
+	// delegated to this attempt alone (identity.Signer.Delegate). Nil
+	// submits unsigned, which a control plane with identity required
+	// refuses (unauthenticated).
+	AttemptKey *identity.AttemptKey
 }
 
 // Execution is a running attempt.
@@ -691,6 +697,15 @@ func (e *Execution) finish(rep *Report) {
 	in := api.SubmitResultInput{
 		Claim: e.claim, ExitCode: rep.ExitCode, Signal: rep.Signal, TimedOut: rep.TimedOut, Artifacts: arts, Logs: logs, OutputError: rep.OutputError,
 		StartedAt: rep.StartedAt, FinishedAt: rep.FinishedAt, HeartbeatSeq: e.seq.Load(),
+	}
+	if k := e.opts.AttemptKey; k != nil {
+		// Signed once: a retry sends the same update (same ID, same bytes).
+		proof, err := k.Sign(api.UpdateSubmitResult, in, time.Now())
+		if err != nil {
+			rep.Outcome, rep.Reason, rep.Message = OutcomeSubmitFailed, "sign", err.Error()
+			return
+		}
+		in.Proof = proof
 	}
 	// Once accepted for ingest the lease cannot expire: heartbeats stop.
 	res, err := e.submitWithRetry(ctx, in, func() { go stopHeartbeats() })

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/wdc-runtime/wdc/identity"
 	"log/slog"
 	"sync"
 	"time"
@@ -39,6 +40,9 @@ type Options struct {
 	Liveness func() time.Time
 	// RunAs is the user the commands run as (executor.Options.RunAs).
 	RunAs *executor.RunAs
+	// Signer, when set, is the worker's identity: each attempt's executor
+	// signs its result with a key it delegates to that attempt alone.
+	Signer *identity.Signer
 }
 
 // Launcher runs Local attempts. Its lock guards only its maps: staging an
@@ -134,8 +138,21 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 	l.starting[claim] = st
 	l.mu.Unlock()
 
+	var key *identity.AttemptKey
+	if l.opts.Signer != nil {
+		var err error
+		if key, err = l.opts.Signer.Delegate(claim, time.Time{}); err != nil {
+			l.mu.Lock()
+			delete(l.starting, claim)
+			st.err = fmt.Errorf("delegate a key to attempt %s: %w", claim, err)
+			close(st.done)
+			l.mu.Unlock()
+			return launchers.Submission{}, st.err
+		}
+	}
 	ex, err := executor.Start(executor.Options{
-		Attempt: a, Root: l.opts.WorkDir, Blobs: l.opts.Blobs, Control: l.opts.Control,
+		AttemptKey: key,
+		Attempt:    a, Root: l.opts.WorkDir, Blobs: l.opts.Blobs, Control: l.opts.Control,
 		Limits: l.opts.Limits, Faults: l.opts.Faults, Logger: l.opts.Logger, OnReport: l.opts.OnReport, Liveness: l.opts.Liveness,
 		Metrics: l.opts.Metrics, Context: sctx, RunAs: l.opts.RunAs,
 		BeforeExec: l.beforeExec(ctx, a),

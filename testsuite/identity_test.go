@@ -1,0 +1,191 @@
+package testsuite
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/wdc-runtime/wdc/api"
+	wdcclient "github.com/wdc-runtime/wdc/client"
+	"github.com/wdc-runtime/wdc/envelope"
+	"github.com/wdc-runtime/wdc/fleet"
+	"github.com/wdc-runtime/wdc/identity"
+	"github.com/wdc-runtime/wdc/lease"
+	"github.com/wdc-runtime/wdc/resource"
+	"github.com/wdc-runtime/wdc/worker"
+)
+
+// nsIdentity is the namespace of TestIdentityRequired: its control plane
+// requires signed registrations and results.
+const nsIdentity = "wdc-identity"
+
+// issueSigner enrolls worker id with iss and returns its signer.
+func issueSigner(t *testing.T, iss *identity.Issuer, id string) *identity.Signer {
+	t.Helper()
+	svid, err := iss.IssueWorker(id, time.Hour)
+	require.NoError(t, err)
+	s, err := identity.NewSigner(svid)
+	require.NoError(t, err)
+	return s
+}
+
+// requireRefused asserts that err is an update refusal of type reason,
+// as the SDK or wdc's client returns it.
+func requireRefused(t *testing.T, err error, reason lease.RejectReason) {
+	t.Helper()
+	var ae *temporal.ApplicationError
+	var we *wdcclient.Error
+	switch {
+	case errors.As(err, &ae):
+		require.Equal(t, string(reason), ae.Type(), "%v", err)
+	case errors.As(err, &we):
+		require.Equal(t, string(reason), we.Type, "%v", err)
+	default:
+		t.Fatalf("want a refusal %s, got %v", reason, err)
+	}
+}
+
+// countEventsIn counts the events of type et in a workflow's current run.
+func countEventsIn(t *testing.T, c client.Client, wfID string, et enumspb.EventType) int {
+	t.Helper()
+	iter := c.GetWorkflowHistory(context.Background(), wfID, "", false, 0)
+	n := 0
+	for iter.HasNext() {
+		ev, err := iter.Next()
+		require.NoError(t, err)
+		if ev.GetEventType() == et {
+			n++
+		}
+	}
+	return n
+}
+
+// Issue #20, attacks 2 and 3, through the SDK client any namespace member
+// has, against a control plane with identity required: a result for a
+// running attempt's claim (copied from its lease query) unsigned, signed
+// under another worker, with another attempt's key, with a signature
+// moved from other content, or under a root the bundle does not hold, is
+// refused with its typed reason and leaves no event; the attempt's own
+// signed result is then accepted. A registration for the running agent's
+// worker ID that is unsigned, signed by another worker, or a replay is
+// refused, and the agent keeps its incarnation and keeps running.
+func TestIdentityRequired(t *testing.T) {
+	td := spiffeid.RequireTrustDomainFromString(identity.DefaultTrustDomain)
+	iss, err := identity.NewIssuer(td)
+	require.NoError(t, err)
+	impostor, err := identity.NewIssuer(td) // same trust domain, a root nobody trusts
+	require.NoError(t, err)
+	v, err := identity.NewVerifier(identity.ModeRequired, iss.Bundle())
+	require.NoError(t, err)
+	c := dialNamespace(t, nsIdentity)
+	cp := worker.NewControlPlaneWith(c, suite.blobs, worker.ControlPlaneOptions{Identity: v})
+	require.NoError(t, cp.Start())
+	t.Cleanup(cp.Stop)
+	wc := &wdcclient.Client{C: c}
+
+	signerA, signerB := issueSigner(t, iss, "id-a"), issueSigner(t, iss, "id-b")
+	regA := fleet.Registration{WorkerID: "id-a", Capacity: resource.List{CPUMillis: 2000, MemoryBytes: 1 << 30}}
+	stale, err := signerA.Sign(api.UpdateRegister, regA, time.Now())
+	require.NoError(t, err)
+	time.Sleep(5 * time.Millisecond) // the agent's registration is signed later
+	agent := startAgentOn(t, c, "id-a", func(o *worker.AgentOptions) { o.Identity = signerA })
+	require.Equal(t, int64(1), agent.Incarnation())
+
+	gate := filepath.Join(t.TempDir(), "gate")
+	env := envelope.Envelope{TaskID: "id-task", RunID: "id-run", WorldID: "identity",
+		Command:  []string{"/bin/sh", "-c", `while [ ! -e "$GATE" ]; do sleep 0.05; done; echo signed > outputs/out.txt`},
+		Env:      map[string]string{"PATH": "/usr/bin:/bin", "GATE": gate},
+		Selector: map[string]string{"suite-test": testLabel(t)}}
+	_, err = wc.SubmitTask(context.Background(), env, api.TaskOptions{LeaseTTL: time.Minute})
+	require.NoError(t, err)
+	claim := waitLaunched(t, wc, env.TaskID, 1)
+	require.Equal(t, "id-a", claim.WorkerID)
+	taskWF := api.TaskWorkflowID(env.TaskID)
+	accepted := func() int { return countEventsIn(t, c, taskWF, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED) }
+	events := historyLengthIn(t, c, taskWF)
+
+	forged := api.SubmitResultInput{Claim: claim, ExitCode: 0}
+	signedBy := func(k *identity.AttemptKey, content api.SubmitResultInput) api.SubmitResultInput {
+		p, err := k.Sign(api.UpdateSubmitResult, content, time.Now())
+		require.NoError(t, err)
+		forged := forged
+		forged.Proof = p
+		return forged
+	}
+	keyB, err := signerB.Delegate(func() lease.Claim { c := claim; c.WorkerID = "id-b"; return c }(), time.Time{})
+	require.NoError(t, err)
+	keyB2, err := signerB.Delegate(claim, time.Time{})
+	require.NoError(t, err)
+	next := claim
+	next.Attempt, next.Fence = claim.Attempt+1, claim.Fence+1
+	keyNext, err := signerA.Delegate(next, time.Time{})
+	require.NoError(t, err)
+	keyA, err := signerA.Delegate(claim, time.Time{})
+	require.NoError(t, err)
+	other := forged
+	other.ExitCode = 1
+	moved := signedBy(keyA, other)
+	moved.ExitCode = 0
+	keyImpostor, err := issueSigner(t, impostor, "id-a").Delegate(claim, time.Time{})
+	require.NoError(t, err)
+
+	for _, tc := range []struct {
+		name string
+		in   api.SubmitResultInput
+		want lease.RejectReason
+	}{
+		{"a copied claim, unsigned", forged, lease.RejectUnauthenticated},
+		{"another worker's key", signedBy(keyB, forged), lease.RejectWrongIdentity},
+		{"another worker delegating this claim", signedBy(keyB2, forged), lease.RejectWrongIdentity},
+		{"another attempt's key", signedBy(keyNext, forged), lease.RejectWrongIdentity},
+		{"a signature moved from other content", moved, lease.RejectUnauthenticated},
+		{"a root the bundle does not hold", signedBy(keyImpostor, forged), lease.RejectUnauthenticated},
+	} {
+		t.Run("submit-result/"+tc.name, func(t *testing.T) {
+			_, err := submitAs(t, c, "forged/"+tc.name, tc.in)
+			requireRefused(t, err, tc.want)
+		})
+	}
+	require.Zero(t, accepted(), "no forged result was accepted")
+	require.Equal(t, events, historyLengthIn(t, c, taskWF), "the refusals wrote no event")
+
+	t.Run("register takeover", func(t *testing.T) {
+		unsigned := regA
+		_, err := wc.RegisterWorker(context.Background(), unsigned)
+		requireRefused(t, err, lease.RejectUnauthenticated)
+		asB := regA
+		asB.Proof, err = signerB.Sign(api.UpdateRegister, regA, time.Now())
+		require.NoError(t, err)
+		_, err = wc.RegisterWorker(context.Background(), asB)
+		requireRefused(t, err, lease.RejectWrongIdentity)
+		replay := regA
+		replay.Proof = stale
+		_, err = wc.RegisterWorker(context.Background(), replay)
+		requireRefused(t, err, lease.RejectReplayed)
+
+		wv, err := wc.Worker(context.Background(), "id-a")
+		require.NoError(t, err)
+		require.Equal(t, int64(1), wv.Incarnation, "the real agent keeps its incarnation")
+		require.Equal(t, "spiffe://wdc.local/wdc/worker/id-a", wv.Identity)
+		require.NoError(t, agent.LostErr(), "the real agent did not give way")
+	})
+
+	require.NoError(t, os.WriteFile(gate, []byte("go"), 0o644))
+	out, err := waitTaskIn(t, wc, env.TaskID)
+	require.NoError(t, err)
+	require.Equal(t, api.TaskCompleted, out.State)
+	require.Equal(t, 1, accepted(), "the attempt's own signed result")
+	view, err := wc.Task(context.Background(), env.TaskID)
+	require.NoError(t, err)
+	require.Equal(t, "id-a", view.Result.WorkerID)
+	require.Len(t, view.Result.Artifacts, 1)
+}

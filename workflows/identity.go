@@ -1,0 +1,81 @@
+package workflows
+
+import (
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/identity"
+	"github.com/wdc-runtime/wdc/lease"
+)
+
+// verifierKey keys the control plane's identity.Verifier in a validator's
+// context.
+type verifierKey struct{}
+
+// Interceptor hands v to every update validator of wdc's workflows, where
+// the identity check (authenticateWorker, authenticateAttempt) reads it.
+// The control plane installs it on its workers; without it, identity is
+// off. Validators do not run on replay, so v never reaches a history.
+func Interceptor(v *identity.Verifier) interceptor.WorkerInterceptor {
+	return &identityInterceptor{v: v}
+}
+
+type identityInterceptor struct {
+	interceptor.WorkerInterceptorBase
+	v *identity.Verifier
+}
+
+func (i *identityInterceptor) InterceptWorkflow(ctx workflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
+	return &identityInbound{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}, v: i.v}
+}
+
+type identityInbound struct {
+	interceptor.WorkflowInboundInterceptorBase
+	v *identity.Verifier
+}
+
+func (i *identityInbound) ValidateUpdate(ctx workflow.Context, in *interceptor.UpdateInput) error {
+	return i.Next.ValidateUpdate(workflow.WithValue(ctx, verifierKey{}, i.v), in)
+}
+
+func verifierOf(ctx workflow.Context) *identity.Verifier {
+	v, _ := ctx.Value(verifierKey{}).(*identity.Verifier)
+	return v
+}
+
+// authenticateWorker is the identity check of a message fleet worker id
+// signs itself (register): identity.Verifier.Worker at workflow time, and
+// a signing time after notBefore (the last one accepted). It returns nil
+// or an application error whose type is the reason.
+func authenticateWorker(ctx workflow.Context, id, kind string, message any, p *identity.Proof, notBefore time.Time) error {
+	verdict, rej := verifierOf(ctx).Worker(workflow.Now(ctx), id, kind, message, p)
+	if rej == nil && verdict.Signed && !p.SignedAt.After(notBefore) {
+		rej = &lease.Rejection{Reason: lease.RejectReplayed, Message: fmt.Sprintf("%s signed at %s is not newer than the last one accepted (%s)", kind, p.SignedAt.Format(time.RFC3339Nano), notBefore.Format(time.RFC3339Nano))}
+	}
+	return identityVerdict(ctx, kind, verdict, rej)
+}
+
+// authenticateAttempt is the identity check of an attempt's message
+// (submit-result): identity.Verifier.Attempt at workflow time, beside the
+// fence check. It returns nil or an application error whose type is the
+// reason.
+func authenticateAttempt(ctx workflow.Context, kind string, c lease.Claim, message any, p *identity.Proof) error {
+	verdict, rej := verifierOf(ctx).Attempt(workflow.Now(ctx), kind, c, message, p)
+	return identityVerdict(ctx, kind, verdict, rej)
+}
+
+func identityVerdict(ctx workflow.Context, kind string, verdict identity.Verdict, rej *lease.Rejection) error {
+	if rej != nil {
+		workflow.GetLogger(ctx).Warn("message refused by the identity check", "kind", kind, "reason", rej.Reason, "detail", rej.Message)
+		return temporal.NewApplicationError(rej.Message, string(rej.Reason), rej)
+	}
+	if !verdict.Signed && verifierOf(ctx) != nil && verifierOf(ctx).Mode == identity.ModeOptional {
+		workflow.GetMetricsHandler(ctx).WithTags(map[string]string{api.MetricTagKind: kind}).Counter(api.MetricUnsignedAccepted).Inc(1)
+	}
+	return nil
+}
