@@ -38,6 +38,7 @@ func (a *app) newAgentCommand() *cobra.Command {
 		rayFlags  rayAgentFlags
 		k8sf      k8sFlags
 		runAs     runAsFlags
+		svid      svidFlags
 	)
 	c := &cobra.Command{
 		Use:   "agent --worker-id ID",
@@ -134,6 +135,13 @@ an earlier agent of this work directory left behind.`,
 			}
 			if launcher == launcherLocal && (spoolDir != "" || c.Flags().Changed("exec-binary")) {
 				return usagef("--spool-dir and --exec-binary go with --launcher %s (--exec-binary also with %s or %s)", launcherExternal, launcherRay, launcherK8s)
+			}
+			if svid.dir != "" && launcher != launcherLocal {
+				return usagef("--svid-dir goes with --launcher %s: the %s launcher's executors cannot sign their results yet", launcherLocal, launcher)
+			}
+			signer, err := svid.signer(r.WorkerID)
+			if err != nil {
+				return err
 			}
 			if launcher != launcherExternal && spoolDir != "" {
 				return usagef("--spool-dir goes with --launcher %s", launcherExternal)
@@ -233,6 +241,7 @@ an earlier agent of this work directory left behind.`,
 				}
 			}
 			opts.Registration = r
+			opts.Identity = signer
 			// StartAgent's ctx bounds its registration only.
 			sctx, cancelStart := context.WithTimeout(ctx, a.global.controlPlaneTimeout)
 			defer cancelStart()
@@ -281,6 +290,7 @@ an earlier agent of this work directory left behind.`,
 	f.DurationVar(&heartbeat, "heartbeat-interval", 0, "worker heartbeat period (default: --stale-after / 4, 2s with the default --stale-after)")
 	limits.bind(f)
 	runAs.bind(f)
+	svid.bind(f, a.deps.Getenv)
 	f.StringVar(&launcher, "launcher", launcherLocal, "how attempts run: local (in this process, each in its own process group), external (hand each launch off as a 'wdc exec' command in --spool-dir, for another system to run), ray (submit each as a job to the Ray cluster at --ray-address) or k8s (a Kubernetes Job per attempt; see --k8s-*)")
 	f.StringVar(&spoolDir, "spool-dir", "", "with --launcher external: where each attempt's 'wdc exec' command is written, as <task>-a<attempt>-f<fence>.json (default <data-dir>/spool/<worker-id>)")
 	f.StringVar(&execBin, "exec-binary", "wdc", "with --launcher external, ray or k8s: "+execBinaryHelp)
@@ -310,6 +320,7 @@ func (a *app) newControlPlaneCommand() *cobra.Command {
 		registerSA bool
 		metrics    string
 		deployment deploymentFlags
+		trust      trustFlags
 	)
 	c := &cobra.Command{
 		Use:   "control-plane",
@@ -334,13 +345,24 @@ installation needs no step. Any other version starts without taking over and
 says how to make it current:
   temporal worker deployment set-current-version --deployment-name wdc --build-id <id>
 Keep the old version running until 'temporal worker deployment
-describe-version' shows it drained (docs/upgrading.md).`,
+describe-version' shows it drained (docs/upgrading.md).
+
+Identity: with --trust-bundle the control plane refuses a registration not
+signed by the worker's own SVID and a result not signed by the key its lease
+holder delegated to that attempt (unauthenticated, wrong_identity, replayed);
+--identity optional also accepts unsigned ones, for a rolling change. See
+'wdc workers enroll' and docs/security.md.`,
 		Example: `  wdc control-plane --data-dir /shared/wdc
+  wdc control-plane --trust-bundle /etc/wdc/ca/ca.pem
   WDC_BUILD_ID=v1.4.0 wdc control-plane --data-dir /shared/wdc`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			ctx := c.Context()
 			version, err := deployment.version()
+			if err != nil {
+				return err
+			}
+			verifier, err := trust.verifier()
 			if err != nil {
 				return err
 			}
@@ -367,7 +389,7 @@ describe-version' shows it drained (docs/upgrading.md).`,
 			if err != nil {
 				return err
 			}
-			w := worker.NewControlPlaneWith(tc, store, worker.ControlPlaneOptions{Version: version})
+			w := worker.NewControlPlaneWith(tc, store, worker.ControlPlaneOptions{Version: version, Identity: verifier})
 			if err := w.StartContext(ctx); err != nil {
 				if ctx.Err() != nil {
 					return nil // stopped (Ctrl-C) while it started
@@ -389,6 +411,7 @@ describe-version' shows it drained (docs/upgrading.md).`,
 	c.Flags().StringVar(&blobURL, "blob-url", "", blobURLHelp)
 	a.bindMetricsAddress(c.Flags(), &metrics)
 	deployment.bind(c.Flags(), a.deps.Getenv)
+	trust.bind(c.Flags(), a.deps.Getenv)
 	c.Flags().BoolVar(&registerSA, "register-search-attributes", false, "add wdc's search attributes to the namespace if missing (needs operator rights; 'wdc server start-dev' has them already)")
 	return c
 }

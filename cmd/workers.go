@@ -35,6 +35,7 @@ itself; these commands are for operators and scripts.`,
 	}
 	c.AddCommand(
 		a.newWorkersRegisterCommand(),
+		a.newWorkersEnrollCommand(),
 		a.newWorkersListCommand(),
 		a.newWorkersHeartbeatCommand(),
 		a.newWorkersDrainCommand(),

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/wdc-runtime/wdc/identity"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -147,8 +149,19 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	defer store.Close()
 	wc := &wdcclient.Client{C: opts.Client}
 
+	// Identity, zero setup: an issuer of the demo's own enrolls both
+	// workers, and the control plane refuses anything they did not sign.
+	iss, err := identity.NewIssuer(spiffeid.RequireTrustDomainFromString(identity.DefaultTrustDomain))
+	if err != nil {
+		return res, err
+	}
+	verifier, err := identity.NewVerifier(identity.ModeRequired, iss.Bundle())
+	if err != nil {
+		return res, err
+	}
+
 	// The control plane: every workflow and the control activities.
-	cp := worker.NewControlPlane(opts.Client, store)
+	cp := worker.NewControlPlaneWith(opts.Client, store, worker.ControlPlaneOptions{Identity: verifier})
 	if err := cp.Start(); err != nil {
 		return res, fmt.Errorf("start control plane: %w", err)
 	}
@@ -196,7 +209,16 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		}
 	}()
 	for _, id := range []string{ids.a, ids.b} {
+		svid, err := iss.IssueWorker(id, time.Hour)
+		if err != nil {
+			return res, err
+		}
+		signer, err := identity.NewSigner(svid)
+		if err != nil {
+			return res, err
+		}
 		ag, err := worker.StartAgent(ctx, opts.Client, worker.AgentOptions{
+			Identity: signer,
 			Registration: fleet.Registration{
 				WorkerID: id, Capacity: resource.List{CPUMillis: 2000, MemoryBytes: 1 << 30}, Labels: label,
 				StaleAfter: 15 * time.Second, OfflineAfter: 60 * time.Second,
@@ -212,7 +234,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 			return res, fmt.Errorf("start agent %s: %w", id, err)
 		}
 		agents = append(agents, ag)
-		say("agent %s registered (incarnation %d)", id, ag.Incarnation())
+		say("agent %s registered (incarnation %d) as %s", id, ag.Incarnation(), signer.ID())
 	}
 	if err := waitActive(ctx, wc, ids.a, ids.b); err != nil {
 		return res, err
