@@ -5,8 +5,9 @@
 // fence check (lease.Check).
 //
 // Verification is pure: callers pass "now" (workflow.Now inside
-// workflows) and nothing here reads the clock, the network or a file, so
-// workflow validators call it. Issuer is the zero-setup certificate
+// workflows) and it reads no clock, network or file, so workflow
+// validators call it. OpenWorkloadAPI is the one part that talks to a
+// SPIRE agent: its source rotates SVIDs and bundles. Issuer is the zero-setup certificate
 // authority of `wdc server start-dev`, the demo and the tests; in
 // production the SVIDs come from SPIRE and only the trust bundle is shared.
 package identity

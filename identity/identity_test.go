@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wdc-runtime/wdc/lease"
@@ -187,4 +189,51 @@ func TestIssuerAndSVIDFiles(t *testing.T) {
 	require.Error(t, err, "required without a bundle")
 	_, err = ParseMode("on")
 	require.ErrorContains(t, err, "want off, optional or required")
+}
+
+// rotating is an x509svid.Source whose SVID a test replaces.
+type rotating struct{ svid *x509svid.SVID }
+
+func (r *rotating) GetX509SVID() (*x509svid.SVID, error) { return r.svid, nil }
+
+// A rotated SVID signs from then on; a key delegated under the old one
+// stays good while the old certificate is valid; a root taken out of the
+// bundle (revocation by re-keying the trust domain) refuses both.
+func TestRotationAndRevocation(t *testing.T) {
+	td := spiffeid.RequireTrustDomainFromString(DefaultTrustDomain)
+	oldRoot, err := NewIssuer(td)
+	require.NoError(t, err)
+	newRoot, err := NewIssuer(td)
+	require.NoError(t, err)
+	first, err := oldRoot.IssueWorker("worker-a", time.Hour)
+	require.NoError(t, err)
+	src := &rotating{svid: first}
+	s := NewSignerFrom(src)
+	now := time.Now()
+	claim := lease.Claim{TaskID: "t", WorkerID: "worker-a", Attempt: 1, Fence: 1, EnvelopeDigest: "sha256:00"}
+	inFlight, err := s.Delegate(claim, time.Time{})
+	require.NoError(t, err)
+
+	second, err := newRoot.IssueWorker("worker-a", time.Hour)
+	require.NoError(t, err)
+	src.svid = second
+	both := x509bundle.FromX509Authorities(td, append(oldRoot.Bundle().X509Authorities(), newRoot.Bundle().X509Authorities()...))
+	during, err := NewVerifier(ModeRequired, both)
+	require.NoError(t, err)
+	m := msg{WorkerID: "worker-a"}
+	p, err := inFlight.Sign("submit-result", m, now)
+	require.NoError(t, err)
+	_, rej := during.Attempt(now, "submit-result", claim, m, p)
+	require.Nil(t, rej, "the attempt delegated before the rotation still speaks")
+	reg, err := s.Sign("register", m, now)
+	require.NoError(t, err)
+	_, rej = during.Worker(now, "worker-a", "register", m, reg)
+	require.Nil(t, rej, "the rotated SVID signs")
+
+	after, err := NewVerifier(ModeRequired, newRoot.Bundle())
+	require.NoError(t, err)
+	_, rej = after.Attempt(now, "submit-result", claim, m, p)
+	require.Equal(t, lease.RejectUnauthenticated, reasonOf(rej), "the old root is revoked")
+	_, rej = after.Worker(now, "worker-a", "register", m, reg)
+	require.Nil(t, rej)
 }

@@ -72,52 +72,77 @@ func (d Delegation) content() ([]byte, error) {
 // survives JSON unchanged.
 func signingTime(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }
 
-// Signer signs as a fleet worker with its X.509-SVID.
+// Signer signs as a fleet worker with its X.509-SVID, the current one of
+// its source: a SPIRE agent's Workload API (workloadapi.X509Source)
+// rotates it, a fixed SVID never changes.
 type Signer struct {
-	svid  *x509svid.SVID
-	chain [][]byte
+	src x509svid.Source
 }
 
-// NewSigner returns a signer for svid. Errors: the SVID's key cannot sign.
+// NewSigner returns a signer for a fixed svid. Errors: no certificate or
+// no key.
 func NewSigner(svid *x509svid.SVID) (*Signer, error) {
 	if svid == nil || len(svid.Certificates) == 0 || svid.PrivateKey == nil {
 		return nil, errors.New("identity: an SVID with a certificate and a key is required")
 	}
-	s := &Signer{svid: svid}
-	for _, c := range svid.Certificates {
-		s.chain = append(s.chain, c.Raw)
-	}
-	return s, nil
+	return &Signer{src: svid}, nil
 }
 
-// ID is the signer's SPIFFE ID.
-func (s *Signer) ID() spiffeid.ID { return s.svid.ID }
+// NewSignerFrom returns a signer that signs with src's current SVID.
+func NewSignerFrom(src x509svid.Source) *Signer { return &Signer{src: src} }
 
-// NotAfter is when the signer's SVID expires.
-func (s *Signer) NotAfter() time.Time { return s.svid.Certificates[0].NotAfter }
+// current is the source's SVID and its chain (DER).
+func (s *Signer) current() (*x509svid.SVID, [][]byte, error) {
+	svid, err := s.src.GetX509SVID()
+	if err != nil {
+		return nil, nil, fmt.Errorf("identity: no X.509-SVID: %w", err)
+	}
+	chain := make([][]byte, 0, len(svid.Certificates))
+	for _, c := range svid.Certificates {
+		chain = append(chain, c.Raw)
+	}
+	return svid, chain, nil
+}
+
+// ID is the signer's SPIFFE ID (zero when its source has no SVID).
+func (s *Signer) ID() spiffeid.ID {
+	svid, _, err := s.current()
+	if err != nil {
+		return spiffeid.ID{}
+	}
+	return svid.ID
+}
 
 // Sign signs message of kind at time at.
 func (s *Signer) Sign(kind string, message any, at time.Time) (*Proof, error) {
+	svid, chain, err := s.current()
+	if err != nil {
+		return nil, err
+	}
 	at = signingTime(at)
 	content, err := Content(kind, message, at)
 	if err != nil {
 		return nil, err
 	}
-	sig, err := signWith(s.svid.PrivateKey, content)
+	sig, err := signWith(svid.PrivateKey, content)
 	if err != nil {
 		return nil, err
 	}
-	return &Proof{Chain: s.chain, SignedAt: at, Signature: sig}, nil
+	return &Proof{Chain: chain, SignedAt: at, Signature: sig}, nil
 }
 
 // Delegate makes a new Ed25519 key for the attempt c and signs its
 // delegation, valid until notAfter (at most the SVID's expiry).
 func (s *Signer) Delegate(c lease.Claim, notAfter time.Time) (*AttemptKey, error) {
+	svid, chain, err := s.current()
+	if err != nil {
+		return nil, err
+	}
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return nil, err
 	}
-	if na := s.NotAfter(); notAfter.IsZero() || notAfter.After(na) {
+	if na := svid.Certificates[0].NotAfter; notAfter.IsZero() || notAfter.After(na) {
 		notAfter = na
 	}
 	d := Delegation{Claim: c, Key: pub, NotAfter: signingTime(notAfter)}
@@ -125,10 +150,10 @@ func (s *Signer) Delegate(c lease.Claim, notAfter time.Time) (*AttemptKey, error
 	if err != nil {
 		return nil, err
 	}
-	if d.Signature, err = signWith(s.svid.PrivateKey, content); err != nil {
+	if d.Signature, err = signWith(svid.PrivateKey, content); err != nil {
 		return nil, err
 	}
-	return &AttemptKey{Chain: s.chain, Delegation: d, Key: priv}, nil
+	return &AttemptKey{Chain: chain, Delegation: d, Key: priv}, nil
 }
 
 // AttemptKey is an attempt's delegated key, what its executor signs with.

@@ -19,12 +19,14 @@ const MaxSignedAge = 2 * time.Minute
 
 // Verifier judges signed messages against a trust bundle. A nil Verifier
 // is ModeOff. It is safe for concurrent use and never changes after
-// construction (a control plane loads a new bundle by restarting).
+// construction (a Workload API bundle source may rotate its authorities).
 type Verifier struct {
 	// Mode is off, optional or required; empty is ModeOff.
 	Mode Mode
-	// Bundle holds the trust domain's authorities; required unless Mode is off.
-	Bundle *x509bundle.Bundle
+	// Bundle gives the trust domain's authorities (an *x509bundle.Bundle,
+	// or a Workload API source that SPIRE keeps current); required unless
+	// Mode is off.
+	Bundle x509bundle.Source
 }
 
 // Verdict is what a Verifier found about an accepted message.
@@ -37,11 +39,11 @@ type Verdict struct {
 }
 
 // NewVerifier checks that mode and bundle fit together.
-func NewVerifier(mode Mode, bundle *x509bundle.Bundle) (*Verifier, error) {
+func NewVerifier(mode Mode, bundle x509bundle.Source) (*Verifier, error) {
 	if _, err := ParseMode(string(mode)); err != nil {
 		return nil, err
 	}
-	if mode != ModeOff && (bundle == nil || bundle.Empty()) {
+	if b, ok := bundle.(*x509bundle.Bundle); mode != ModeOff && (bundle == nil || ok && (b == nil || b.Empty())) {
 		return nil, fmt.Errorf("identity %s needs a trust bundle", mode)
 	}
 	return &Verifier{Mode: mode, Bundle: bundle}, nil
