@@ -136,13 +136,14 @@ an earlier agent of this work directory left behind.`,
 			if launcher == launcherLocal && (spoolDir != "" || c.Flags().Changed("exec-binary")) {
 				return usagef("--spool-dir and --exec-binary go with --launcher %s (--exec-binary also with %s or %s)", launcherExternal, launcherRay, launcherK8s)
 			}
-			if svid.dir != "" && launcher != launcherLocal {
-				return usagef("--svid-dir goes with --launcher %s: the %s launcher's executors cannot sign their results yet", launcherLocal, launcher)
+			if svid.signed() && launcher != launcherLocal {
+				return usagef("--svid-dir and --spiffe-socket go with --launcher %s: the %s launcher's executors cannot sign their results yet", launcherLocal, launcher)
 			}
-			signer, err := svid.signer(r.WorkerID)
+			signer, closeSigner, err := svid.signer(c.Context(), r.WorkerID)
 			if err != nil {
 				return err
 			}
+			defer closeSigner()
 			if launcher != launcherExternal && spoolDir != "" {
 				return usagef("--spool-dir goes with --launcher %s", launcherExternal)
 			}
@@ -362,10 +363,11 @@ holder delegated to that attempt (unauthenticated, wrong_identity, replayed);
 			if err != nil {
 				return err
 			}
-			verifier, err := trust.verifier()
+			verifier, closeVerifier, err := trust.verifier(ctx)
 			if err != nil {
 				return err
 			}
+			defer closeVerifier()
 			msrv, stopMetrics, err := a.startMetrics(metrics)
 			if err != nil {
 				return err

@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -24,13 +25,18 @@ const (
 
 // trustFlags are the control plane's identity flags.
 type trustFlags struct {
-	mode, bundle, domain string
+	mode, bundle, domain, socket string
 }
 
 func (f *trustFlags) bind(fs *pflag.FlagSet, getenv func(string) string) {
-	fs.StringVar(&f.mode, "identity", getenv(envIdentity), "off, optional or required: whether registrations and results must be signed by the worker's SVID and the attempt's delegated key (env "+envIdentity+"; default required with --trust-bundle, else off)")
+	fs.StringVar(&f.mode, "identity", getenv(envIdentity), "off, optional or required: whether registrations and results must be signed by the worker's SVID and the attempt's delegated key (env "+envIdentity+"; default required with --trust-bundle or --spiffe-socket, else off)")
 	fs.StringVar(&f.bundle, "trust-bundle", getenv(envTrustBundle), "PEM file of the trust domain's X.509 authorities: the issuer's ca.pem ('wdc workers enroll') or a SPIRE bundle (env "+envTrustBundle+")")
+	bindSocket(fs, &f.socket, getenv, "the trust bundle comes from a SPIRE agent's Workload API at this socket, kept current as SPIRE rotates it")
 	bindTrustDomain(fs, &f.domain, getenv)
+}
+
+func bindSocket(fs *pflag.FlagSet, p *string, getenv func(string) string, what string) {
+	fs.StringVar(p, "spiffe-socket", getenv(identity.EnvSocket), what+" (a path or unix:// address; env "+identity.EnvSocket+")")
 }
 
 func bindTrustDomain(fs *pflag.FlagSet, p *string, getenv func(string) string) {
@@ -41,58 +47,91 @@ func bindTrustDomain(fs *pflag.FlagSet, p *string, getenv func(string) string) {
 	fs.StringVar(p, "trust-domain", d, "the SPIFFE trust domain (env "+envTrustDomain+")")
 }
 
-// verifier builds the control plane's identity.Verifier (nil when off).
-func (f *trustFlags) verifier() (*identity.Verifier, error) {
+// verifier builds the control plane's identity.Verifier (nil when off);
+// close releases its Workload API source, if any.
+func (f *trustFlags) verifier(ctx context.Context) (v *identity.Verifier, close func(), err error) {
+	close = func() {}
 	mode := f.mode
 	if mode == "" {
 		mode = string(identity.ModeOff)
-		if f.bundle != "" {
+		if f.bundle != "" || f.socket != "" {
 			mode = string(identity.ModeRequired)
 		}
 	}
 	m, err := identity.ParseMode(mode)
 	if err != nil {
-		return nil, usagef("--identity: %v", err)
+		return nil, close, usagef("--identity: %v", err)
 	}
-	if m == identity.ModeOff {
-		return nil, nil
-	}
-	if f.bundle == "" {
-		return nil, usagef("--identity %s: --trust-bundle (or %s) is required", m, envTrustBundle)
+	switch {
+	case m == identity.ModeOff:
+		return nil, close, nil
+	case f.bundle != "" && f.socket != "":
+		return nil, close, usagef("--trust-bundle and --spiffe-socket: give one")
+	case f.socket != "":
+		src, err := identity.OpenWorkloadAPI(ctx, f.socket)
+		if err != nil {
+			return nil, close, fmt.Errorf("--spiffe-socket: %w", err)
+		}
+		v, err := identity.NewVerifier(m, src)
+		return v, func() { src.Close() }, err
+	case f.bundle == "":
+		return nil, close, usagef("--identity %s: --trust-bundle (or %s) or --spiffe-socket is required", m, envTrustBundle)
 	}
 	td, err := spiffeid.TrustDomainFromString(f.domain)
 	if err != nil {
-		return nil, usagef("--trust-domain %q: %v", f.domain, err)
+		return nil, close, usagef("--trust-domain %q: %v", f.domain, err)
 	}
 	b, err := identity.LoadBundle(td, f.bundle)
 	if err != nil {
-		return nil, usagef("--trust-bundle %s: %v", f.bundle, err)
+		return nil, close, usagef("--trust-bundle %s: %v", f.bundle, err)
 	}
-	return identity.NewVerifier(m, b)
+	v, err = identity.NewVerifier(m, b)
+	return v, close, err
 }
 
-// svidFlags are an agent's identity flag.
-type svidFlags struct{ dir string }
+// svidFlags are an agent's identity flags.
+type svidFlags struct{ dir, socket string }
 
 func (f *svidFlags) bind(fs *pflag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&f.dir, "svid-dir", getenv(envSVIDDir), "directory with the worker's X.509-SVID (svid.pem, svid.key, bundle.pem), as 'wdc workers enroll' writes it: the agent signs its registration with it and delegates a key to each attempt (env "+envSVIDDir+"; default: unsigned)")
+	bindSocket(fs, &f.socket, getenv, "take the worker's X.509-SVID from a SPIRE agent's Workload API at this socket instead of --svid-dir, rotated as SPIRE renews it")
 }
 
-// signer loads the worker's SVID (nil without --svid-dir) and checks that
-// it names workerID.
-func (f *svidFlags) signer(workerID string) (*identity.Signer, error) {
-	if f.dir == "" {
-		return nil, nil
+// signer returns the worker's signer (nil with neither flag) after
+// checking that its SVID names workerID; close releases a Workload API
+// source.
+func (f *svidFlags) signer(ctx context.Context, workerID string) (s *identity.Signer, close func(), err error) {
+	close = func() {}
+	switch {
+	case f.dir != "" && f.socket != "":
+		return nil, close, usagef("--svid-dir and --spiffe-socket: give one")
+	case f.socket != "":
+		src, err := identity.OpenWorkloadAPI(ctx, f.socket)
+		if err != nil {
+			return nil, close, fmt.Errorf("--spiffe-socket: %w", err)
+		}
+		s = identity.NewSignerFrom(src)
+		close = func() { src.Close() }
+	case f.dir != "":
+		svid, _, err := identity.LoadSVID(f.dir)
+		if err != nil {
+			return nil, close, usagef("--svid-dir: %v", err)
+		}
+		if s, err = identity.NewSigner(svid); err != nil {
+			return nil, close, err
+		}
+	default:
+		return nil, close, nil
 	}
-	svid, _, err := identity.LoadSVID(f.dir)
-	if err != nil {
-		return nil, usagef("--svid-dir: %v", err)
+	if got, ok := identity.WorkerOf(s.ID()); !ok || got != workerID {
+		close()
+		return nil, func() {}, usagef("the worker's SVID is %s, not worker %q's", s.ID(), workerID)
 	}
-	if got, ok := identity.WorkerOf(svid.ID); !ok || got != workerID {
-		return nil, usagef("--svid-dir %s: the SVID is %s, not worker %q's", f.dir, svid.ID, workerID)
-	}
-	return identity.NewSigner(svid)
+	return s, close, nil
 }
+
+// signed reports whether an identity flag was given.
+func (f *svidFlags) signed() bool { return f.dir != "" || f.socket != "" }
 
 // enrollment is `workers enroll` output.
 type enrollment struct {
