@@ -237,3 +237,46 @@ func TestRotationAndRevocation(t *testing.T) {
 	_, rej = after.Worker(now, "worker-a", "register", m, reg)
 	require.Nil(t, rej)
 }
+
+// BenchmarkSignAndVerifyResult prices a signed result: the executor's
+// signature with its attempt key, and the validator's check (chain to the
+// bundle, delegation, signature).
+func BenchmarkSignAndVerifyResult(b *testing.B) {
+	td := spiffeid.RequireTrustDomainFromString(DefaultTrustDomain)
+	iss, err := NewIssuer(td)
+	require.NoError(b, err)
+	svid, err := iss.IssueWorker("worker-a", time.Hour)
+	require.NoError(b, err)
+	s, err := NewSigner(svid)
+	require.NoError(b, err)
+	claim := lease.Claim{TaskID: "t", WorkerID: "worker-a", Attempt: 1, Fence: 1, EnvelopeDigest: "sha256:00"}
+	key, err := s.Delegate(claim, time.Time{})
+	require.NoError(b, err)
+	v, err := NewVerifier(ModeRequired, iss.Bundle())
+	require.NoError(b, err)
+	m := msg{WorkerID: "worker-a", N: 1}
+	now := time.Now()
+	b.Run("sign", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := key.Sign("submit-result", m, now); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	p, err := key.Sign("submit-result", m, now)
+	require.NoError(b, err)
+	b.Run("verify", func(b *testing.B) {
+		for b.Loop() {
+			if _, rej := v.Attempt(now, "submit-result", claim, m, p); rej != nil {
+				b.Fatal(rej)
+			}
+		}
+	})
+	b.Run("delegate", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.Delegate(claim, time.Time{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
