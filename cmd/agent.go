@@ -136,8 +136,8 @@ an earlier agent of this work directory left behind.`,
 			if launcher == launcherLocal && (spoolDir != "" || c.Flags().Changed("exec-binary")) {
 				return usagef("--spool-dir and --exec-binary go with --launcher %s (--exec-binary also with %s or %s)", launcherExternal, launcherRay, launcherK8s)
 			}
-			if svid.signed() && launcher != launcherLocal {
-				return usagef("--svid-dir and --spiffe-socket go with --launcher %s: the %s launcher's executors cannot sign their results yet", launcherLocal, launcher)
+			if svid.signed() && launcher != launcherLocal && launcher != launcherExternal {
+				return usagef("--svid-dir and --spiffe-socket go with --launcher %s or %s: the %s launcher's executors cannot sign their results yet", launcherLocal, launcherExternal, launcher)
 			}
 			signer, closeSigner, err := svid.signer(c.Context(), r.WorkerID)
 			if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/wdc-runtime/wdc/identity"
 	"os"
 	"strconv"
 
@@ -25,6 +26,7 @@ import (
 type execOptions struct {
 	taskID, attempt, fence, workerID, digest string
 	workDir                                  string
+	attemptKey                               string
 	keep                                     bool
 	dataDir, blobURL                         string
 	limits                                   outputLimitFlags
@@ -39,6 +41,7 @@ func (o *execOptions) bind(c *cobra.Command, getenv func(string) string) {
 	f.StringVar(&o.workerID, "worker-id", getenv(external.EnvWorkerID), "the fleet worker the lease was granted to (env "+external.EnvWorkerID+"; required)")
 	f.StringVar(&o.digest, "envelope-digest", getenv(external.EnvEnvelopeDigest), "the lease's envelope digest, sha256:<64 hex> (env "+external.EnvEnvelopeDigest+"; required)")
 	f.StringVar(&o.workDir, "work-dir", getenv(external.EnvWorkDir), "root of the task directory <work-dir>/<task>/<attempt>-<fence>, kept afterwards (env "+external.EnvWorkDir+"; default: a new directory under the OS temp dir, removed at exit unless --keep)")
+	f.StringVar(&o.attemptKey, "attempt-key", getenv(external.EnvAttemptKey), "file with the key the worker delegated to this attempt (the agent spools it, mode 0600); read and removed before the command starts, it signs the result (env "+external.EnvAttemptKey+"; default: unsigned)")
 	f.BoolVar(&o.keep, "keep", false, "keep the default work directory (and so the task directory) after the attempt ends")
 	f.StringVar(&o.dataDir, "data-dir", "", dataDirHelp)
 	f.StringVar(&o.blobURL, "blob-url", "", blobURLHelp)
@@ -191,6 +194,16 @@ func (a *app) runExec(ctx context.Context, o *execOptions) error {
 	// Non-dumpable before any credential is used; the root warning only
 	// once there is an attempt to start.
 	a.protectProcess(false)
+	var key *identity.AttemptKey
+	if o.attemptKey != "" {
+		if key, err = external.ReadAttemptKey(o.attemptKey, claim); err != nil {
+			return usagef("--attempt-key: %v", err)
+		}
+		// The command must not find it: it lives in this process now.
+		if err := os.Remove(o.attemptKey); err != nil {
+			fmt.Fprintf(a.deps.Stderr, "wdc exec: warning: could not remove the attempt key %s: %v\n", o.attemptKey, err)
+		}
+	}
 	tc, store, err := a.connectExecutor(ctx, o.dataDir, o.blobURL)
 	if err != nil {
 		return err
@@ -236,7 +249,8 @@ func (a *app) runExec(ctx context.Context, o *execOptions) error {
 	}
 	a.warnRootCommands(runAs == nil)
 	ex, err := executor.Start(executor.Options{
-		Attempt: attempt, Root: workDir, Blobs: store, Control: ctl, Limits: limits, Logger: a.logger().With("worker", claim.WorkerID),
+		AttemptKey: key,
+		Attempt:    attempt, Root: workDir, Blobs: store, Control: ctl, Limits: limits, Logger: a.logger().With("worker", claim.WorkerID),
 		// Whatever runs this process may have no way to cancel it: one
 		// lease query per TTL finds a lost fence without the agent.
 		LeaseCheckInterval: attempt.Lease.TTL,

@@ -2,6 +2,7 @@ package testsuite
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/fleet"
 	"github.com/wdc-runtime/wdc/identity"
+	"github.com/wdc-runtime/wdc/launchers/external"
 	"github.com/wdc-runtime/wdc/lease"
 	"github.com/wdc-runtime/wdc/resource"
 	"github.com/wdc-runtime/wdc/worker"
@@ -188,4 +190,47 @@ func TestIdentityRequired(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "id-a", view.Result.WorkerID)
 	require.Len(t, view.Result.Artifacts, 1)
+
+	t.Run("wdc exec signs with the key spooled for it", func(t *testing.T) {
+		svidDir := filepath.Join(t.TempDir(), "id-ext")
+		svid, err := iss.IssueWorker("id-ext", time.Hour)
+		require.NoError(t, err)
+		require.NoError(t, identity.WriteSVID(svidDir, svid, iss.Bundle()))
+		spool := filepath.Join(t.TempDir(), "spool")
+		spawnAgentArgs(t, "id-ext", "--namespace", nsIdentity, "--launcher", "external", "--spool-dir", spool,
+			"--exec-binary", os.Args[0], "--svid-dir", svidDir)
+		waitFor(t, 30*time.Second, "id-ext registered", func() bool {
+			wv, err := wc.Worker(context.Background(), "id-ext")
+			return err == nil && wv.State == fleet.Active
+		})
+		keyPath := external.KeyFile(spool, lease.Claim{TaskID: "id-ext-task", Attempt: 1, Fence: 1})
+		env := envelope.Envelope{TaskID: "id-ext-task", RunID: "id-run", WorldID: "identity",
+			// A hostile command: it looks for the attempt's key file.
+			Command:  []string{"/bin/sh", "-c", `cat "$KEY" > outputs/stolen.txt 2>&1; echo ok > outputs/done.txt`},
+			Env:      map[string]string{"PATH": "/usr/bin:/bin", "KEY": keyPath},
+			Selector: map[string]string{"suite-test": testLabel(t)}}
+		_, err = wc.SubmitTask(context.Background(), env, api.TaskOptions{LeaseTTL: time.Minute})
+		require.NoError(t, err)
+		claim := waitLaunched(t, wc, env.TaskID, 1)
+		b, err := os.ReadFile(external.SpoolFile(spool, claim))
+		require.NoError(t, err)
+		var spooled external.Command
+		require.NoError(t, json.Unmarshal(b, &spooled))
+		require.Contains(t, spooled.Argv, keyPath)
+		st, err := os.Stat(keyPath)
+		require.NoError(t, err)
+		require.Equal(t, os.FileMode(0o600), st.Mode().Perm())
+
+		p := startExec(t, spooled.Argv)
+		require.Equal(t, 0, p.wait(t, 60*time.Second), "stderr: %s", p.stderr)
+		require.NoFileExists(t, keyPath, "wdc exec removed the key before the command ran")
+		out, err := waitTaskIn(t, wc, env.TaskID)
+		require.NoError(t, err)
+		require.Equal(t, api.TaskCompleted, out.State, "the signed result was accepted")
+		view, err := wc.Task(context.Background(), env.TaskID)
+		require.NoError(t, err)
+		stolen := readArtifactFrom(t, suite.blobs, view.Result, "stolen.txt")
+		require.Contains(t, stolen, "No such file", "the command did not find the key")
+		require.NotContains(t, stolen, "delegation")
+	})
 }

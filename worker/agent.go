@@ -66,8 +66,8 @@ type AgentOptions struct {
 	// while its cluster's API answers.
 	Healthy func(ctx context.Context) error
 	// Identity, when set, is the worker's X.509-SVID signer: it signs the
-	// registration, and a Local agent delegates a key to each attempt to
-	// sign its result (identity.Signer.Delegate).
+	// registration, and the Local and external launchers delegate a key to
+	// each attempt to sign its result (identity.Signer.Delegate).
 	Identity *identity.Signer
 }
 
@@ -125,7 +125,7 @@ func StartAgent(ctx context.Context, c client.Client, opts AgentOptions) (*Agent
 		launcher = opts.Launcher
 	} else if h := opts.HandOff; h != nil {
 		ho := *h
-		ho.WorkerID, ho.Blobs, ho.Logger = reg.WorkerID, opts.Blobs, log
+		ho.WorkerID, ho.Blobs, ho.Logger, ho.Signer = reg.WorkerID, opts.Blobs, log, opts.Identity
 		launcher, err = external.New(ho)
 	} else {
 		launcher, err = local.New(local.Options{

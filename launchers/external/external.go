@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/wdc-runtime/wdc/identity"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/launchers"
@@ -32,6 +35,38 @@ type Options struct {
 	// OnHandOff, when set, is called with every command handed off and
 	// the spool file that holds it.
 	OnHandOff func(cmd Command, spoolFile string)
+	// Signer, when set, is the worker's identity: each attempt gets a key
+	// delegated to it alone, in KeyFile (mode 0600), which `wdc exec
+	// --attempt-key` reads, removes, and signs the result with.
+	Signer *identity.Signer
+}
+
+// KeyFile is where the delegated key of claim c is spooled: SpoolFile's
+// path with .key for .json.
+func KeyFile(dir string, c lease.Claim) string {
+	return strings.TrimSuffix(SpoolFile(dir, c), ".json") + ".key"
+}
+
+// WriteAttemptKey writes k to path, readable by its owner only.
+func WriteAttemptKey(path string, k *identity.AttemptKey) error {
+	return blobstore.WriteFileAtomic(path, 0o600, func(w io.Writer) error { return json.NewEncoder(w).Encode(k) })
+}
+
+// ReadAttemptKey reads the key WriteAttemptKey wrote and checks that it
+// was delegated to claim c.
+func ReadAttemptKey(path string, c lease.Claim) (*identity.AttemptKey, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var k identity.AttemptKey
+	if err := json.Unmarshal(b, &k); err != nil {
+		return nil, fmt.Errorf("attempt key %s: %w", path, err)
+	}
+	if k.Delegation.Claim != c {
+		return nil, fmt.Errorf("attempt key %s is for attempt %s, not %s", path, k.Delegation.Claim, c)
+	}
+	return &k, nil
 }
 
 // Launcher hands attempts off: it runs nothing itself.
@@ -87,6 +122,17 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 		return launchers.Submission{}, err
 	}
 	cmd := Render(l.opts.Target, claim)
+	if l.opts.Signer != nil {
+		key, err := l.opts.Signer.Delegate(claim, time.Time{})
+		if err != nil {
+			return launchers.Submission{}, fmt.Errorf("delegate a key to attempt %s: %w", claim, err)
+		}
+		keyPath := KeyFile(l.opts.SpoolDir, claim)
+		if err := WriteAttemptKey(keyPath, key); err != nil {
+			return launchers.Submission{}, fmt.Errorf("spool %s: %w", keyPath, err)
+		}
+		cmd = cmd.WithAttemptKey(keyPath)
+	}
 	path := SpoolFile(l.opts.SpoolDir, claim)
 	if err := blobstore.WriteFileAtomic(path, 0o644, func(w io.Writer) error {
 		enc := json.NewEncoder(w)
@@ -118,8 +164,10 @@ func (l *Launcher) Status(ctx context.Context, c lease.Claim) (launchers.Status,
 // here: it stops itself at its next heartbeat or lease check, which finds
 // the lease ended. Unknown attempts are ignored.
 func (l *Launcher) Cancel(ctx context.Context, c lease.Claim, reason string) error {
-	if err := os.Remove(SpoolFile(l.opts.SpoolDir, c)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+	for _, p := range []string{SpoolFile(l.opts.SpoolDir, c), KeyFile(l.opts.SpoolDir, c)} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package external
 
 import (
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ const (
 	EnvWorkerID       = "WDC_EXEC_WORKER_ID"       // --worker-id
 	EnvEnvelopeDigest = "WDC_EXEC_ENVELOPE_DIGEST" // --envelope-digest
 	EnvWorkDir        = "WDC_EXEC_WORK_DIR"        // --work-dir
+	EnvAttemptKey     = "WDC_EXEC_ATTEMPT_KEY"     // --attempt-key
 )
 
 // Target is how a `wdc exec` reaches the control plane and the blob
@@ -119,6 +121,15 @@ func storeCredentials(blobURL string) []string {
 		return []string{"AZURE_STORAGE_ACCOUNT", "AZURE_STORAGE_KEY"}
 	}
 	return nil
+}
+
+// WithAttemptKey returns c that also names the attempt's key file (flag
+// --attempt-key, EnvAttemptKey).
+func (c Command) WithAttemptKey(path string) Command {
+	c.Argv = append(slices.Clone(c.Argv), "--attempt-key", path)
+	c.Env = append(slices.Clone(c.Env), EnvAttemptKey+"="+path)
+	sort.Strings(c.Env)
+	return c
 }
 
 // String is the command line, quoted for a POSIX shell.
