@@ -335,6 +335,9 @@ type AttemptFailedSignal struct {
 	// Reason is infra_killed, oom_killed or launch_failed.
 	Reason lease.RetryReason `json:"reason"`
 	Detail string            `json:"detail,omitempty"`
+	// Proof is the attempt's signature over the rest of the signal, by the
+	// key its worker delegated to it (identity.Verifier.Attempt).
+	Proof *identity.Proof `json:"proof,omitempty"`
 }
 
 // LeaseHeartbeatSignal renews a lease. Seq increases per attempt.

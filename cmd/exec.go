@@ -194,6 +194,12 @@ func (a *app) runExec(ctx context.Context, o *execOptions) error {
 	// Non-dumpable before any credential is used; the root warning only
 	// once there is an attempt to start.
 	a.protectProcess(false)
+	tc, store, err := a.connectExecutor(ctx, o.dataDir, o.blobURL)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	defer store.Close()
 	var key *identity.AttemptKey
 	if o.attemptKey != "" {
 		if key, err = external.ReadAttemptKey(o.attemptKey, claim); err != nil {
@@ -204,13 +210,8 @@ func (a *app) runExec(ctx context.Context, o *execOptions) error {
 			fmt.Fprintf(a.deps.Stderr, "wdc exec: warning: could not remove the attempt key %s: %v\n", o.attemptKey, err)
 		}
 	}
-	tc, store, err := a.connectExecutor(ctx, o.dataDir, o.blobURL)
-	if err != nil {
-		return err
-	}
-	defer tc.Close()
-	defer store.Close()
-	ctl := &executor.TemporalControl{Client: tc}
+	// The attempt's key signs its result and failure reports.
+	ctl := executor.Signed(&executor.TemporalControl{Client: tc}, key)
 	// bounded gives each control-plane check its own --control-plane-timeout.
 	bounded := func(f func(context.Context) error) error {
 		cctx, cancel := context.WithTimeout(ctx, a.global.controlPlaneTimeout)
@@ -249,8 +250,7 @@ func (a *app) runExec(ctx context.Context, o *execOptions) error {
 	}
 	a.warnRootCommands(runAs == nil)
 	ex, err := executor.Start(executor.Options{
-		AttemptKey: key,
-		Attempt:    attempt, Root: workDir, Blobs: store, Control: ctl, Limits: limits, Logger: a.logger().With("worker", claim.WorkerID),
+		Attempt: attempt, Root: workDir, Blobs: store, Control: ctl, Limits: limits, Logger: a.logger().With("worker", claim.WorkerID),
 		// Whatever runs this process may have no way to cancel it: one
 		// lease query per TTL finds a lost fence without the agent.
 		LeaseCheckInterval: attempt.Lease.TTL,

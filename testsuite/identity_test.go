@@ -102,11 +102,12 @@ func TestIdentityRequired(t *testing.T) {
 	agent := startAgentOn(t, c, "id-a", func(o *worker.AgentOptions) { o.Identity = signerA })
 	require.Equal(t, int64(1), agent.Incarnation())
 
+	label := testLabel(t)
 	gate := filepath.Join(t.TempDir(), "gate")
 	env := envelope.Envelope{TaskID: "id-task", RunID: "id-run", WorldID: "identity",
 		Command:  []string{"/bin/sh", "-c", `while [ ! -e "$GATE" ]; do sleep 0.05; done; echo signed > outputs/out.txt`},
 		Env:      map[string]string{"PATH": "/usr/bin:/bin", "GATE": gate},
-		Selector: map[string]string{"suite-test": testLabel(t)}}
+		Selector: map[string]string{"suite-test": label}}
 	_, err = wc.SubmitTask(context.Background(), env, api.TaskOptions{LeaseTTL: time.Minute})
 	require.NoError(t, err)
 	claim := waitLaunched(t, wc, env.TaskID, 1)
@@ -181,6 +182,21 @@ func TestIdentityRequired(t *testing.T) {
 		require.NoError(t, agent.LostErr(), "the real agent did not give way")
 	})
 
+	t.Run("a forged attempt-failed is ignored", func(t *testing.T) {
+		// Applied, it would revoke the lease with no lock-delay while the
+		// command still runs (invariant 9).
+		markers := func() int { return countEventsIn(t, c, taskWF, enumspb.EVENT_TYPE_MARKER_RECORDED) }
+		before := markers()
+		forged := api.AttemptFailedSignal{Claim: claim, Reason: lease.ReasonInfraKilled, Detail: "forged"}
+		require.NoError(t, c.SignalWorkflow(context.Background(), taskWF, "", api.SignalAttemptFailed, forged))
+		waitFor(t, 30*time.Second, "the task recorded its verdict on the signal", func() bool { return markers() > before })
+		v, err := wc.Task(context.Background(), env.TaskID)
+		require.NoError(t, err)
+		require.Equal(t, lease.Active, v.Lease.State, "the lease was not revoked")
+		require.Equal(t, claim.Fence, v.Lease.Fence)
+		require.Empty(t, v.Directives)
+	})
+
 	require.NoError(t, os.WriteFile(gate, []byte("go"), 0o644))
 	out, err := waitTaskIn(t, wc, env.TaskID)
 	require.NoError(t, err)
@@ -190,6 +206,36 @@ func TestIdentityRequired(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "id-a", view.Result.WorkerID)
 	require.Len(t, view.Result.Artifacts, 1)
+
+	t.Run("a stopped agent's signed infra_killed report is believed", func(t *testing.T) {
+		agentB := startAgentOn(t, c, "id-b", func(o *worker.AgentOptions) {
+			o.Identity = signerB
+			o.Registration.Labels = map[string]string{"suite-test": label}
+		})
+		env := envelope.Envelope{TaskID: "id-stop", RunID: "id-run", WorldID: "identity",
+			Command:  []string{"/bin/sh", "-c", `if [ "$WDC_ATTEMPT" = 1 ]; then exec sleep 60; fi; echo ok > outputs/ok`},
+			Env:      map[string]string{"PATH": "/usr/bin:/bin"},
+			Selector: map[string]string{"suite-test": label}}
+		_, err := wc.SubmitTask(context.Background(), env, api.TaskOptions{LeaseTTL: 5 * time.Minute,
+			Backoff: lease.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}})
+		require.NoError(t, err)
+		first := waitLaunched(t, wc, env.TaskID, 1)
+		victim, survivor := agent, "id-b"
+		if first.WorkerID == "id-b" {
+			victim, survivor = agentB, "id-a"
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		victim.Stop(ctx)
+		cancel()
+		out, err := waitTaskIn(t, wc, env.TaskID)
+		require.NoError(t, err)
+		require.Equal(t, api.TaskCompleted, out.State)
+		v, err := wc.Task(context.Background(), env.TaskID)
+		require.NoError(t, err)
+		require.Len(t, v.Directives, 1)
+		require.Equal(t, lease.ReasonInfraKilled, v.Directives[0].Reason, "the signed report, not the worker's loss, ended attempt 1")
+		require.Equal(t, survivor, v.Result.WorkerID)
+	})
 
 	t.Run("wdc exec signs with the key spooled for it", func(t *testing.T) {
 		svidDir := filepath.Join(t.TempDir(), "id-ext")

@@ -17,10 +17,12 @@ import (
 // context.
 type verifierKey struct{}
 
-// Interceptor hands v to every update validator of wdc's workflows, where
-// the identity check (authenticateWorker, authenticateAttempt) reads it.
-// The control plane installs it on its workers; without it, identity is
-// off. Validators do not run on replay, so v never reaches a history.
+// Interceptor hands v to every update validator of wdc's workflows and to
+// the workflows themselves, where the identity check (authenticateWorker,
+// authenticateAttempt, verifySignal) reads it. The control plane installs
+// it on its workers; without it, identity is off. Validators do not run on
+// replay and a signal's verdict is recorded (verifySignal), so v never
+// decides a replay.
 func Interceptor(v *identity.Verifier) interceptor.WorkerInterceptor {
 	return &identityInterceptor{v: v}
 }
@@ -37,6 +39,10 @@ func (i *identityInterceptor) InterceptWorkflow(ctx workflow.Context, next inter
 type identityInbound struct {
 	interceptor.WorkflowInboundInterceptorBase
 	v *identity.Verifier
+}
+
+func (i *identityInbound) ExecuteWorkflow(ctx workflow.Context, in *interceptor.ExecuteWorkflowInput) (any, error) {
+	return i.Next.ExecuteWorkflow(workflow.WithValue(ctx, verifierKey{}, i.v), in)
 }
 
 func (i *identityInbound) ValidateUpdate(ctx workflow.Context, in *interceptor.UpdateInput) error {
@@ -78,4 +84,30 @@ func identityVerdict(ctx workflow.Context, kind string, verdict identity.Verdict
 		workflow.GetMetricsHandler(ctx).WithTags(map[string]string{api.MetricTagKind: kind}).Counter(api.MetricUnsignedAccepted).Inc(1)
 	}
 	return nil
+}
+
+// verifySignal is the identity check of an attempt's signal (which, unlike
+// an update, cannot be refused before it is written): it runs
+// identity.Verifier.Attempt once and records the verdict in a SideEffect
+// marker, so replay reads the verdict and never depends on the control
+// plane's identity settings. It returns nil, or the rejection, logged and
+// counted, for the caller to ignore the signal.
+func verifySignal(ctx workflow.Context, kind string, c lease.Claim, message any, p *identity.Proof) *lease.Rejection {
+	var rej lease.Rejection
+	err := workflow.SideEffect(ctx, func(ctx workflow.Context) any {
+		_, r := verifierOf(ctx).Attempt(workflow.Now(ctx), kind, c, message, p)
+		if r == nil {
+			return lease.Rejection{}
+		}
+		return *r
+	}).Get(&rej)
+	if err != nil {
+		rej = lease.Rejection{Reason: lease.RejectUnauthenticated, Message: "the identity verdict could not be read: " + err.Error()}
+	}
+	if rej.Reason == "" {
+		return nil
+	}
+	workflow.GetLogger(ctx).Warn("signal ignored by the identity check", "kind", kind, "claim", c.String(), "reason", rej.Reason, "detail", rej.Message)
+	count(ctx, api.MetricResultsRejected, string(rej.Reason))
+	return &rej
 }

@@ -115,9 +115,16 @@ func needsLockDelay(lost api.WorkerLostSignal) bool {
 }
 
 // onAttemptFailed applies an executor's report of an attempt that ended
-// without a result, after the fence check.
+// without a result, after the fence check and the identity check.
 func (t *taskWorkflow) onAttemptFailed(ctx workflow.Context, f api.AttemptFailedSignal) {
 	if rej := lease.Check(t.ledger.Current(), f.Claim); rej != nil {
+		return
+	}
+	// A forged report would revoke the lease with no lock-delay while the
+	// attempt's command still runs: only its own key may say it ended.
+	unsigned := f
+	unsigned.Proof = nil
+	if rej := verifySignal(ctx, api.SignalAttemptFailed, f.Claim, unsigned, f.Proof); rej != nil {
 		return
 	}
 	// An executor reports only what it can know: the attempt was killed

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/wdc-runtime/wdc/identity"
+	"time"
 
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
@@ -203,4 +205,39 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %v", ErrTaskGone, err)
 	}
 	return err
+}
+
+// Signed returns c that signs every result and failure report with key,
+// the attempt's delegated key (c itself when key is nil). The signature
+// covers the whole message (identity.Content).
+func Signed(c Control, key *identity.AttemptKey) Control {
+	if key == nil {
+		return c
+	}
+	return signingControl{Control: c, key: key}
+}
+
+type signingControl struct {
+	Control
+	key *identity.AttemptKey
+}
+
+func (s signingControl) SubmitResult(ctx context.Context, in api.SubmitResultInput, onAccepted func()) (api.SubmitResultResult, error) {
+	in.Proof = nil
+	p, err := s.key.Sign(api.UpdateSubmitResult, in, time.Now())
+	if err != nil {
+		return api.SubmitResultResult{}, err
+	}
+	in.Proof = p
+	return s.Control.SubmitResult(ctx, in, onAccepted)
+}
+
+func (s signingControl) ReportFailure(ctx context.Context, f api.AttemptFailedSignal) error {
+	f.Proof = nil
+	p, err := s.key.Sign(api.SignalAttemptFailed, f, time.Now())
+	if err != nil {
+		return err
+	}
+	f.Proof = p
+	return s.Control.ReportFailure(ctx, f)
 }

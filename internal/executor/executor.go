@@ -174,10 +174,10 @@ type Options struct {
 	// RunAs, when set, runs the command as another user (RunAs); nil runs
 	// it as the executor's own user.
 	RunAs *RunAs
-	// AttemptKey, when set, signs the attempt's result: the key its worker
-	// delegated to this attempt alone (identity.Signer.Delegate). Nil
-	// submits unsigned, which a control plane with identity required
-	// refuses (unauthenticated).
+	// AttemptKey, when set, signs the attempt's result and failure reports
+	// (Signed): the key its worker delegated to this attempt alone
+	// (identity.Signer.Delegate). Nil sends them unsigned, which a control
+	// plane with identity required refuses (unauthenticated).
 	AttemptKey *identity.AttemptKey
 }
 
@@ -243,6 +243,7 @@ func Start(opts Options) (*Execution, error) {
 		return nil, fmt.Errorf("heartbeat interval %s must be positive and below the lease TTL %s", a.HeartbeatInterval, a.Lease.TTL)
 	}
 	claim := a.Claim()
+	opts.Control = Signed(opts.Control, opts.AttemptKey)
 	e := &Execution{
 		opts:         opts,
 		claim:        claim,
@@ -697,15 +698,6 @@ func (e *Execution) finish(rep *Report) {
 	in := api.SubmitResultInput{
 		Claim: e.claim, ExitCode: rep.ExitCode, Signal: rep.Signal, TimedOut: rep.TimedOut, Artifacts: arts, Logs: logs, OutputError: rep.OutputError,
 		StartedAt: rep.StartedAt, FinishedAt: rep.FinishedAt, HeartbeatSeq: e.seq.Load(),
-	}
-	if k := e.opts.AttemptKey; k != nil {
-		// Signed once: a retry sends the same update (same ID, same bytes).
-		proof, err := k.Sign(api.UpdateSubmitResult, in, time.Now())
-		if err != nil {
-			rep.Outcome, rep.Reason, rep.Message = OutcomeSubmitFailed, "sign", err.Error()
-			return
-		}
-		in.Proof = proof
 	}
 	// Once accepted for ingest the lease cannot expire: heartbeats stop.
 	res, err := e.submitWithRetry(ctx, in, func() { go stopHeartbeats() })
