@@ -7,7 +7,7 @@ PKGS    := ./...
 # it) it also records how long CMD took, for .ci/run's summary.
 TIMED   := tools/timed.sh
 
-.PHONY: all build test test-short scale soak soak-ci soak-nemesis demo bench fuzz lint clean temporal-tools k8s-tools k8s-check ui-test ui-screenshots
+.PHONY: all build test test-short scale soak soak-ci soak-nemesis demo bench fuzz lint clean temporal-tools k8s-tools spire-tools k8s-check ui-test ui-screenshots
 
 all: build
 
@@ -24,19 +24,21 @@ build:
 # on 2 cores, mostly on one) build in the background at low priority while
 # every test that does not need them runs; K8S_TESTS, the tests that do, run last. A test that needs
 # them and is not listed waits for the build (internal/testenv/kube).
+# The SPIRE server and agent (spire-tools, about 10 minutes cold) build
+# after them in the same background job; TestSPIREIdentity runs last too.
 # GOTESTFLAGS adds flags to make test's go test runs (e.g. -v, -json).
 GOTESTFLAGS ?=
-K8S_TESTS := ^(TestKubernetesLauncher|TestClusterRunsAJobsPodAsALocalProcess)$$
+K8S_TESTS := ^(TestKubernetesLauncher|TestClusterRunsAJobsPodAsALocalProcess|TestSPIREIdentity)$$
 K8S_PKGS  := ./testsuite/ ./internal/testenv/kube/
 # The nemesis soak (testsuite/hosts) runs in make soak and soak-ci only.
 NOT_IN_TEST := |^TestNemesisSoak$$
 
 test: lint temporal-tools k8s-check
 	@log=$$(mktemp); echo "make: building the Kubernetes binaries in the background (log: $$log)"; \
-	$(TIMED) 'k8s tools (background)' nice -n 19 tools/k8s/build.sh >/dev/null 2>$$log & k8s=$$!; \
+	$(TIMED) 'k8s and spire tools (background)' nice -n 19 sh -c 'tools/k8s/build.sh && tools/spire/build.sh' >/dev/null 2>$$log & k8s=$$!; \
 	echo $(GO) test -count=1 -timeout 45m $(GOTESTFLAGS) -skip "'$(K8S_TESTS)$(NOT_IN_TEST)'" $(PKGS); \
 	$(TIMED) 'go test (all but K8S_TESTS)' $(GO) test -count=1 -timeout 45m $(GOTESTFLAGS) -skip '$(K8S_TESTS)$(NOT_IN_TEST)' $(PKGS); rc=$$?; \
-	wait $$k8s || { rc=1; echo "make: tools/k8s/build.sh failed:"; cat $$log; }; rm -f $$log; \
+	wait $$k8s || { rc=1; echo "make: tools/k8s/build.sh or tools/spire/build.sh failed:"; cat $$log; }; rm -f $$log; \
 	echo $(GO) test -count=1 -timeout 15m $(GOTESTFLAGS) -run "'$(K8S_TESTS)'" $(K8S_PKGS); \
 	$(TIMED) 'go test (K8S_TESTS)' $(GO) test -count=1 -timeout 15m $(GOTESTFLAGS) -run '$(K8S_TESTS)' $(K8S_PKGS) || rc=1; \
 	exit $$rc
@@ -88,6 +90,12 @@ temporal-tools:
 # ~/.cache/wdc-tools/k8s (once; a cold build takes about 13 minutes).
 k8s-tools:
 	tools/k8s/build.sh >/dev/null
+
+# spire-server and spire-agent for TestSPIREIdentity, built by the
+# separate module tools/spire into ~/.cache/wdc-tools/spire (once; about
+# 10 minutes cold).
+spire-tools:
+	tools/spire/build.sh >/dev/null
 
 # Quick loop: everything but the system tests in ./testsuite.
 test-short: lint

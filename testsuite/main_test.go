@@ -86,7 +86,7 @@ func runSuite(m *testing.M) int {
 		// The soak tests continue workflows as new every few hundred events
 		// in a namespace of their own; two more namespaces have no working
 		// control plane.
-		Namespaces:                []string{soakNamespace, nsNoControlPlane, nsMuteControlPlane, nsScale, nsS3Demo, nsS3Big, nsS3Outage, nsIngestOutage, nsMetricsDemo, nsTelemetry, nsK8s, nsDeployment, nsIdentity},
+		Namespaces:                []string{soakNamespace, nsNoControlPlane, nsMuteControlPlane, nsScale, nsS3Demo, nsS3Big, nsS3Outage, nsIngestOutage, nsMetricsDemo, nsTelemetry, nsK8s, nsDeployment, nsIdentity, nsSPIRE},
 		SuggestContinueAsNewAfter: map[string]int{soakNamespace: soakContinueAsNewAfter},
 	})
 	if err != nil {
