@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/wdc-runtime/wdc/identity"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -163,16 +165,26 @@ func (s *soakRun) between(lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(s.intn(int(hi-lo)/int(time.Millisecond)+1))*time.Millisecond
 }
 
-// start runs the control planes on b and c and the agents on d, e, f.
+// start runs the control planes on b and c and the agents on d, e, f,
+// with identity required: each agent signs with an SVID of its own from
+// an issuer on a, and the control planes hold its bundle.
 func (s *soakRun) start() {
 	c := s.c
+	ca := filepath.Join(c.a.dir, "ca")
+	iss, err := identity.LoadOrCreateIssuer(ca, spiffeid.RequireTrustDomainFromString(identity.DefaultTrustDomain))
+	require.NoError(s.t, err)
 	for _, h := range []*host{c.all[1], c.all[2]} {
-		s.procs[h.name] = &soakProc{h: h, role: "control-plane", args: []string{"control-plane", "--address", c.address, "--log-level", "info"}}
+		s.procs[h.name] = &soakProc{h: h, role: "control-plane", args: []string{"control-plane", "--address", c.address, "--log-level", "info",
+			"--trust-bundle", filepath.Join(ca, identity.CACertFile), "--identity", string(identity.ModeRequired)}}
 	}
 	for _, h := range c.all[3:] {
+		svid, err := iss.IssueWorker("soak-"+h.name, 24*time.Hour)
+		require.NoError(s.t, err)
+		svidDir := filepath.Join(h.dir, "svid")
+		require.NoError(s.t, identity.WriteSVID(svidDir, svid, iss.Bundle()))
 		s.procs[h.name] = &soakProc{h: h, role: "agent", args: []string{"agent", "--worker-id", "soak-" + h.name,
 			"--cpu", "4", "--memory", "4Gi", "--label", "soak=1", "--data-dir", filepath.Join(h.dir, "data"),
-			"--address", c.address, "--log-level", "info"}}
+			"--address", c.address, "--log-level", "info", "--svid-dir", svidDir}}
 	}
 	for _, name := range []string{"b", "c", "d", "e", "f"} {
 		s.procs[name].restart(s.t)
