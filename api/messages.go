@@ -369,6 +369,9 @@ const WorkerReregistered = "REREGISTERED"
 // CancelTaskInput cancels a task.
 type CancelTaskInput struct {
 	Reason string `json:"reason,omitempty"`
+	// Proof is the submitter's signature over the rest of the input
+	// (identity.Verifier.Submitter).
+	Proof *identity.Proof `json:"proof,omitempty"`
 }
 
 // TaskView is the lease query's answer.
@@ -613,6 +616,9 @@ type CommitInput struct {
 	EventSeqs []int64 `json:"event_seqs"`
 	// Note is kept with the commit.
 	Note string `json:"note,omitempty"`
+	// Proof is the submitter's signature over the rest of the input
+	// (identity.Verifier.Submitter).
+	Proof *identity.Proof `json:"proof,omitempty"`
 }
 
 // CommitRecord is what a commit did.
@@ -622,13 +628,19 @@ type CommitRecord struct {
 	Evidence   int64   `json:"evidence"`
 	TCDDigest  string  `json:"tcd_digest"`
 	Note       string  `json:"note,omitempty"`
+	// CommittedBy is the SPIFFE ID of the submitter that signed the commit
+	// (verified unless the control plane's identity is off); "" unsigned.
+	CommittedBy string `json:"committed_by,omitempty"`
 }
 
 // CommitResult is the run's authority state after a commit.
 type CommitResult = CommitRecord
 
 // CloseRunInput closes a run.
-type CloseRunInput struct{}
+type CloseRunInput struct {
+	// Proof is the submitter's signature (identity.Verifier.Submitter).
+	Proof *identity.Proof `json:"proof,omitempty"`
+}
 
 // RunState is the run's whole state (the run query's answer and the
 // continue-as-new carry).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/wdc-runtime/wdc/identity"
 	"sort"
 	"time"
 
@@ -32,6 +33,11 @@ type Client struct {
 	// cancel, start run, run, commit, close); past it the call returns an
 	// *UnavailableError. Zero (the default) waits as long as ctx allows.
 	CallTimeout time.Duration
+	// Signer, when set, signs the submitter's commands that change a run
+	// or a task (Commit, CloseRun, CancelTask) with its SVID
+	// (spiffe://<td>/wdc/submitter/<name>); a control plane with identity
+	// required refuses them unsigned.
+	Signer *identity.Signer
 
 	// pollerGrace replaces PollerGrace when set (tests).
 	pollerGrace time.Duration
@@ -118,6 +124,19 @@ func (c *Client) RegisterWorker(ctx context.Context, reg api.RegisterInput) (api
 		return err
 	})
 	return res, wrap(op, err)
+}
+
+// sign returns message's proof by c.Signer (nil without one); message
+// must not carry its proof yet.
+func (c *Client) sign(kind string, message any) (*identity.Proof, error) {
+	if c.Signer == nil {
+		return nil, nil
+	}
+	p, err := c.Signer.Sign(kind, message, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("sign %s: %w", kind, err)
+	}
+	return p, nil
 }
 
 // registerUpdateID is a signed registration's update ID, from its signing

@@ -420,7 +420,12 @@ func TaskStateQuery(state api.TaskState) string {
 // workflow takes no update), ErrNotFound when there is no such task.
 func (c *Client) CancelTask(ctx context.Context, taskID, reason string) (api.TaskView, error) {
 	var v api.TaskView
-	err := wrap("task "+taskID, c.update(ctx, api.TaskWorkflowID(taskID), "", api.UpdateCancelTask, api.CancelTaskInput{Reason: reason}, &v))
+	in := api.CancelTaskInput{Reason: reason}
+	var err error
+	if in.Proof, err = c.sign(api.UpdateCancelTask, in); err != nil {
+		return v, err
+	}
+	err = wrap("task "+taskID, c.update(ctx, api.TaskWorkflowID(taskID), "", api.UpdateCancelTask, in, &v))
 	if errors.Is(err, ErrNotFound) {
 		if ended, qerr := c.Task(ctx, taskID); qerr == nil {
 			return ended, &Error{Type: api.ErrTypeConflict, Message: fmt.Sprintf("task %s already ended %s; nothing to cancel", taskID, ended.State)}
@@ -544,7 +549,16 @@ func (c *Client) RunWithLiveTasks(ctx context.Context, runID string) (api.RunVie
 // a run that has ended.
 func (c *Client) Commit(ctx context.Context, runID string, in api.CommitInput) (api.CommitResult, error) {
 	var res api.CommitResult
-	err := wrap("run "+runID, c.update(ctx, api.RunWorkflowID(runID), "", api.UpdateCommit, in, &res))
+	if c.Signer != nil {
+		in.Proof = nil
+		p, err := c.sign(api.UpdateCommit, in)
+		if err != nil {
+			return res, err
+		}
+		in.Proof = p
+	}
+	var err error
+	err = wrap("run "+runID, c.update(ctx, api.RunWorkflowID(runID), "", api.UpdateCommit, in, &res))
 	if errors.Is(err, ErrNotFound) {
 		if v, qerr := c.Run(ctx, runID); qerr == nil {
 			return res, &Error{Type: api.ErrTypeConflict, Message: fmt.Sprintf("run %s has ended (%s, closed); it takes no more commits", runID, v.Status)}
@@ -557,7 +571,12 @@ func (c *Client) Commit(ctx context.Context, runID string, in api.CommitInput) (
 // that has already ended returns its final state.
 func (c *Client) CloseRun(ctx context.Context, runID string) (api.RunView, error) {
 	var v api.RunView
-	err := wrap("run "+runID, c.update(ctx, api.RunWorkflowID(runID), "", api.UpdateCloseRun, api.CloseRunInput{}, &v))
+	var in api.CloseRunInput
+	var err error
+	if in.Proof, err = c.sign(api.UpdateCloseRun, in); err != nil {
+		return v, err
+	}
+	err = wrap("run "+runID, c.update(ctx, api.RunWorkflowID(runID), "", api.UpdateCloseRun, in, &v))
 	if errors.Is(err, ErrNotFound) {
 		if ended, qerr := c.Run(ctx, runID); qerr == nil {
 			return ended, nil

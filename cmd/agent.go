@@ -139,7 +139,7 @@ an earlier agent of this work directory left behind.`,
 			if svid.signed() && launcher != launcherLocal && launcher != launcherExternal {
 				return usagef("--svid-dir and --spiffe-socket go with --launcher %s or %s: the %s launcher's executors cannot sign their results yet", launcherLocal, launcherExternal, launcher)
 			}
-			signer, closeSigner, err := svid.signer(c.Context(), r.WorkerID)
+			signer, closeSigner, err := svid.signer(c.Context(), isWorker(r.WorkerID))
 			if err != nil {
 				return err
 			}

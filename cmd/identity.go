@@ -3,6 +3,7 @@ package cmd
 import (
 	"context"
 	"fmt"
+	wdcclient "github.com/wdc-runtime/wdc/client"
 	"path/filepath"
 	"time"
 
@@ -16,11 +17,12 @@ import (
 
 // Environment variables of the identity flags.
 const (
-	envIdentity    = "WDC_IDENTITY"
-	envTrustBundle = "WDC_TRUST_BUNDLE"
-	envTrustDomain = "WDC_TRUST_DOMAIN"
-	envSVIDDir     = "WDC_SVID_DIR"
-	envCADir       = "WDC_CA_DIR"
+	envIdentity         = "WDC_IDENTITY"
+	envTrustBundle      = "WDC_TRUST_BUNDLE"
+	envTrustDomain      = "WDC_TRUST_DOMAIN"
+	envSVIDDir          = "WDC_SVID_DIR"
+	envCADir            = "WDC_CA_DIR"
+	envSubmitterSVIDDir = "WDC_SUBMITTER_SVID_DIR"
 )
 
 // trustFlags are the control plane's identity flags.
@@ -89,7 +91,7 @@ func (f *trustFlags) verifier(ctx context.Context) (v *identity.Verifier, close 
 	return v, close, err
 }
 
-// svidFlags are an agent's identity flags.
+// svidFlags are the identity flags of an agent or a submitter.
 type svidFlags struct{ dir, socket string }
 
 func (f *svidFlags) bind(fs *pflag.FlagSet, getenv func(string) string) {
@@ -97,10 +99,19 @@ func (f *svidFlags) bind(fs *pflag.FlagSet, getenv func(string) string) {
 	bindSocket(fs, &f.socket, getenv, "take the worker's X.509-SVID from a SPIRE agent's Workload API at this socket instead of --svid-dir, rotated as SPIRE renews it")
 }
 
-// signer returns the worker's signer (nil with neither flag) after
-// checking that its SVID names workerID; close releases a Workload API
-// source.
-func (f *svidFlags) signer(ctx context.Context, workerID string) (s *identity.Signer, close func(), err error) {
+// bindSubmitter binds the flags for a command that changes a run or a task.
+func (f *svidFlags) bindSubmitter(fs *pflag.FlagSet, getenv func(string) string) {
+	fs.StringVar(&f.dir, "svid-dir", getenv(envSubmitterSVIDDir), "directory with your submitter X.509-SVID ('wdc workers enroll --submitter NAME'): the command is signed with it, as a control plane with identity required demands (env "+envSubmitterSVIDDir+"; default: unsigned)")
+	bindSocket(fs, &f.socket, getenv, "take your submitter X.509-SVID from a SPIRE agent's Workload API at this socket instead of --svid-dir")
+}
+
+// signed reports whether an identity flag was given.
+func (f *svidFlags) signed() bool { return f.dir != "" || f.socket != "" }
+
+// signer returns the signer the flags name (nil with neither) after
+// checking its SVID with want (nil: any), which names what it must be;
+// close releases a Workload API source.
+func (f *svidFlags) signer(ctx context.Context, want func(spiffeid.ID) error) (s *identity.Signer, close func(), err error) {
 	close = func() {}
 	switch {
 	case f.dir != "" && f.socket != "":
@@ -123,33 +134,60 @@ func (f *svidFlags) signer(ctx context.Context, workerID string) (s *identity.Si
 	default:
 		return nil, close, nil
 	}
-	if got, ok := identity.WorkerOf(s.ID()); !ok || got != workerID {
+	if err := want(s.ID()); err != nil {
 		close()
-		return nil, func() {}, usagef("the worker's SVID is %s, not worker %q's", s.ID(), workerID)
+		return nil, func() {}, err
 	}
 	return s, close, nil
 }
 
-// signed reports whether an identity flag was given.
-func (f *svidFlags) signed() bool { return f.dir != "" || f.socket != "" }
+// isWorker checks that an SVID is fleet worker id's.
+func isWorker(id string) func(spiffeid.ID) error {
+	return func(sid spiffeid.ID) error {
+		if got, ok := identity.WorkerOf(sid); !ok || got != id {
+			return usagef("the SVID is %s, not worker %q's", sid, id)
+		}
+		return nil
+	}
+}
+
+// isSubmitter checks that an SVID is a submitter's.
+func isSubmitter(sid spiffeid.ID) error {
+	if _, ok := identity.SubmitterOf(sid); !ok {
+		return usagef("the SVID is %s, not a submitter's (spiffe://<td>/wdc/submitter/<name>: 'wdc workers enroll --submitter NAME')", sid)
+	}
+	return nil
+}
+
+// withSigner runs f with wc signing as the submitter the flags name.
+func (f *svidFlags) withSigner(ctx context.Context, wc *wdcclient.Client, run func() error) error {
+	s, closeSigner, err := f.signer(ctx, isSubmitter)
+	if err != nil {
+		return err
+	}
+	defer closeSigner()
+	wc.Signer = s
+	return run()
+}
 
 // enrollment is `workers enroll` output.
 type enrollment struct {
-	WorkerID string    `json:"worker_id"`
-	SPIFFEID string    `json:"spiffe_id"`
-	SVIDDir  string    `json:"svid_dir"`
-	Bundle   string    `json:"trust_bundle"`
-	NotAfter time.Time `json:"not_after"`
+	WorkerID  string    `json:"worker_id,omitempty"`
+	Submitter string    `json:"submitter,omitempty"`
+	SPIFFEID  string    `json:"spiffe_id"`
+	SVIDDir   string    `json:"svid_dir"`
+	Bundle    string    `json:"trust_bundle"`
+	NotAfter  time.Time `json:"not_after"`
 }
 
 func (a *app) newWorkersEnrollCommand() *cobra.Command {
 	var (
-		workerID, caDir, svidDir, domain string
-		ttl                              time.Duration
+		workerID, submitter, caDir, svidDir, domain string
+		ttl                                         time.Duration
 	)
 	c := &cobra.Command{
-		Use:   "enroll --worker-id ID --ca-dir DIR",
-		Short: "Issue a worker's X.509-SVID from a local issuer, for 'wdc agent --svid-dir'",
+		Use:   "enroll (--worker-id ID | --submitter NAME) --ca-dir DIR",
+		Short: "Issue a worker's or a submitter's X.509-SVID from a local issuer, for --svid-dir",
 		Long: `Issue an X.509-SVID (SPIFFE ID spiffe://<trust-domain>/wdc/worker/<id>) for a
 fleet worker from the issuer in --ca-dir (created there on first use: ca.pem is
 the trust bundle, ca.key the root key, mode 0600; keep it off the workers), and
@@ -159,12 +197,27 @@ control planes the bundle: 'wdc control-plane --trust-bundle <ca-dir>/ca.pem'.
 Rotate by enrolling again before --ttl runs out and restarting the agent;
 revoke by not renewing (short --ttl) or by a new issuer whose bundle replaces
 the old one on every control plane. In production, use SPIRE instead and give
-the control planes its bundle.`,
+the control planes its bundle.
+
+--submitter NAME issues spiffe://<trust-domain>/wdc/submitter/<name> instead:
+the identity 'wdc runs commit', 'runs close' and 'tasks cancel' sign with
+(--svid-dir); a run records who committed.`,
 		Example: `  wdc workers enroll --worker-id worker-a --ca-dir /etc/wdc/ca --svid-dir /etc/wdc/worker-a
-  wdc agent --worker-id worker-a --svid-dir /etc/wdc/worker-a --cpu 2 --memory 2Gi`,
+  wdc agent --worker-id worker-a --svid-dir /etc/wdc/worker-a --cpu 2 --memory 2Gi
+  wdc workers enroll --submitter alice --ca-dir /etc/wdc/ca --svid-dir ~/.wdc/alice
+  wdc runs commit sweep-7 --expected-parent-time 0 --event 1 --svid-dir ~/.wdc/alice`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			if err := fleet.ValidateID("--worker-id", workerID); err != nil {
+			name, flag := workerID, "--worker-id"
+			switch {
+			case workerID != "" && submitter != "":
+				return usagef("--worker-id and --submitter: give one")
+			case submitter != "":
+				name, flag = submitter, "--submitter"
+			case workerID == "":
+				return usagef("--worker-id or --submitter: required")
+			}
+			if err := fleet.ValidateID(flag, name); err != nil {
 				return usageError{err}
 			}
 			if caDir == "" {
@@ -177,29 +230,43 @@ the control planes its bundle.`,
 			if err != nil {
 				return usagef("--trust-domain %q: %v", domain, err)
 			}
+			id, err := identity.WorkerID(td, workerID)
+			sub := "workers"
+			if submitter != "" {
+				id, err = identity.SubmitterID(td, submitter)
+				sub = "submitters"
+			}
+			if err != nil {
+				return usagef("%s %q: %v", flag, name, err)
+			}
 			if svidDir == "" {
-				svidDir = filepath.Join(caDir, "workers", workerID)
+				svidDir = filepath.Join(caDir, sub, name)
 			}
 			iss, err := identity.LoadOrCreateIssuer(caDir, td)
 			if err != nil {
 				return fmt.Errorf("issuer in %s: %w", caDir, err)
 			}
-			svid, err := iss.IssueWorker(workerID, ttl)
+			svid, err := iss.Issue(id, ttl)
 			if err != nil {
 				return err
 			}
 			if err := identity.WriteSVID(svidDir, svid, iss.Bundle()); err != nil {
 				return err
 			}
-			out := enrollment{WorkerID: workerID, SPIFFEID: svid.ID.String(), SVIDDir: svidDir,
+			out := enrollment{WorkerID: workerID, Submitter: submitter, SPIFFEID: svid.ID.String(), SVIDDir: svidDir,
 				Bundle: filepath.Join(caDir, identity.CACertFile), NotAfter: svid.Certificates[0].NotAfter.UTC()}
-			return a.emitf(out, "enrolled %s as %s until %s\n  agent:          wdc agent --worker-id %s --svid-dir %s\n  control planes: wdc control-plane --trust-bundle %s",
-				workerID, out.SPIFFEID, out.NotAfter.Format(time.RFC3339), workerID, svidDir, out.Bundle)
+			use := fmt.Sprintf("agent:          wdc agent --worker-id %s --svid-dir %s", workerID, svidDir)
+			if submitter != "" {
+				use = "runs commit|close, tasks cancel: --svid-dir " + svidDir
+			}
+			return a.emitf(out, "enrolled %s as %s until %s\n  %s\n  control planes: wdc control-plane --trust-bundle %s",
+				name, out.SPIFFEID, out.NotAfter.Format(time.RFC3339), use, out.Bundle)
 		},
 	}
-	c.Flags().StringVar(&workerID, "worker-id", "", "the fleet worker to enroll (required)")
+	c.Flags().StringVar(&workerID, "worker-id", "", "the fleet worker to enroll")
+	c.Flags().StringVar(&submitter, "submitter", "", "the submitter to enroll instead of a worker (a person or a pipeline that commits, closes and cancels)")
 	c.Flags().StringVar(&caDir, "ca-dir", a.deps.Getenv(envCADir), "the issuer's directory, created with a new root on first use (env "+envCADir+"; required)")
-	c.Flags().StringVar(&svidDir, "svid-dir", "", "where to write svid.pem, svid.key (0600) and bundle.pem (default <ca-dir>/workers/<worker-id>)")
+	c.Flags().StringVar(&svidDir, "svid-dir", "", "where to write svid.pem, svid.key (0600) and bundle.pem (default <ca-dir>/workers/<worker-id> or <ca-dir>/submitters/<name>)")
 	c.Flags().DurationVar(&ttl, "ttl", identity.DefaultSVIDTTL, "how long the SVID is valid")
 	bindTrustDomain(c.Flags(), &domain, a.deps.Getenv)
 	return c

@@ -204,6 +204,9 @@ counts cover every task). List every task of a run with 'wdc tasks list --run'.
 							if e.Commit.Note != "" {
 								note = fmt.Sprintf(" (%s)", e.Commit.Note)
 							}
+							if e.Commit.CommittedBy != "" {
+								note += " by " + e.Commit.CommittedBy
+							}
 							fmt.Fprintf(w, "event %d commit: events %v -> parent_time %d, evidence %d%s\n", e.Seq, e.Commit.EventSeqs, e.Commit.ParentTime, e.Commit.Evidence, note)
 						}
 					}
@@ -221,6 +224,7 @@ func (a *app) newRunsCommitCommand() *cobra.Command {
 		expected int64
 		events   []int64
 		note     string
+		svid     svidFlags
 	)
 	c := &cobra.Command{
 		Use:   "commit RUN_ID",
@@ -238,7 +242,11 @@ it stale and this one is refused. Each event can be committed once.`,
 				return usagef("--event: name at least one worker_result event (see 'wdc runs status %s')", args[0])
 			}
 			return a.withControlPlane(c.Context(), func(wc *wdcclient.Client) error {
-				res, err := wc.Commit(c.Context(), args[0], api.CommitInput{ExpectedParentTime: expected, EventSeqs: events, Note: note})
+				var res api.CommitResult
+				err := svid.withSigner(c.Context(), wc, func() (err error) {
+					res, err = wc.Commit(c.Context(), args[0], api.CommitInput{ExpectedParentTime: expected, EventSeqs: events, Note: note})
+					return err
+				})
 				var we *wdcclient.Error
 				if errors.As(err, &we) {
 					// Name the flags, not the payload fields.
@@ -255,17 +263,23 @@ it stale and this one is refused. Each event can be committed once.`,
 	_ = c.MarkFlagRequired("expected-parent-time")
 	c.Flags().Int64SliceVar(&events, "event", nil, "worker_result event number to commit (repeatable)")
 	c.Flags().StringVar(&note, "note", "", "kept with the commit")
+	svid.bindSubmitter(c.Flags(), a.deps.Getenv)
 	return c
 }
 
 func (a *app) newRunsCloseCommand() *cobra.Command {
-	return &cobra.Command{
+	var svid svidFlags
+	c := &cobra.Command{
 		Use:   "close RUN_ID",
 		Short: "Close a run: no more tasks; it ends once its tasks have ended",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			return a.withControlPlane(c.Context(), func(wc *wdcclient.Client) error {
-				v, err := wc.CloseRun(c.Context(), args[0])
+				var v api.RunView
+				err := svid.withSigner(c.Context(), wc, func() (err error) {
+					v, err = wc.CloseRun(c.Context(), args[0])
+					return err
+				})
 				if err != nil {
 					return err
 				}
@@ -273,6 +287,8 @@ func (a *app) newRunsCloseCommand() *cobra.Command {
 			})
 		},
 	}
+	svid.bindSubmitter(c.Flags(), a.deps.Getenv)
+	return c
 }
 
 // orDash shows an empty table cell as "-".

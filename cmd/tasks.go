@@ -765,14 +765,20 @@ stdout.log/stderr.log in the attempt's task directory on its worker (shown).`,
 }
 
 func (a *app) newTasksCancelCommand() *cobra.Command {
-	var reason string
+	var (
+		reason string
+		svid   svidFlags
+	)
 	c := &cobra.Command{
 		Use:   "cancel TASK_ID",
 		Short: "Cancel a task: its lease is revoked, its attempt killed, and it ends CANCELLED",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			return a.withControlPlane(c.Context(), func(wc *wdcclient.Client) error {
-				_, err := wc.CancelTask(c.Context(), args[0], reason)
+				err := svid.withSigner(c.Context(), wc, func() error {
+					_, err := wc.CancelTask(c.Context(), args[0], reason)
+					return err
+				})
 				if err != nil {
 					return err
 				}
@@ -785,5 +791,6 @@ func (a *app) newTasksCancelCommand() *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&reason, "reason", "", "why, kept with the cancellation")
+	svid.bindSubmitter(c.Flags(), a.deps.Getenv)
 	return c
 }

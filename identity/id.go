@@ -35,6 +35,15 @@ func WorkerOf(id spiffeid.ID) (string, bool) {
 	return rest, true
 }
 
+// SubmitterOf returns the submitter an ID names, and whether it names one.
+func SubmitterOf(id spiffeid.ID) (string, bool) {
+	rest, ok := strings.CutPrefix(id.Path(), "/wdc/submitter/")
+	if !ok || rest == "" || strings.Contains(rest, "/") {
+		return "", false
+	}
+	return rest, true
+}
+
 // Mode is how a control plane treats signatures (`--identity`).
 type Mode string
 

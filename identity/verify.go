@@ -81,6 +81,26 @@ func (v *Verifier) unsigned(kind string) (Verdict, *lease.Rejection) {
 // unauthenticated, wrong_identity, replayed. The caller also refuses a
 // SignedAt not after the last it accepted (replayed).
 func (v *Verifier) Worker(now time.Time, worker, kind string, message any, p *Proof) (Verdict, *lease.Rejection) {
+	return v.own(now, kind, message, p, func(id spiffeid.ID) bool {
+		got, ok := WorkerOf(id)
+		return ok && got == worker
+	}, fmt.Sprintf("worker %q", worker))
+}
+
+// Submitter judges message of kind that a submitter signs with its own
+// SVID (spiffe://<td>/wdc/submitter/<name>: commit, close, cancel), as
+// Worker does; Verdict.ID names the submitter. Rejections:
+// unauthenticated, wrong_identity, replayed.
+func (v *Verifier) Submitter(now time.Time, kind string, message any, p *Proof) (Verdict, *lease.Rejection) {
+	return v.own(now, kind, message, p, func(id spiffeid.ID) bool {
+		_, ok := SubmitterOf(id)
+		return ok
+	}, "a submitter")
+}
+
+// own judges a message signed with the sender's own SVID, whose ID must
+// satisfy is (described by who).
+func (v *Verifier) own(now time.Time, kind string, message any, p *Proof, is func(spiffeid.ID) bool, who string) (Verdict, *lease.Rejection) {
 	if v.off() {
 		return Verdict{}, nil
 	}
@@ -91,11 +111,11 @@ func (v *Verifier) Worker(now time.Time, worker, kind string, message any, p *Pr
 	if rej != nil {
 		return Verdict{}, rej
 	}
-	if got, ok := WorkerOf(id); !ok || got != worker {
-		return Verdict{}, reject(lease.RejectWrongIdentity, "%s for worker %q is signed by %s", kind, worker, id)
+	if !is(id) {
+		return Verdict{}, reject(lease.RejectWrongIdentity, "%s must be signed by %s, not by %s", kind, who, id)
 	}
 	if p.Delegation != nil {
-		return Verdict{}, reject(lease.RejectWrongIdentity, "%s for worker %q is signed by an attempt's key, not the worker's", kind, worker)
+		return Verdict{}, reject(lease.RejectWrongIdentity, "%s is signed by an attempt's key, not by %s", kind, who)
 	}
 	if rej := v.content(pub, kind, message, p); rej != nil {
 		return Verdict{}, rej

@@ -279,4 +279,34 @@ func TestIdentityRequired(t *testing.T) {
 		require.Contains(t, stolen, "No such file", "the command did not find the key")
 		require.NotContains(t, stolen, "delegation")
 	})
+
+	t.Run("commit and close are believed only from a submitter", func(t *testing.T) {
+		ctx := context.Background()
+		var rv api.RunView
+		waitFor(t, 30*time.Second, "the run recorded its results", func() bool {
+			rv, err = wc.Run(ctx, "id-run")
+			return err == nil && rv.WorkerResultEvents >= 1
+		})
+		in := api.CommitInput{ExpectedParentTime: rv.ParentTime, EventSeqs: []int64{rv.Events[0].Seq}}
+		_, err := wc.Commit(ctx, "id-run", in)
+		requireRefused(t, err, lease.RejectUnauthenticated)
+		_, err = (&wdcclient.Client{C: c, Signer: signerA}).Commit(ctx, "id-run", in)
+		requireRefused(t, err, lease.RejectWrongIdentity)
+		_, err = wc.CloseRun(ctx, "id-run")
+		requireRefused(t, err, lease.RejectUnauthenticated)
+
+		subID, err := identity.SubmitterID(iss.TrustDomain(), "alice")
+		require.NoError(t, err)
+		svid, err := iss.Issue(subID, time.Hour)
+		require.NoError(t, err)
+		alice, err := identity.NewSigner(svid)
+		require.NoError(t, err)
+		as := &wdcclient.Client{C: c, Signer: alice}
+		rec, err := as.Commit(ctx, "id-run", in)
+		require.NoError(t, err)
+		require.Equal(t, "spiffe://wdc.local/wdc/submitter/alice", rec.CommittedBy)
+		require.Equal(t, rv.ParentTime+1, rec.ParentTime)
+		_, err = as.CloseRun(ctx, "id-run")
+		require.NoError(t, err)
+	})
 }

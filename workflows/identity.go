@@ -49,6 +49,15 @@ func (i *identityInbound) ValidateUpdate(ctx workflow.Context, in *interceptor.U
 	return i.Next.ValidateUpdate(workflow.WithValue(ctx, verifierKey{}, i.v), in)
 }
 
+// continued reports whether this run was started by continue-as-new (the
+// server sets that, no client can): only then is a carried state in the
+// input the workflow's own. A client that starts a workflow with a state
+// of its choosing (a registered worker, a task's lease, a run's evidence)
+// would otherwise skip every validator.
+func continued(ctx workflow.Context) bool {
+	return workflow.GetInfo(ctx).ContinuedExecutionRunID != ""
+}
+
 func verifierOf(ctx workflow.Context) *identity.Verifier {
 	v, _ := ctx.Value(verifierKey{}).(*identity.Verifier)
 	return v
@@ -64,6 +73,25 @@ func authenticateWorker(ctx workflow.Context, id, kind string, message any, p *i
 		rej = &lease.Rejection{Reason: lease.RejectReplayed, Message: fmt.Sprintf("%s signed at %s is not newer than the last one accepted (%s)", kind, p.SignedAt.Format(time.RFC3339Nano), notBefore.Format(time.RFC3339Nano))}
 	}
 	return identityVerdict(ctx, kind, verdict, rej)
+}
+
+// authenticateSubmitter is the identity check of a submitter's command to
+// a run or a task (commit, close, cancel): identity.Verifier.Submitter at
+// workflow time. It returns nil or an application error whose type is the
+// reason.
+func authenticateSubmitter(ctx workflow.Context, kind string, message any, p *identity.Proof) error {
+	verdict, rej := verifierOf(ctx).Submitter(workflow.Now(ctx), kind, message, p)
+	return identityVerdict(ctx, kind, verdict, rej)
+}
+
+// signerOf is the SPIFFE ID a proof names ("" for none): what a handler
+// records of a message its validator verified.
+func signerOf(p *identity.Proof) string {
+	id, err := p.SignerID()
+	if err != nil {
+		return ""
+	}
+	return id.String()
 }
 
 // authenticateAttempt is the identity check of an attempt's message

@@ -29,6 +29,10 @@ import (
 // The run ends once it is closed (close update, or CloseWhenDone) and every
 // task has ended.
 func WdcRun(ctx workflow.Context, in api.RunInput) (api.RunState, error) {
+	if in.Carry != nil && !continued(ctx) {
+		workflow.GetLogger(ctx).Warn("carry ignored: only continue-as-new carries a run's state", "run", in.RunID)
+		in.Carry = nil
+	}
 	r, err := newRunWorkflow(in)
 	if err != nil {
 		return api.RunState{}, temporal.NewNonRetryableApplicationError(err.Error(), api.ErrTypeInvalidArgument, nil)
@@ -238,7 +242,11 @@ func (r *runWorkflow) setup(ctx workflow.Context) error {
 		r.st.Closed = true
 		r.wake.SendAsync(true)
 		return r.st, nil
-	}, workflow.UpdateHandlerOptions{Description: descCloseRun})
+	}, workflow.UpdateHandlerOptions{Description: descCloseRun, Validator: func(ctx workflow.Context, in api.CloseRunInput) error {
+		unsigned := in
+		unsigned.Proof = nil
+		return authenticateSubmitter(ctx, api.UpdateCloseRun, unsigned, in.Proof)
+	}})
 }
 
 func (r *runWorkflow) run(ctx workflow.Context) (api.RunState, error) {
@@ -892,6 +900,11 @@ func endedKey(out api.TaskEndedSignal) string {
 }
 
 func (r *runWorkflow) validateCommit(ctx workflow.Context, in api.CommitInput) error {
+	unsigned := in
+	unsigned.Proof = nil
+	if err := authenticateSubmitter(ctx, api.UpdateCommit, unsigned, in.Proof); err != nil {
+		return err
+	}
 	if len(in.Note) > api.MaxNoteBytes {
 		return temporal.NewApplicationError(fmt.Sprintf("note: at most %d bytes (got %d)", api.MaxNoteBytes, len(in.Note)), api.ErrTypeInvalidArgument)
 	}
@@ -946,7 +959,7 @@ func (r *runWorkflow) commit(ctx workflow.Context, in api.CommitInput) (api.Comm
 	r.st.ParentTime = parentTime
 	r.st.Evidence += int64(len(committed))
 	r.st.TCDDigest = tcd
-	rec := api.CommitRecord{EventSeqs: seqs, ParentTime: parentTime, Evidence: r.st.Evidence, TCDDigest: tcd, Note: in.Note}
+	rec := api.CommitRecord{EventSeqs: seqs, ParentTime: parentTime, Evidence: r.st.Evidence, TCDDigest: tcd, Note: in.Note, CommittedBy: signerOf(in.Proof)}
 	r.appendEvent(api.Event{Type: api.EventCommit, Time: workflow.Now(ctx), Commit: &rec})
 	r.showDetails(ctx)
 	return rec, nil

@@ -59,6 +59,7 @@ func TestFault8RunReconcilesTasksFromBeforeContinueAsNew(t *testing.T) {
 		Tasks:      []api.RunTask{{TaskID: "t1", State: api.TaskLeased}, {TaskID: "t2", State: api.TaskPending}},
 		TaskCounts: api.RunTaskCounts{Total: 2, Open: 2},
 		Events:     []api.Event{}}
+	h.env.SetContinuedExecutionRunID("the-previous-run") // a carry comes only from continue-as-new
 	h.env.ExecuteWorkflow(api.RunWorkflowType, api.RunInput{RunID: "r1", WorldID: "w1", CloseWhenDone: true, Carry: &carry})
 	require.NoError(t, h.env.GetWorkflowError())
 	var final api.RunState
@@ -110,6 +111,7 @@ func TestRunReconcileSkipsTasksBeingStarted(t *testing.T) {
 	h.update(reconcileInterval-time.Nanosecond, api.UpdateAddTask, api.AddTaskInput{Envelope: e3, EnvelopeDigest: d3}, &add3, nil)
 	h.finishTask(95*time.Second, "t1", api.TaskOutcome{State: api.TaskCancelled})
 	h.finishTask(100*time.Second, "t3", api.TaskOutcome{State: api.TaskCompleted, Attempts: 1, Ref: &api.ResultRef{TaskID: "t3", Fence: 1}})
+	h.env.SetContinuedExecutionRunID("the-previous-run") // a carry comes only from continue-as-new
 	h.env.ExecuteWorkflow(api.RunWorkflowType, api.RunInput{RunID: "r1", WorldID: "w1", Carry: &carry, CloseWhenDone: true})
 	require.NoError(t, h.env.GetWorkflowError())
 	var final api.RunState

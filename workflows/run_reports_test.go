@@ -54,6 +54,7 @@ func TestRunCarriesReportsBeingVerifiedIntoContinueAsNew(t *testing.T) {
 	carry := api.RunState{RunID: "r1", WorldID: "w1", Status: api.RunRunning, TCDDigest: tcd, CloseWhenDone: true,
 		Tasks: []api.RunTask{{TaskID: "t1", State: api.TaskLeased}}, Events: []api.Event{}, Reported: []string{"t1"}}
 	h.ended["t1"] = api.TaskOutcome{TaskID: "t1", RunID: "r1", State: api.TaskRetriesExhausted, Attempts: 3}
+	h.env.SetContinuedExecutionRunID("the-previous-run") // a carry comes only from continue-as-new
 	h.env.ExecuteWorkflow(api.RunWorkflowType, api.RunInput{RunID: "r1", WorldID: "w1", Carry: &carry})
 	require.NoError(t, h.env.GetWorkflowError())
 	var final api.RunState

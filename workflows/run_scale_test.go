@@ -93,6 +93,7 @@ func TestRunContinuesAsNewWithItsStateCompacted(t *testing.T) {
 		h.env.SetContinueAsNewSuggested(true)
 		h.env.SignalWorkflow(api.SignalTaskEnded, api.TaskEndedSignal{})
 	}, 2*time.Second)
+	h.env.SetContinuedExecutionRunID("the-previous-run") // a carry comes only from continue-as-new
 	h.env.ExecuteWorkflow(api.RunWorkflowType, api.RunInput{RunID: "r1", WorldID: "w1", Carry: &carry})
 	var can *workflow.ContinueAsNewError
 	require.True(t, errors.As(h.env.GetWorkflowError(), &can), "got %v", h.env.GetWorkflowError())

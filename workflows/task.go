@@ -40,6 +40,10 @@ var (
 // add-task validator), never again here, so a stricter rule in a later
 // version cannot change what a replayed history did.
 func WdcTask(ctx workflow.Context, in api.TaskInput) (api.TaskOutcome, error) {
+	if in.Carry != nil && !continued(ctx) {
+		workflow.GetLogger(ctx).Warn("carry ignored: only continue-as-new carries a task's state", "task", in.Envelope.TaskID)
+		in.Carry = nil
+	}
 	t := newTaskWorkflow(in)
 	if err := t.setup(ctx); err != nil {
 		return api.TaskOutcome{}, err
@@ -171,6 +175,11 @@ func (t *taskWorkflow) setup(ctx workflow.Context) error {
 	return workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateCancelTask, t.cancel, workflow.UpdateHandlerOptions{
 		Description: descCancelTask,
 		Validator: func(ctx workflow.Context, in api.CancelTaskInput) error {
+			unsigned := in
+			unsigned.Proof = nil
+			if err := authenticateSubmitter(ctx, api.UpdateCancelTask, unsigned, in.Proof); err != nil {
+				return err
+			}
 			if t.state.Terminal() {
 				return temporal.NewApplicationError(fmt.Sprintf("task %s already ended %s", t.env.TaskID, t.state), api.ErrTypeConflict)
 			}

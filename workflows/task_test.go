@@ -542,6 +542,7 @@ func TestTaskAttemptAndFenceGrowAcrossContinueAsNew(t *testing.T) {
 		require.NoError(t, err)
 	}
 	env.SetContinueAsNewSuggested(true)
+	env.SetContinuedExecutionRunID("the-previous-run") // a carry comes only from continue-as-new
 	env.ExecuteWorkflow(api.TaskWorkflowType, api.TaskInput{
 		Envelope: envl, EnvelopeDigest: digest, Options: api.TaskOptions{LeaseTTL: 10 * time.Second},
 		Carry: &api.TaskCarry{Ledger: ledger},
@@ -571,6 +572,7 @@ func TestTaskAttemptAndFenceGrowAcrossContinueAsNew(t *testing.T) {
 	env2.OnActivity(controlActs.CleanupStaging, mock.Anything, mock.Anything).Return(nil)
 	env2.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, mock.Anything, mock.Anything).Return(nil)
 	next.Options.MaxAttempts = 5
+	env2.SetContinuedExecutionRunID("the-first-run")
 	env2.ExecuteWorkflow(api.TaskWorkflowType, next)
 	require.NoError(t, env2.GetWorkflowError())
 	var out api.TaskOutcome

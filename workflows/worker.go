@@ -34,6 +34,10 @@ import (
 // It ends only when deregistered, returning the final record (whose
 // incarnation a later entry of the same worker continues from).
 func WdcWorker(ctx workflow.Context, in api.WorkerInput) (api.WorkerView, error) {
+	if (in.State != nil || len(in.Lost) > 0 || !in.ReconciledAt.IsZero()) && !continued(ctx) {
+		workflow.GetLogger(ctx).Warn("state ignored: only continue-as-new carries a worker's record", "worker", in.WorkerID)
+		in.State, in.Lost, in.ReconciledAt = nil, nil, time.Time{}
+	}
 	w := &workerWorkflow{id: in.WorkerID, lost: in.Lost, reconciledAt: in.ReconciledAt}
 	w.rec.Incarnation = in.IncarnationFloor
 	if in.State != nil {

@@ -25,6 +25,7 @@ func (s *workerSuite) TestFault6ContinueAsNewCarriesLostNotifications() {
 	rec.Register(testRegistration("w1"), start)
 	carried := []api.WorkerLostSignal{{WorkerID: "w1", Incarnation: 1, TaskID: "t7", Fence: 3, State: "STALE"}}
 	s.env.RegisterDelayedCallback(func() { s.env.CancelWorkflow() }, time.Second)
+	s.env.SetContinuedExecutionRunID("the-previous-run") // a carry comes only from continue-as-new
 	s.env.ExecuteWorkflow(api.WorkerWorkflowType, api.WorkerInput{WorkerID: "w1", State: &rec, Lost: carried})
 	s.Equal(carried, s.lost, "the carried notification is sent by the new run")
 }
@@ -54,6 +55,7 @@ func (s *workerSuite) TestFault6SignalsDuringLostSendAreNotDropped() {
 		}
 		s.env.SetContinueAsNewSuggested(true)
 	}, 2*time.Second)
+	s.env.SetContinuedExecutionRunID("the-previous-run") // a carry comes only from continue-as-new
 	s.env.ExecuteWorkflow(api.WorkerWorkflowType, api.WorkerInput{WorkerID: "w1", State: &rec,
 		Lost: []api.WorkerLostSignal{{WorkerID: "w1", Incarnation: 1, TaskID: "t0", Fence: 1, State: "STALE"}}})
 	var can *workflow.ContinueAsNewError

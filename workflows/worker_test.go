@@ -326,6 +326,7 @@ func TestWorkerContinueAsNewKeepsPendingHeartbeats(t *testing.T) {
 			env.SignalWorkflow(api.SignalWorkerHeartbeat, api.WorkerHeartbeatSignal{WorkerID: "w1", Incarnation: 1, Seq: i})
 		}
 	}, 17*time.Second)
+	env.SetContinuedExecutionRunID("the-previous-run") // a carry comes only from continue-as-new
 	env.ExecuteWorkflow(api.WorkerWorkflowType, api.WorkerInput{WorkerID: "w1", State: &rec})
 	err := env.GetWorkflowError()
 	var can *workflow.ContinueAsNewError
@@ -379,4 +380,28 @@ func (s *workerSuite) TestIncarnationsContinueAcrossEntries() {
 	s.env.RegisterDelayedCallback(func() { s.env.CancelWorkflow() }, 2*time.Second)
 	s.env.ExecuteWorkflow(api.WorkerWorkflowType, api.WorkerInput{WorkerID: "w1", IncarnationFloor: 7})
 	s.Equal(int64(8), v.Incarnation)
+}
+
+// A client that starts a registry entry with a record of its choosing (a
+// registered, ACTIVE worker) skips the register update and its identity
+// check: the record is ignored unless the run was continued as new.
+func TestWorkerIgnoresAStateItWasStartedWithByAClient(t *testing.T) {
+	var ts testsuite.WorkflowTestSuite
+	env := ts.NewTestWorkflowEnvironment()
+	env.RegisterWorkflowWithOptions(WdcWorker, workflow.RegisterOptions{Name: api.WorkerWorkflowType})
+	livenessBySignals(env)
+	start := time.Unix(1000, 0).UTC()
+	env.SetStartTime(start)
+	rec := fleet.Worker{}
+	rec.Register(testRegistration("w1"), start)
+	var view api.WorkerView
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(api.QueryWorker)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&view))
+		env.CancelWorkflow()
+	}, time.Second)
+	env.ExecuteWorkflow(api.WorkerWorkflowType, api.WorkerInput{WorkerID: "w1", State: &rec})
+	require.False(t, view.Registered, "a forged start registers nothing")
+	require.Zero(t, view.Incarnation)
 }

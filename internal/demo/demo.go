@@ -159,6 +159,18 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	if err != nil {
 		return res, err
 	}
+	// The demo submits, closes and reads as submitter "demo".
+	subID, err := identity.SubmitterID(iss.TrustDomain(), "demo")
+	if err != nil {
+		return res, err
+	}
+	subSVID, err := iss.Issue(subID, time.Hour)
+	if err != nil {
+		return res, err
+	}
+	if wc.Signer, err = identity.NewSigner(subSVID); err != nil {
+		return res, err
+	}
 
 	// The control plane: every workflow and the control activities.
 	cp := worker.NewControlPlaneWith(opts.Client, store, worker.ControlPlaneOptions{Identity: verifier})
