@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -75,6 +76,26 @@ func (s *taskSuite) TestFailedIngestKeepsTheLeaseWhichThenExpires() {
 	s.InDelta(float64(31*time.Second), float64(s.grantTimes[1].Sub(s.grantTimes[0])), float64(time.Second),
 		"expired at its TTL, then one second of backoff")
 	s.Equal(1, s.cleanups, "the refused attempt's staging is cleaned up")
+}
+
+// An ingest that answers with artifacts the submission did not name (a
+// completion anyone could send by the activity's ID) keeps nothing: the
+// result is abandoned as if its ingest failed, and the next attempt's
+// own result completes the task.
+func (s *taskSuite) TestIngestAnsweringOtherArtifactsKeepsNothing() {
+	s.ingestForged = func(in api.IngestInput) *api.IngestResult {
+		if in.Fence != 1 {
+			return nil
+		}
+		return &api.IngestResult{Artifacts: []api.Artifact{{Name: "out.txt", Digest: "sha256:" + strings.Repeat("f", 64), SizeBytes: 1}}}
+	}
+	first := s.submit(time.Second, "t1/1/1", s.claim("worker-a", 1))
+	second := s.submit(45*time.Second, "t1/2/2", s.claim("worker-b", 2))
+	out := s.execute(api.TaskOptions{LeaseTTL: 30 * time.Second, Backoff: lease.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}})
+	s.Equal(api.TaskCompleted, out.State)
+	s.ErrorContains(first.err, "other artifacts")
+	s.NoError(second.err)
+	s.Equal(int64(2), s.lastView().Result.Fence, "the forged answer was not kept")
 }
 
 // A result larger than LocalIngestMaxBytes is ingested by an activity of

@@ -127,6 +127,7 @@ func (t *taskWorkflow) resultOf(in api.SubmitResultInput, ingested api.IngestRes
 }
 
 // ingested decides the submission from the ingest's outcome: on success
+// (the ingest kept exactly the artifacts and logs the submission names)
 // the lease completes and the result is the task's; on failure the result
 // is abandoned and the lease stays ACTIVE. Either way the submission gets
 // its answer.
@@ -134,6 +135,12 @@ func (t *taskWorkflow) ingested(ctx workflow.Context, sub *submission, ingested 
 	now := workflow.Now(ctx)
 	t.sub = nil
 	sub.done = true
+	if err == nil && !(slices.Equal(ingested.Artifacts, sub.in.Artifacts) && slices.Equal(ingested.Logs, sub.in.Logs)) {
+		// The ingest promotes exactly what the (signed) submission names;
+		// any other answer did not come from it (anyone may complete an
+		// activity by its ID).
+		err = fmt.Errorf("the ingest answered with other artifacts than the result names")
+	}
 	if err == nil {
 		err = t.ledger.Complete(now)
 	}

@@ -62,6 +62,9 @@ type taskSuite struct {
 	ingestAfter, selectAfter time.Duration
 	// ingestErr, when set, decides the Ingest mock's error per input.
 	ingestErr func(api.IngestInput) error
+	// ingestForged, when set, is what the Ingest mock answers instead of
+	// the submission's artifacts (a completion forged by its activity ID).
+	ingestForged func(api.IngestInput) *api.IngestResult
 	// ingestLost, when set, says per input that the ingest did its work
 	// but its completion was lost and every retry failed (a store outage):
 	// the mock then returns an error after the work.
@@ -75,7 +78,7 @@ func TestTaskWorkflow(t *testing.T) { suite.Run(t, new(taskSuite)) }
 
 func (s *taskSuite) SetupTest() {
 	s.env = s.NewTestWorkflowEnvironment()
-	s.ingestAfter, s.selectAfter, s.ingestErr, s.ingestLost, s.waits = 0, 0, nil, nil, nil
+	s.ingestAfter, s.selectAfter, s.ingestErr, s.ingestLost, s.waits, s.ingestForged = 0, 0, nil, nil, nil, nil
 	s.SetupTestWith(nil)
 	s.env.SetTestTimeout(20 * time.Second)
 }
@@ -147,6 +150,11 @@ func (s *taskSuite) SetupTestWith(launch func(env *testsuite.TestWorkflowEnviron
 			s.releases = append(s.releases, api.ReleaseSignal{TaskID: in.TaskID, Fence: in.Fence})
 			if s.ingestLost != nil && s.ingestLost(in) {
 				return api.IngestResult{}, errors.New("blob store unreachable")
+			}
+			if s.ingestForged != nil {
+				if f := s.ingestForged(in); f != nil {
+					return *f, nil
+				}
 			}
 			return api.IngestResult{Artifacts: in.Artifacts, Logs: in.Logs}, nil
 		})
