@@ -2,9 +2,10 @@ package client
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/wdc-runtime/wdc/identity"
 	"sort"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/fleet"
+	"github.com/wdc-runtime/wdc/identity"
 )
 
 // Client wraps a Temporal client with wdc's calls. Only C is required; the
@@ -139,14 +141,15 @@ func (c *Client) sign(kind string, message any) (*identity.Proof, error) {
 	return p, nil
 }
 
-// registerUpdateID is a signed registration's update ID, from its signing
-// time, so a retry of the same signed bytes is the same update rather than
-// a replay the registry refuses; "" (a new ID) for an unsigned one.
+// registerUpdateID is a signed registration's update ID, from its
+// signature, so a retry of the same signed bytes is the same update rather
+// than a replay the registry refuses; "" (a new ID) for an unsigned one.
 func registerUpdateID(reg api.RegisterInput) string {
 	if reg.Proof == nil {
 		return ""
 	}
-	return fmt.Sprintf("register/%d", reg.Proof.SignedAt.UnixNano())
+	sum := sha256.Sum256(reg.Proof.Signature)
+	return "register/" + hex.EncodeToString(sum[:16])
 }
 
 // previousIncarnation is the last incarnation of a deregistered (closed)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/wdc-runtime/wdc/identity"
 	"os"
 	"strconv"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/fleet"
+	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/executor"
 	"github.com/wdc-runtime/wdc/launchers"
@@ -211,7 +211,10 @@ func (a *app) runExec(ctx context.Context, o *execOptions) error {
 		}
 	}
 	// The attempt's key signs its result and failure reports.
-	ctl := executor.Signed(&executor.TemporalControl{Client: tc}, key)
+	var ctl executor.Control = &executor.TemporalControl{Client: tc}
+	if key != nil {
+		ctl = executor.Signed(ctl, key)
+	}
 	// bounded gives each control-plane check its own --control-plane-timeout.
 	bounded := func(f func(context.Context) error) error {
 		cctx, cancel := context.WithTimeout(ctx, a.global.controlPlaneTimeout)

@@ -3,7 +3,6 @@ package cmd
 import (
 	"context"
 	"fmt"
-	wdcclient "github.com/wdc-runtime/wdc/client"
 	"path/filepath"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
+	wdcclient "github.com/wdc-runtime/wdc/client"
 	"github.com/wdc-runtime/wdc/fleet"
 	"github.com/wdc-runtime/wdc/identity"
 )
@@ -64,9 +64,14 @@ func (f *trustFlags) verifier(ctx context.Context) (v *identity.Verifier, close 
 	if err != nil {
 		return nil, close, usagef("--identity: %v", err)
 	}
-	switch {
-	case m == identity.ModeOff:
+	if m == identity.ModeOff {
 		return nil, close, nil
+	}
+	td, err := spiffeid.TrustDomainFromString(f.domain)
+	if err != nil {
+		return nil, close, usagef("--trust-domain %q: %v", f.domain, err)
+	}
+	switch {
 	case f.bundle != "" && f.socket != "":
 		return nil, close, usagef("--trust-bundle and --spiffe-socket: give one")
 	case f.socket != "":
@@ -74,20 +79,16 @@ func (f *trustFlags) verifier(ctx context.Context) (v *identity.Verifier, close 
 		if err != nil {
 			return nil, close, fmt.Errorf("--spiffe-socket: %w", err)
 		}
-		v, err := identity.NewVerifier(m, src)
+		v, err := identity.NewVerifier(m, td, src)
 		return v, func() { src.Close() }, err
 	case f.bundle == "":
 		return nil, close, usagef("--identity %s: --trust-bundle (or %s) or --spiffe-socket is required", m, envTrustBundle)
-	}
-	td, err := spiffeid.TrustDomainFromString(f.domain)
-	if err != nil {
-		return nil, close, usagef("--trust-domain %q: %v", f.domain, err)
 	}
 	b, err := identity.LoadBundle(td, f.bundle)
 	if err != nil {
 		return nil, close, usagef("--trust-bundle %s: %v", f.bundle, err)
 	}
-	v, err = identity.NewVerifier(m, b)
+	v, err = identity.NewVerifier(m, td, b)
 	return v, close, err
 }
 

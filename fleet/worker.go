@@ -3,12 +3,12 @@ package fleet
 import (
 	"errors"
 	"fmt"
-	"github.com/wdc-runtime/wdc/identity"
 	"regexp"
 	"slices"
 	"sort"
 	"time"
 
+	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/resource"
 )
 

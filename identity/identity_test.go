@@ -1,6 +1,7 @@
 package identity
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -82,7 +83,7 @@ func TestWorkerMessages(t *testing.T) {
 		{"dated in the future", ModeRequired, now, func() (msg, *Proof) { return sign(a, base, now.Add(MaxSignedAge+time.Second)) }, lease.RejectUnauthenticated},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v, err := NewVerifier(tc.mode, iss.Bundle())
+			v, err := NewVerifier(tc.mode, td, iss.Bundle())
 			require.NoError(t, err)
 			m, p := tc.make()
 			verdict, rej := v.Worker(tc.at, "worker-a", "register", m, p)
@@ -115,7 +116,7 @@ func TestAttemptMessages(t *testing.T) {
 	require.NoError(t, err)
 	shortKey, err := a.Delegate(claim, now.Add(time.Second))
 	require.NoError(t, err)
-	v, err := NewVerifier(ModeRequired, iss.Bundle())
+	v, err := NewVerifier(ModeRequired, td, iss.Bundle())
 	require.NoError(t, err)
 
 	m := msg{WorkerID: "worker-a", N: 7}
@@ -180,12 +181,12 @@ func TestIssuerAndSVIDFiles(t *testing.T) {
 	require.NoError(t, err)
 	p, err := s.Sign("register", msg{WorkerID: "worker-a"}, time.Now())
 	require.NoError(t, err)
-	v, err := NewVerifier(ModeRequired, bundle)
+	v, err := NewVerifier(ModeRequired, td, bundle)
 	require.NoError(t, err)
 	_, rej := v.Worker(time.Now(), "worker-a", "register", msg{WorkerID: "worker-a"}, p)
 	require.Nil(t, rej)
 
-	_, err = NewVerifier(ModeRequired, nil)
+	_, err = NewVerifier(ModeRequired, td, nil)
 	require.Error(t, err, "required without a bundle")
 	_, err = ParseMode("on")
 	require.ErrorContains(t, err, "want off, optional or required")
@@ -218,7 +219,7 @@ func TestRotationAndRevocation(t *testing.T) {
 	require.NoError(t, err)
 	src.svid = second
 	both := x509bundle.FromX509Authorities(td, append(oldRoot.Bundle().X509Authorities(), newRoot.Bundle().X509Authorities()...))
-	during, err := NewVerifier(ModeRequired, both)
+	during, err := NewVerifier(ModeRequired, td, both)
 	require.NoError(t, err)
 	m := msg{WorkerID: "worker-a"}
 	p, err := inFlight.Sign("submit-result", m, now)
@@ -230,7 +231,7 @@ func TestRotationAndRevocation(t *testing.T) {
 	_, rej = during.Worker(now, "worker-a", "register", m, reg)
 	require.Nil(t, rej, "the rotated SVID signs")
 
-	after, err := NewVerifier(ModeRequired, newRoot.Bundle())
+	after, err := NewVerifier(ModeRequired, td, newRoot.Bundle())
 	require.NoError(t, err)
 	_, rej = after.Attempt(now, "submit-result", claim, m, p)
 	require.Equal(t, lease.RejectUnauthenticated, reasonOf(rej), "the old root is revoked")
@@ -252,7 +253,7 @@ func BenchmarkSignAndVerifyResult(b *testing.B) {
 	claim := lease.Claim{TaskID: "t", WorkerID: "worker-a", Attempt: 1, Fence: 1, EnvelopeDigest: "sha256:00"}
 	key, err := s.Delegate(claim, time.Time{})
 	require.NoError(b, err)
-	v, err := NewVerifier(ModeRequired, iss.Bundle())
+	v, err := NewVerifier(ModeRequired, td, iss.Bundle())
 	require.NoError(b, err)
 	m := msg{WorkerID: "worker-a", N: 1}
 	now := time.Now()
@@ -279,4 +280,69 @@ func BenchmarkSignAndVerifyResult(b *testing.B) {
 			}
 		}
 	})
+}
+
+// A bundle source that also holds a federated trust domain's authorities
+// (as SPIRE's Workload API may) does not make that domain's identities
+// speak for this one's workers.
+func TestAnotherTrustDomainIsNotBelieved(t *testing.T) {
+	td := spiffeid.RequireTrustDomainFromString(DefaultTrustDomain)
+	partnerTD := spiffeid.RequireTrustDomainFromString("partner.org")
+	ours, err := NewIssuer(td)
+	require.NoError(t, err)
+	partner, err := NewIssuer(partnerTD)
+	require.NoError(t, err)
+	set := x509bundle.NewSet(ours.Bundle(), partner.Bundle())
+	v, err := NewVerifier(ModeRequired, td, set)
+	require.NoError(t, err)
+	now := time.Now()
+	m := msg{WorkerID: "worker-a"}
+	p, err := signerFor(t, partner, "worker-a", time.Hour).Sign("register", m, now)
+	require.NoError(t, err)
+	_, rej := v.Worker(now, "worker-a", "register", m, p)
+	require.Equal(t, lease.RejectWrongIdentity, reasonOf(rej))
+	p, err = signerFor(t, ours, "worker-a", time.Hour).Sign("register", m, now)
+	require.NoError(t, err)
+	_, rej = v.Worker(now, "worker-a", "register", m, p)
+	require.Nil(t, rej)
+}
+
+// A signed message survives a JSON round trip (what Temporal's payloads
+// do) and still verifies; integers above 2^53 keep distinct signatures.
+func TestSignedContentSurvivesJSON(t *testing.T) {
+	type message struct {
+		Claim   lease.Claim       `json:"claim"`
+		At      time.Time         `json:"at"`
+		Labels  map[string]string `json:"labels,omitempty"`
+		Names   []string          `json:"names"`
+		Skipped []string          `json:"skipped,omitempty"`
+		Proof   *Proof            `json:"proof,omitempty"`
+	}
+	td := spiffeid.RequireTrustDomainFromString(DefaultTrustDomain)
+	iss, err := NewIssuer(td)
+	require.NoError(t, err)
+	claim := lease.Claim{TaskID: "t", WorkerID: "worker-a", Attempt: 1, Fence: 1<<53 + 1, EnvelopeDigest: "sha256:00"}
+	key, err := signerFor(t, iss, "worker-a", time.Hour).Delegate(claim, time.Time{})
+	require.NoError(t, err)
+	sent := message{Claim: claim, At: time.Now(), Labels: map[string]string{"b": "2", "a": "1"}, Names: []string{}}
+	sent.Proof, err = key.Sign("submit-result", sent, time.Now())
+	require.NoError(t, err)
+	wire, err := json.Marshal(sent)
+	require.NoError(t, err)
+	var got message
+	require.NoError(t, json.Unmarshal(wire, &got))
+	p := got.Proof
+	got.Proof = nil
+	v, err := NewVerifier(ModeRequired, td, iss.Bundle())
+	require.NoError(t, err)
+	_, rej := v.Attempt(time.Now(), "submit-result", got.Claim, got, p)
+	require.Nil(t, rej)
+
+	lower := claim
+	lower.Fence = 1 << 53
+	a, err := Content("k", claim, time.Time{})
+	require.NoError(t, err)
+	b, err := Content("k", lower, time.Time{})
+	require.NoError(t, err)
+	require.NotEqual(t, a, b)
 }

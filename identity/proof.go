@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gowebpki/jcs"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 
@@ -48,19 +47,20 @@ type Delegation struct {
 }
 
 // Content is the bytes a Proof signs: a domain label, the message's kind
-// (its update or signal name), the signing time, and the RFC 8785 canonical
-// JSON of the message without its proof. Errors: message does not marshal.
+// (its update or signal name), the signing time, and encoding/json's
+// encoding of the message without its proof. Signer and verifier encode
+// the same Go type, whose encoding is deterministic (fields in order, map
+// keys sorted) and survives Temporal's JSON payloads unchanged; integers
+// stay exact, where a float64-based canonical form (RFC 8785) would let
+// two fences above 2^53 share one signature. Errors: message does not
+// marshal.
 func Content(kind string, message any, signedAt time.Time) ([]byte, error) {
 	raw, err := json.Marshal(message)
 	if err != nil {
 		return nil, fmt.Errorf("sign %s: %w", kind, err)
 	}
-	canon, err := jcs.Transform(raw)
-	if err != nil {
-		return nil, fmt.Errorf("sign %s: %w", kind, err)
-	}
 	head := "wdc-signed-message/v1\x00" + kind + "\x00" + signedAt.UTC().Format(time.RFC3339Nano) + "\x00"
-	return append([]byte(head), canon...), nil
+	return append([]byte(head), raw...), nil
 }
 
 func (d Delegation) content() ([]byte, error) {
@@ -156,9 +156,35 @@ func (s *Signer) Delegate(c lease.Claim, notAfter time.Time) (*AttemptKey, error
 	return &AttemptKey{Chain: chain, Delegation: d, Key: priv}, nil
 }
 
+// AttemptSigner signs an attempt's messages: an AttemptKey, or a Signer's
+// ForAttempt.
+type AttemptSigner interface {
+	Sign(kind string, message any, at time.Time) (*Proof, error)
+}
+
+// ForAttempt signs for the attempt c with a key delegated at each signing
+// under the signer's current SVID, so an attempt that outlives one SVID
+// (SPIRE rotates them hourly) still signs under a valid one. For an
+// executor in the agent's own process (Local).
+func (s *Signer) ForAttempt(c lease.Claim) AttemptSigner { return liveAttempt{s: s, c: c} }
+
+type liveAttempt struct {
+	s *Signer
+	c lease.Claim
+}
+
+func (l liveAttempt) Sign(kind string, message any, at time.Time) (*Proof, error) {
+	k, err := l.s.Delegate(l.c, time.Time{})
+	if err != nil {
+		return nil, err
+	}
+	return k.Sign(kind, message, at)
+}
+
 // AttemptKey is an attempt's delegated key, what its executor signs with.
 // It is a credential: it travels to an external executor only in a file
-// readable by that executor alone.
+// readable by that executor alone. It is good until its delegation's
+// NotAfter, at most the SVID's expiry at launch.
 type AttemptKey struct {
 	Chain      [][]byte           `json:"chain"`
 	Delegation Delegation         `json:"delegation"`

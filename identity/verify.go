@@ -23,6 +23,9 @@ const MaxSignedAge = 2 * time.Minute
 type Verifier struct {
 	// Mode is off, optional or required; empty is ModeOff.
 	Mode Mode
+	// TrustDomain is the only trust domain whose identities are believed,
+	// even when Bundle also holds federated domains' authorities.
+	TrustDomain spiffeid.TrustDomain
 	// Bundle gives the trust domain's authorities (an *x509bundle.Bundle,
 	// or a Workload API source that SPIRE keeps current); required unless
 	// Mode is off.
@@ -38,15 +41,18 @@ type Verdict struct {
 	ID spiffeid.ID
 }
 
-// NewVerifier checks that mode and bundle fit together.
-func NewVerifier(mode Mode, bundle x509bundle.Source) (*Verifier, error) {
+// NewVerifier checks that mode, trust domain and bundle fit together.
+func NewVerifier(mode Mode, td spiffeid.TrustDomain, bundle x509bundle.Source) (*Verifier, error) {
 	if _, err := ParseMode(string(mode)); err != nil {
 		return nil, err
 	}
 	if b, ok := bundle.(*x509bundle.Bundle); mode != ModeOff && (bundle == nil || ok && (b == nil || b.Empty())) {
 		return nil, fmt.Errorf("identity %s needs a trust bundle", mode)
 	}
-	return &Verifier{Mode: mode, Bundle: bundle}, nil
+	if mode != ModeOff && td.IsZero() {
+		return nil, fmt.Errorf("identity %s needs a trust domain", mode)
+	}
+	return &Verifier{Mode: mode, TrustDomain: td, Bundle: bundle}, nil
 }
 
 func (v *Verifier) off() bool { return v == nil || v.Mode == "" || v.Mode == ModeOff }
@@ -61,6 +67,9 @@ func (v *Verifier) chain(now time.Time, p *Proof) (spiffeid.ID, *lease.Rejection
 	id, chains, err := x509svid.ParseAndVerify(p.Chain, v.Bundle, x509svid.WithTime(now))
 	if err != nil {
 		return spiffeid.ID{}, reject(lease.RejectUnauthenticated, "the signer's certificate is not valid at %s: %v", now.UTC().Format(time.RFC3339), err), nil
+	}
+	if !id.MemberOf(v.TrustDomain) {
+		return spiffeid.ID{}, reject(lease.RejectWrongIdentity, "%s is not in trust domain %s", id, v.TrustDomain), nil
 	}
 	return id, nil, chains[0][0].PublicKey
 }

@@ -86,7 +86,7 @@ func TestIdentityRequired(t *testing.T) {
 	require.NoError(t, err)
 	impostor, err := identity.NewIssuer(td) // same trust domain, a root nobody trusts
 	require.NoError(t, err)
-	v, err := identity.NewVerifier(identity.ModeRequired, iss.Bundle())
+	v, err := identity.NewVerifier(identity.ModeRequired, iss.TrustDomain(), iss.Bundle())
 	require.NoError(t, err)
 	c := dialNamespace(t, nsIdentity)
 	cp := worker.NewControlPlaneWith(c, suite.blobs, worker.ControlPlaneOptions{Identity: v})

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wdc-runtime/wdc/api"
@@ -45,7 +46,7 @@ func TestSPIREIdentity(t *testing.T) {
 	signer := identity.NewSignerFrom(src)
 	require.Equal(t, "spiffe://wdc.test/wdc/worker/spire-a", signer.ID().String())
 
-	v, err := identity.NewVerifier(identity.ModeRequired, src)
+	v, err := identity.NewVerifier(identity.ModeRequired, spiffeid.RequireTrustDomainFromString(td), src)
 	require.NoError(t, err)
 	c := dialNamespace(t, nsSPIRE)
 	cp := worker.NewControlPlaneWith(c, suite.blobs, worker.ControlPlaneOptions{Identity: v})

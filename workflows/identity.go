@@ -123,8 +123,9 @@ func identityVerdict(ctx workflow.Context, kind string, verdict identity.Verdict
 func verifySignal(ctx workflow.Context, kind string, c lease.Claim, message any, p *identity.Proof) *lease.Rejection {
 	var rej lease.Rejection
 	err := workflow.SideEffect(ctx, func(ctx workflow.Context) any {
-		_, r := verifierOf(ctx).Attempt(workflow.Now(ctx), kind, c, message, p)
+		verdict, r := verifierOf(ctx).Attempt(workflow.Now(ctx), kind, c, message, p)
 		if r == nil {
+			identityVerdict(ctx, kind, verdict, nil) // counts an unsigned one in optional mode
 			return lease.Rejection{}
 		}
 		return *r

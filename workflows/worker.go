@@ -11,6 +11,7 @@ import (
 
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/fleet"
+	"github.com/wdc-runtime/wdc/identity"
 )
 
 // WdcWorker is the registry entry of one fleet worker (workflow ID
@@ -492,10 +493,12 @@ func (w *workerWorkflow) validateRegister(ctx workflow.Context, in api.RegisterI
 func (w *workerWorkflow) register(ctx workflow.Context, in api.RegisterInput) (api.RegisterResult, error) {
 	prev := w.rec // the lost reservations are the previous incarnation's
 	lost := w.rec.Register(in, workflow.Now(ctx))
-	if id, err := in.Proof.SignerID(); err == nil {
-		w.rec.Identity, w.rec.IdentitySignedAt = id.String(), in.Proof.SignedAt
-	} else if in.Proof == nil {
-		w.rec.IdentitySignedAt = prev.IdentitySignedAt
+	// The last signing time accepted, for the replay check; one dated past
+	// the validator's window was not verified (identity off) and is not
+	// kept, lest it refuse every later registration.
+	w.rec.IdentitySignedAt = prev.IdentitySignedAt
+	if id := signerOf(in.Proof); id != "" && !in.Proof.SignedAt.After(workflow.Now(ctx).Add(identity.MaxSignedAge)) {
+		w.rec.Identity, w.rec.IdentitySignedAt = id, in.Proof.SignedAt
 	}
 	w.registered = true
 	w.noteLostOf(prev, lost, api.WorkerReregistered)

@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/spiffe/go-spiffe/v2/spiffeid"
-	"github.com/wdc-runtime/wdc/identity"
 	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"go.temporal.io/sdk/client"
 
 	"github.com/wdc-runtime/wdc/api"
@@ -19,6 +18,7 @@ import (
 	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/examples"
 	"github.com/wdc-runtime/wdc/fleet"
+	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/executor"
 	"github.com/wdc-runtime/wdc/lease"
@@ -155,7 +155,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	verifier, err := identity.NewVerifier(identity.ModeRequired, iss.Bundle())
+	verifier, err := identity.NewVerifier(identity.ModeRequired, iss.TrustDomain(), iss.Bundle())
 	if err != nil {
 		return res, err
 	}

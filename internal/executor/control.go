@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/wdc-runtime/wdc/identity"
 	"time"
 
 	"go.temporal.io/api/serviceerror"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/wdc-runtime/wdc/api"
 	wdcclient "github.com/wdc-runtime/wdc/client"
+	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/lease"
 )
 
@@ -210,7 +210,7 @@ func classify(err error) error {
 // Signed returns c that signs every result and failure report with key,
 // the attempt's delegated key (c itself when key is nil). The signature
 // covers the whole message (identity.Content).
-func Signed(c Control, key *identity.AttemptKey) Control {
+func Signed(c Control, key identity.AttemptSigner) Control {
 	if key == nil {
 		return c
 	}
@@ -219,7 +219,7 @@ func Signed(c Control, key *identity.AttemptKey) Control {
 
 type signingControl struct {
 	Control
-	key *identity.AttemptKey
+	key identity.AttemptSigner
 }
 
 func (s signingControl) SubmitResult(ctx context.Context, in api.SubmitResultInput, onAccepted func()) (api.SubmitResultResult, error) {

@@ -178,7 +178,7 @@ type Options struct {
 	// (Signed): the key its worker delegated to this attempt alone
 	// (identity.Signer.Delegate). Nil sends them unsigned, which a control
 	// plane with identity required refuses (unauthenticated).
-	AttemptKey *identity.AttemptKey
+	AttemptKey identity.AttemptSigner
 }
 
 // Execution is a running attempt.

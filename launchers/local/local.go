@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/wdc-runtime/wdc/identity"
 	"log/slog"
 	"sync"
 	"time"
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/executor"
 	"github.com/wdc-runtime/wdc/launchers"
@@ -138,17 +138,9 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 	l.starting[claim] = st
 	l.mu.Unlock()
 
-	var key *identity.AttemptKey
+	var key identity.AttemptSigner
 	if l.opts.Signer != nil {
-		var err error
-		if key, err = l.opts.Signer.Delegate(claim, time.Time{}); err != nil {
-			l.mu.Lock()
-			delete(l.starting, claim)
-			st.err = fmt.Errorf("delegate a key to attempt %s: %w", claim, err)
-			close(st.done)
-			l.mu.Unlock()
-			return launchers.Submission{}, st.err
-		}
+		key = l.opts.Signer.ForAttempt(claim)
 	}
 	ex, err := executor.Start(executor.Options{
 		AttemptKey: key,
