@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/internal/bench"
 )
 
@@ -134,6 +135,7 @@ could not be carried out. Ctrl-C stops the bench and its agents.`,
 	f.DurationVar(&o.HeartbeatWindow, "heartbeat-window", bench.DefaultHeartbeatWindow, "how long the heartbeat phase's task runs")
 	f.DurationVar(&o.LeaseHeartbeatInterval, "lease-heartbeat-interval", bench.DefaultLeaseHeartbeatInterval, "the heartbeat phase's lease heartbeat period (lease TTL: 3 periods)")
 	f.IntVar(&o.Selections, "selections", bench.DefaultSelections, "tasks placed in the selection phase, one every 200ms")
+	f.Var(&identityModeFlag{m: &o.Identity}, "identity", "the control plane's identity mode: required (every agent, simulated worker and the bench's commands signed by SVIDs of a bench issuer) or off, to price the signatures")
 	f.StringVar(&phases, "phases", phaseNames(bench.DefaultPhases), "which phases to run, comma-separated (throughput, heartbeat, failover, selection, sweep)")
 	f.StringVar(&dataDir, "data-dir", "", "blob store, task directories and agent logs (default: a temporary directory, removed afterwards; with --address the standard data dir: env WDC_DATA_DIR)")
 	f.StringVar(&blobURL, "blob-url", "", blobURLHelp)
@@ -185,8 +187,8 @@ func (a *app) agentArgs(address, dataDir, blobURL string) (args, env []string) {
 // with its unit and the project's target, then the machine and versions.
 func writeBenchTable(w io.Writer, r bench.Result) error {
 	p := r.Params
-	fmt.Fprintf(w, "wdc bench, %s: N=%d tasks, W=%d simulated workers (heartbeat %gs), %d agents, %d failover trials\n\n",
-		r.StartedAt.Format(time.RFC3339), p.Tasks, p.SimWorkers, p.SimHeartbeatIntervalSeconds, p.Agents, p.FailoverTrials)
+	fmt.Fprintf(w, "wdc bench, %s: N=%d tasks, W=%d simulated workers (heartbeat %gs), %d agents, %d failover trials, identity %s\n\n",
+		r.StartedAt.Format(time.RFC3339), p.Tasks, p.SimWorkers, p.SimHeartbeatIntervalSeconds, p.Agents, p.FailoverTrials, r.Identity)
 	tw := table(w)
 	fmt.Fprintln(tw, "FIGURE\tVALUE\tUNIT\tTARGET")
 	f := func(v *float64) string {
@@ -298,3 +300,24 @@ func byType(m map[string]int64) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// identityModeFlag is a pflag.Value for an identity.Mode (default required).
+type identityModeFlag struct{ m *identity.Mode }
+
+func (f *identityModeFlag) String() string {
+	if f.m == nil || *f.m == "" {
+		return string(identity.ModeRequired)
+	}
+	return string(*f.m)
+}
+
+func (f *identityModeFlag) Set(s string) error {
+	m, err := identity.ParseMode(s)
+	if err != nil {
+		return err
+	}
+	*f.m = m
+	return nil
+}
+
+func (f *identityModeFlag) Type() string { return "mode" }

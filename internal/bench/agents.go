@@ -22,6 +22,7 @@ import (
 type agents struct {
 	exe      string
 	args     []string // connection flags and data dir, appended to each
+	ids      *identities
 	env      []string
 	logDir   string
 	workRoot string
@@ -97,6 +98,11 @@ func (a *agents) start(ctx context.Context, id string, after int64) error {
 		args = append(args, "--label", k+"="+v)
 	}
 	args = append(args, a.args...)
+	more, err := a.ids.agentArgs(id)
+	if err != nil {
+		return err
+	}
+	args = append(args, more...)
 	p, log, err := startProc(a.exe, args, a.env, filepath.Join(a.logDir, id+".log"))
 	if err != nil {
 		return fmt.Errorf("start agent %s: %w", id, err)

@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	wdcclient "github.com/wdc-runtime/wdc/client"
+	"github.com/wdc-runtime/wdc/identity"
 )
 
 // Phase names a part of the bench that can be run on its own.
@@ -122,6 +123,11 @@ type Options struct {
 	// ServerVersion is the Temporal server's version when the caller
 	// knows it better than GetClusterInfo (optional).
 	ServerVersion string
+	// Identity is the control plane's identity mode (default required):
+	// with it on, the bench's issuer enrolls every agent, simulated worker
+	// and its own client (a submitter), so signatures are part of every
+	// figure; off measures without them.
+	Identity identity.Mode
 	// Logger receives the in-process components' logs (nil: discarded).
 	Logger *slog.Logger
 	// Progress, when set, is called with short progress lines.
@@ -129,6 +135,9 @@ type Options struct {
 }
 
 func (o *Options) defaults() {
+	if o.Identity == "" {
+		o.Identity = identity.ModeRequired
+	}
 	def := func(v *int, d int) {
 		if *v == 0 {
 			*v = d
@@ -233,6 +242,8 @@ func ParsePhases(s string) ([]Phase, error) {
 // completions per second; every duration is in seconds (float); event
 // counts are history events.
 type Result struct {
+	// Identity is the control plane's identity mode during the run.
+	Identity identity.Mode `json:"identity"`
 	// BareThroughput: N bare workflows (one activity that execs
 	// /bin/true), started concurrently, over the window from the first
 	// workflow's start to the last one's close, as Temporal recorded them;
@@ -383,8 +394,14 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return res, err
 	}
+	res.Identity = opts.Identity
+	ids, err := newIdentities(opts, b.wc)
+	if err != nil {
+		return res, err
+	}
+	b.ids = ids
 	// The control plane, as a subprocess: its CPU time is its own.
-	cp, err := startControlPlane(ctx, opts, filepath.Join(logDir, "control-plane.log"))
+	cp, err := startControlPlane(ctx, opts, ids.controlPlaneArgs(), filepath.Join(logDir, "control-plane.log"))
 	if err != nil {
 		return res, err
 	}
@@ -408,7 +425,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	// The real agents, as subprocesses (every phase uses them).
 	{
 		b.agents = &agents{
-			exe: opts.Executable, args: opts.AgentArgs, env: opts.AgentEnv, logDir: logDir,
+			exe: opts.Executable, args: opts.AgentArgs, env: opts.AgentEnv, logDir: logDir, ids: b.ids,
 			workRoot: filepath.Join(opts.DataDir, "work"),
 			labels:   map[string]string{labelKey: b.label, roleKey: roleAgent},
 			slots:    max(opts.Tasks, 4), interval: opts.AgentHeartbeatInterval, wc: b.wc,
@@ -480,6 +497,8 @@ type bench struct {
 	agentIDs  []string
 	// controlPlane is the `wdc control-plane` subprocess.
 	controlPlane *proc
+	// ids enrolls the bench's workers (identities).
+	ids *identities
 }
 
 // controlPlaneReady is what `wdc control-plane` prints once it polls.
@@ -488,8 +507,8 @@ const controlPlaneReady = "control plane polling"
 // startControlPlane starts `<Executable> control-plane` with the agents'
 // connection flags, its output in logPath, and waits (60 s at most) until
 // it says it polls.
-func startControlPlane(ctx context.Context, opts Options, logPath string) (*proc, error) {
-	args := append([]string{"control-plane", "--log-level", "info"}, opts.AgentArgs...)
+func startControlPlane(ctx context.Context, opts Options, extra []string, logPath string) (*proc, error) {
+	args := append(append([]string{"control-plane", "--log-level", "info"}, opts.AgentArgs...), extra...)
 	p, log, err := startProc(opts.Executable, args, opts.AgentEnv, logPath)
 	if err != nil {
 		return nil, fmt.Errorf("start control plane: %w", err)

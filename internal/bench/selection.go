@@ -86,7 +86,11 @@ func (b *bench) selection(ctx context.Context, res *Result) error {
 		// counters (Stats) say what went wrong.
 		one, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
-		h, err := worker.StartHeartbeater(one, b.opts.Client, worker.HeartbeaterOptions{Registration: reg, Interval: interval, Logger: slog.New(slog.DiscardHandler)})
+		signer, err := b.ids.signer(ids[i])
+		if err != nil {
+			return err
+		}
+		h, err := worker.StartHeartbeater(one, b.opts.Client, worker.HeartbeaterOptions{Registration: reg, Interval: interval, Logger: slog.New(slog.DiscardHandler), Signer: signer})
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
