@@ -51,10 +51,6 @@ type Issuer struct {
 
 // NewIssuer returns an issuer with a new ECDSA P-256 root, valid ten years.
 func NewIssuer(td spiffeid.TrustDomain) (*Issuer, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
@@ -66,11 +62,7 @@ func NewIssuer(td spiffeid.TrustDomain) (*Issuer, error) {
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		return nil, err
-	}
-	cert, err := x509.ParseCertificate(der)
+	cert, key, err := certify(tmpl, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -139,10 +131,6 @@ func (i *Issuer) Issue(id spiffeid.ID, ttl time.Duration) (*x509svid.SVID, error
 	if !id.MemberOf(i.td) {
 		return nil, fmt.Errorf("%s is not in trust domain %s", id, i.td)
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
@@ -153,11 +141,7 @@ func (i *Issuer) Issue(id spiffeid.ID, ttl time.Duration) (*x509svid.SVID, error
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, i.cert, key.Public(), i.key)
-	if err != nil {
-		return nil, err
-	}
-	cert, err := x509.ParseCertificate(der)
+	cert, key, err := certify(tmpl, i.cert, i.key)
 	if err != nil {
 		return nil, err
 	}
@@ -218,6 +202,27 @@ func LoadBundle(td spiffeid.TrustDomain, path string) (*x509bundle.Bundle, error
 }
 
 type urlT = url.URL
+
+// certify makes a new ECDSA P-256 key and its certificate from tmpl,
+// signed by parent's key (self-signed when parent is nil).
+func certify(tmpl, parent *x509.Certificate, parentKey crypto.Signer) (*x509.Certificate, crypto.Signer, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, key.Public(), parentKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cert, key, nil
+}
 
 func serial() *big.Int {
 	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))

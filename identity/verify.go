@@ -61,17 +61,26 @@ func reject(reason lease.RejectReason, format string, args ...any) *lease.Reject
 	return &lease.Rejection{Reason: reason, Message: fmt.Sprintf(format, args...)}
 }
 
-// chain verifies p's certificate chain at now and returns the signer's ID
-// and leaf, or RejectUnauthenticated.
-func (v *Verifier) chain(now time.Time, p *Proof) (spiffeid.ID, *lease.Rejection, any) {
+// signer is every check's start: identity off accepts, an unsigned
+// message is unsigned's to decide, else p's certificate chain must verify
+// at now, in the trust domain. done says the caller returns verdict and
+// rej as they are; otherwise id and pub are the signer's.
+func (v *Verifier) signer(now time.Time, kind string, p *Proof) (id spiffeid.ID, pub any, verdict Verdict, rej *lease.Rejection, done bool) {
+	switch {
+	case v.off():
+		return id, nil, Verdict{}, nil, true
+	case p == nil:
+		verdict, rej = v.unsigned(kind)
+		return id, nil, verdict, rej, true
+	}
 	id, chains, err := x509svid.ParseAndVerify(p.Chain, v.Bundle, x509svid.WithTime(now))
 	if err != nil {
-		return spiffeid.ID{}, reject(lease.RejectUnauthenticated, "the signer's certificate is not valid at %s: %v", now.UTC().Format(time.RFC3339), err), nil
+		return id, nil, Verdict{}, reject(lease.RejectUnauthenticated, "the signer's certificate is not valid at %s: %v", now.UTC().Format(time.RFC3339), err), true
 	}
 	if !id.MemberOf(v.TrustDomain) {
-		return spiffeid.ID{}, reject(lease.RejectWrongIdentity, "%s is not in trust domain %s", id, v.TrustDomain), nil
+		return id, nil, Verdict{}, reject(lease.RejectWrongIdentity, "%s is not in trust domain %s", id, v.TrustDomain), true
 	}
-	return id, nil, chains[0][0].PublicKey
+	return id, chains[0][0].PublicKey, Verdict{}, nil, false
 }
 
 // unsigned decides an unsigned message: accepted in ModeOptional, else
@@ -110,15 +119,9 @@ func (v *Verifier) Submitter(now time.Time, kind string, message any, p *Proof) 
 // own judges a message signed with the sender's own SVID, whose ID must
 // satisfy is (described by who).
 func (v *Verifier) own(now time.Time, kind string, message any, p *Proof, is func(spiffeid.ID) bool, who string) (Verdict, *lease.Rejection) {
-	if v.off() {
-		return Verdict{}, nil
-	}
-	if p == nil {
-		return v.unsigned(kind)
-	}
-	id, rej, pub := v.chain(now, p)
-	if rej != nil {
-		return Verdict{}, rej
+	id, pub, verdict, rej, done := v.signer(now, kind, p)
+	if done {
+		return verdict, rej
 	}
 	if !is(id) {
 		return Verdict{}, reject(lease.RejectWrongIdentity, "%s must be signed by %s, not by %s", kind, who, id)
@@ -146,15 +149,9 @@ func (v *Verifier) own(now time.Time, kind string, message any, p *Proof, is fun
 // message is the same claim again: the fence check and the update's ID
 // answer it.
 func (v *Verifier) Attempt(now time.Time, kind string, c lease.Claim, message any, p *Proof) (Verdict, *lease.Rejection) {
-	if v.off() {
-		return Verdict{}, nil
-	}
-	if p == nil {
-		return v.unsigned(kind)
-	}
-	id, rej, pub := v.chain(now, p)
-	if rej != nil {
-		return Verdict{}, rej
+	id, pub, verdict, rej, done := v.signer(now, kind, p)
+	if done {
+		return verdict, rej
 	}
 	if got, ok := WorkerOf(id); !ok || got != c.WorkerID {
 		return Verdict{}, reject(lease.RejectWrongIdentity, "%s of %s is signed under %s, not worker %q", kind, c, id, c.WorkerID)
