@@ -350,6 +350,23 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		res.AcceptedDigest = view.Result.Artifacts[0].Digest
 	}
 
+	// The run reads the task's outcome from the task (one activity after
+	// the task ended): wait for it before closing, or the run's state
+	// read below can predate it.
+	for {
+		r, err := wc.Run(ctx, ids.run)
+		if err != nil {
+			return res, err
+		}
+		if r.TaskCounts.Open == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return res, fmt.Errorf("run %s did not record its task's outcome: %w", ids.run, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 	run, err := wc.CloseRun(ctx, ids.run)
 	if err != nil {
 		return res, err
