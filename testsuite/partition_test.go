@@ -56,7 +56,8 @@ func TestShortPartitionsCostNoLease(t *testing.T) {
 	soak := soakFor(t, 0)
 	ttl := 6 * time.Second
 	proxy := startTCPProxy(t, suite.srv.FrontendHostPort())
-	spawnAgentVia(t, "partition-short-a", proxy.Addr())
+	agent := spawnAgentVia(t, "partition-short-a", proxy.Addr())
+	agentLog := agent.Stdout.(*os.File).Name()
 	waitWorkersActive(t, "partition-short-a")
 	stop := filepath.Join(t.TempDir(), "stop")
 	env := taskEnvelope(t, "partition-short", `while [ ! -e "$STOP" ]; do sleep 0.1; done; echo ok > outputs/ok`)
@@ -72,6 +73,7 @@ func TestShortPartitionsCostNoLease(t *testing.T) {
 	cuts, began := 0, time.Now()
 	for ; cuts < minCuts || time.Since(began) < soak; cuts++ {
 		i := cuts
+		recovered := countLogLines(t, agentLog, executorRecovered)
 		proxy.Cut()
 		time.Sleep(ttl / 2)
 		before := heardLease(t, env.TaskID) // as the last heartbeat before the cut left it
@@ -88,6 +90,12 @@ func TestShortPartitionsCostNoLease(t *testing.T) {
 		waitFor(t, ttl, "a worker heartbeat after the heal", func() bool {
 			e, err := suite.wdc.DescribeWorker(context.Background(), "partition-short-a")
 			return err == nil && e.LastHeartbeatAt.After(healed)
+		})
+		// ... and until the executor has counted one: a delivered
+		// heartbeat signal counts once its confirming lease query is
+		// answered, and a cut before the answer fails it.
+		waitFor(t, ttl, "the executor to count a heartbeat after the heal", func() bool {
+			return countLogLines(t, agentLog, executorRecovered) > recovered
 		})
 		require.Equal(t, lease.Active, after.State, "cut %d: the lease ended: %s", i+1, after.EndReason)
 		require.Equal(t, int64(1), after.Fence)
@@ -186,4 +194,17 @@ func readTrace(t *testing.T, path string) map[int64][]time.Time {
 	}
 	require.NoError(t, sc.Err())
 	return out
+}
+
+// executorRecovered is what an executor logs when a heartbeat counts
+// again after failing (each cut fails at least one: it is longer than
+// the heartbeat interval).
+const executorRecovered = "heartbeat accepted again"
+
+// countLogLines counts the lines of the log at path that contain s.
+func countLogLines(t *testing.T, path, s string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return strings.Count(string(b), s)
 }
