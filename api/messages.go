@@ -67,6 +67,15 @@ type DeregisterInput struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// RevokeInput revokes a worker's identity: its incarnation ends OFFLINE,
+// its leases are lost (their tasks retry elsewhere), and it registers
+// again only with a certificate issued after the one it registered with.
+type RevokeInput struct {
+	Reason string `json:"reason,omitempty"`
+	// Proof is the submitter's signature over the input without it.
+	Proof *identity.Proof `json:"proof,omitempty"`
+}
+
 // SweepSignal asks a worker to re-evaluate its liveness now.
 type SweepSignal struct{}
 
@@ -365,6 +374,10 @@ type WorkerLostSignal struct {
 // WorkerReregistered is WorkerLostSignal.State for reservations of an
 // incarnation that a new registration of the worker replaced.
 const WorkerReregistered = "REREGISTERED"
+
+// WorkerRevoked is WorkerLostSignal.State for reservations of an
+// incarnation whose identity was revoked (UpdateRevoke).
+const WorkerRevoked = "REVOKED"
 
 // CancelTaskInput cancels a task.
 type CancelTaskInput struct {

@@ -104,6 +104,9 @@ const (
 	// UpdateDeregister (DeregisterInput → WorkerView) removes the worker
 	// from the registry; its workflow then completes.
 	UpdateDeregister = "deregister"
+	// UpdateRevoke (RevokeInput → WorkerView) revokes the worker's
+	// identity; signed by a submitter when identity is on.
+	UpdateRevoke = "revoke"
 	// SignalSweep (SweepSignal) re-evaluates liveness now.
 	SignalSweep = "sweep"
 	// UpdateReserve (ReserveInput → ReserveResult) holds capacity for a

@@ -263,6 +263,23 @@ func (c *Client) DeregisterWorker(ctx context.Context, workerID string, force bo
 	return v, wrap("worker "+workerID, err)
 }
 
+// RevokeWorker revokes a worker's identity (api.UpdateRevoke), signed by
+// c.Signer: its incarnation ends OFFLINE, its leases are lost, and it
+// registers again only with a newer certificate. Errors: ErrNotFound, a
+// conflict *Error when the control plane runs with identity off, or the
+// identity check's reason.
+func (c *Client) RevokeWorker(ctx context.Context, workerID, reason string) (api.WorkerView, error) {
+	var v api.WorkerView
+	in := api.RevokeInput{Reason: reason}
+	p, err := c.sign(api.UpdateRevoke, in)
+	if err != nil {
+		return v, err
+	}
+	in.Proof = p
+	err = c.update(ctx, api.WorkerWorkflowID(workerID), "", api.UpdateRevoke, in, &v)
+	return v, wrap("worker "+workerID, err)
+}
+
 // Worker returns one worker's record. Errors: ErrNotFound.
 func (c *Client) Worker(ctx context.Context, workerID string) (api.WorkerView, error) {
 	var v api.WorkerView

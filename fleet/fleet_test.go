@@ -117,6 +117,28 @@ func TestReRegistrationLosesReservations(t *testing.T) {
 	assert.Empty(t, w.Reservations)
 }
 
+func TestRevoke(t *testing.T) {
+	var w Worker
+	w.Register(reg("w-1"), t0)
+	require.NoError(t, w.Reserve("t1", 4, Requirements{}, time.Time{}))
+	w.Drain("maintenance", t0)
+	lost := w.Revoke(t0.Add(-time.Hour), "key leaked", t0.Add(time.Second))
+	assert.Equal(t, []Reservation{{TaskID: "t1", Fence: 4, Resources: resource.List{Slots: DefaultSlotRequest}}}, lost)
+	assert.Empty(t, w.Reservations)
+	assert.Equal(t, Offline, w.State)
+	assert.ErrorIs(t, w.Heartbeat(Heartbeat{WorkerID: "w-1", Incarnation: 1, Seq: 1}, t0.Add(2*time.Second)), ErrOffline,
+		"the revoked incarnation's heartbeats are refused")
+	changed, _ := w.Evaluate(t0.Add(time.Hour))
+	assert.False(t, changed, "it stays OFFLINE")
+
+	w.Revoke(t0.Add(-2*time.Hour), "again", t0.Add(3*time.Second))
+	assert.Equal(t, t0.Add(-time.Hour), w.RevokedThrough, "an earlier floor does not lower the later one")
+	w.Register(reg("w-1"), t0.Add(4*time.Second))
+	assert.Equal(t, Active, w.State)
+	assert.Equal(t, t0.Add(-time.Hour), w.RevokedThrough, "the floor outlives the incarnation")
+	assert.Equal(t, "again", w.RevokeReason)
+}
+
 func TestDrain(t *testing.T) {
 	var w Worker
 	w.Register(reg("w-1"), t0)

@@ -306,6 +306,15 @@ type Worker struct {
 	// registration signed no later is a replay.
 	Identity         string    `json:"identity,omitempty"`
 	IdentitySignedAt time.Time `json:"identity_signed_at,omitzero"`
+	// IdentityIssuedAt is when the registration's certificate was issued
+	// (its NotBefore; zero when unsigned).
+	IdentityIssuedAt time.Time `json:"identity_issued_at,omitzero"`
+	// RevokedThrough is set by Revoke: a registration whose certificate
+	// was issued at or before it is refused, across incarnations.
+	RevokedThrough time.Time `json:"revoked_through,omitzero"`
+	// RevokedAt and RevokeReason are when and why the last Revoke was.
+	RevokedAt    time.Time `json:"revoked_at,omitzero"`
+	RevokeReason string    `json:"revoke_reason,omitempty"`
 	// LastHeartbeatAt is the last accepted heartbeat signal (or
 	// registration); while LivenessActivity is set, the heartbeats go to
 	// Temporal instead (client.Client.Views reads the last one from there).
@@ -368,6 +377,9 @@ func (w *Worker) Register(r Registration, now time.Time) (lost []Reservation) {
 		HeartbeatsAccepted:    w.HeartbeatsAccepted,
 		StateChangedAt:        now,
 		Reservations:          kept,
+		RevokedThrough:        w.RevokedThrough,
+		RevokedAt:             w.RevokedAt,
+		RevokeReason:          w.RevokeReason,
 	}
 	return lost
 }
@@ -443,6 +455,22 @@ func (w *Worker) Deregister(now time.Time) (lost []Reservation) {
 	lost = w.Reservations
 	w.Reservations = nil
 	w.setState(Deregistered, now)
+	return lost
+}
+
+// Revoke ends the incarnation at now because its identity was revoked:
+// OFFLINE, every reservation returned as lost and cleared, and every
+// certificate issued through `through` refused from now on (see
+// RevokedThrough; an earlier floor is kept when later).
+func (w *Worker) Revoke(through time.Time, reason string, now time.Time) (lost []Reservation) {
+	lost = w.Reservations
+	w.Reservations = nil
+	if through.After(w.RevokedThrough) {
+		w.RevokedThrough = through
+	}
+	w.RevokedAt, w.RevokeReason = now, reason
+	w.Draining = false
+	w.setState(Offline, now)
 	return lost
 }
 

@@ -235,3 +235,16 @@ func (p *Proof) SignerID() (spiffeid.ID, error) {
 	}
 	return x509svid.IDFromCert(leaf)
 }
+
+// IssuedAt is the NotBefore of the proof's leaf certificate, unverified:
+// when the identity a Verifier accepted was issued, once it did.
+func (p *Proof) IssuedAt() (time.Time, error) {
+	if p == nil || len(p.Chain) == 0 {
+		return time.Time{}, errors.New("identity: no certificate")
+	}
+	leaf, err := x509.ParseCertificate(p.Chain[0])
+	if err != nil {
+		return time.Time{}, err
+	}
+	return leaf.NotBefore, nil
+}

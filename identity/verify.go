@@ -57,6 +57,10 @@ func NewVerifier(mode Mode, td spiffeid.TrustDomain, bundle x509bundle.Source) (
 
 func (v *Verifier) off() bool { return v == nil || v.Mode == "" || v.Mode == ModeOff }
 
+// Enabled reports whether v checks identities (mode optional or required;
+// a nil Verifier is off).
+func (v *Verifier) Enabled() bool { return !v.off() }
+
 func reject(reason lease.RejectReason, format string, args ...any) *lease.Rejection {
 	return &lease.Rejection{Reason: reason, Message: fmt.Sprintf(format, args...)}
 }

@@ -43,6 +43,7 @@ const (
 	descReserve    = "Reserve capacity for a task's next fence (eligibility re-checked)."
 	descDrain      = "Drain the worker: no new reservations; running attempts go on."
 	descUndrain    = "Undo a drain: the worker takes reservations again."
+	descRevoke     = "Revoke the worker's identity: its incarnation ends OFFLINE, its leases move, and it registers again only with a newer certificate."
 	descDeregister = "Take the worker out of the registry; the entry then completes."
 	descHeartbeat  = "A worker heartbeat, sent while no liveness activity is held for it."
 	descRelease    = "A task hands back its reservation for one fence."

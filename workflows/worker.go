@@ -12,6 +12,7 @@ import (
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/fleet"
 	"github.com/wdc-runtime/wdc/identity"
+	"github.com/wdc-runtime/wdc/lease"
 )
 
 // WdcWorker is the registry entry of one fleet worker (workflow ID
@@ -129,6 +130,17 @@ func (w *workerWorkflow) setup(ctx workflow.Context) error {
 			return temporal.NewApplicationError(fmt.Sprintf("worker %s is deregistered", w.id), api.ErrTypeConflict)
 		}
 		return nil
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateRevoke, w.revoke, workflow.UpdateHandlerOptions{
+		Validator: func(ctx workflow.Context, in api.RevokeInput) error {
+			if err := live(); err != nil {
+				return err
+			}
+			return w.validateRevoke(ctx, in)
+		},
+		Description: descRevoke,
+	}); err != nil {
+		return err
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateDrain, w.drain, workflow.UpdateHandlerOptions{
 		Description: descDrain,
@@ -487,7 +499,61 @@ func (w *workerWorkflow) validateRegister(ctx workflow.Context, in api.RegisterI
 		countRejected(ctx, err)
 		return err
 	}
+	if err := w.checkRevoked(ctx, in.Proof); err != nil {
+		countRejected(ctx, err)
+		return err
+	}
 	return nil
+}
+
+// checkRevoked refuses (unauthenticated) a registration whose certificate
+// was issued at or before the worker's RevokedThrough, or that is unsigned
+// once the worker was revoked. Identity off: nothing is checked.
+func (w *workerWorkflow) checkRevoked(ctx workflow.Context, p *identity.Proof) error {
+	through := w.rec.RevokedThrough
+	if through.IsZero() || !verifierOf(ctx).Enabled() {
+		return nil
+	}
+	if issued, err := p.IssuedAt(); err == nil && issued.After(through) {
+		return nil
+	}
+	msg := fmt.Sprintf("worker %s was revoked at %s (%s): it registers only with a certificate issued after %s; enroll it again",
+		w.id, w.rec.RevokedAt.Format(time.RFC3339), w.rec.RevokeReason, through.Format(time.RFC3339))
+	workflow.GetLogger(ctx).Warn("message refused by the identity check", "kind", api.UpdateRegister, "reason", lease.RejectUnauthenticated, "detail", msg)
+	return temporal.NewApplicationError(msg, string(lease.RejectUnauthenticated))
+}
+
+// validateRevoke admits a revoke signed by a submitter, on a control plane
+// that checks identities (with identity off there is none to revoke).
+func (w *workerWorkflow) validateRevoke(ctx workflow.Context, in api.RevokeInput) error {
+	if !verifierOf(ctx).Enabled() {
+		return temporal.NewApplicationError(fmt.Sprintf("worker %s: identity is off on this control plane, so there is no identity to revoke; deregister the worker instead", w.id), api.ErrTypeConflict)
+	}
+	unsigned := in
+	unsigned.Proof = nil
+	if err := authenticateSubmitter(ctx, api.UpdateRevoke, unsigned, in.Proof); err != nil {
+		countRejected(ctx, err)
+		return err
+	}
+	return nil
+}
+
+// revoke ends the incarnation (OFFLINE; its liveness activity is then
+// cancelled and its leases are lost) and refuses every certificate issued
+// through the one it registered with (every one so far when it registered
+// unsigned).
+func (w *workerWorkflow) revoke(ctx workflow.Context, in api.RevokeInput) (api.WorkerView, error) {
+	now := workflow.Now(ctx)
+	through := w.rec.IdentityIssuedAt
+	if through.IsZero() {
+		through = now
+	}
+	lost := w.rec.Revoke(through, in.Reason, now)
+	w.noteLost(lost, api.WorkerRevoked) // not liveness-fenced: its tasks wait a lock-delay
+	workflow.GetLogger(ctx).Warn("worker identity revoked", "worker", w.id, "incarnation", w.rec.Incarnation,
+		"through", through, "by", signerOf(in.Proof), "reason", in.Reason, "leases_lost", len(lost))
+	w.wake.SendAsync(true)
+	return w.view(), nil
 }
 
 func (w *workerWorkflow) register(ctx workflow.Context, in api.RegisterInput) (api.RegisterResult, error) {
@@ -499,6 +565,7 @@ func (w *workerWorkflow) register(ctx workflow.Context, in api.RegisterInput) (a
 	w.rec.IdentitySignedAt = prev.IdentitySignedAt
 	if id := signerOf(in.Proof); id != "" && !in.Proof.SignedAt.After(workflow.Now(ctx).Add(identity.MaxSignedAge)) {
 		w.rec.Identity, w.rec.IdentitySignedAt = id, in.Proof.SignedAt
+		w.rec.IdentityIssuedAt, _ = in.Proof.IssuedAt()
 	}
 	w.registered = true
 	w.noteLostOf(prev, lost, api.WorkerReregistered)
