@@ -41,6 +41,7 @@ itself; these commands are for operators and scripts.`,
 		a.newWorkersDrainCommand(),
 		a.newWorkersUndrainCommand(),
 		a.newWorkersDeregisterCommand(),
+		a.newWorkersRevokeCommand(),
 		a.newWorkersSweepCommand(),
 		a.newWorkersAssignCommand(),
 		a.newWorkersLeaseCommand(),
@@ -303,6 +304,40 @@ registers again.`,
 	})
 	c.Flags().BoolVar(&force, "force", false, "deregister even while it holds leases (their tasks retry elsewhere)")
 	c.Flags().StringVar(&reason, "reason", "", "why, for operators")
+	return c
+}
+
+func (a *app) newWorkersRevokeCommand() *cobra.Command {
+	var (
+		reason string
+		svid   svidFlags
+	)
+	c := a.workerUpdateCommand(&cobra.Command{
+		Use:   "revoke",
+		Short: "Revoke a worker's identity: its leases move and its certificate is refused",
+		Long: `Revoke a worker's identity, e.g. when its key may have leaked. Its incarnation
+ends OFFLINE at once: its liveness and lease activities are cancelled, so its
+agent's next heartbeat is refused and its attempts fence themselves; their tasks
+retry on other workers. From then on the worker registers only with a
+certificate issued after the one it registered with: enroll it again
+('wdc workers enroll', then restart its agent), or let SPIRE renew its SVID
+after you evict or re-attest its node. The revocation outlives incarnations.
+
+Needs a control plane with --identity optional or required, and is signed with
+your submitter SVID (--svid-dir or --spiffe-socket).`,
+		Example: `  wdc workers revoke gpu-01 --reason "key leaked" --svid-dir ~/.wdc/submitter`,
+	}, func(ctx context.Context, wc *wdcclient.Client, id string) (v api.WorkerView, err error) {
+		err = svid.withSigner(ctx, wc, func() error {
+			v, err = wc.RevokeWorker(ctx, id, reason)
+			return err
+		})
+		return v, err
+	}, func(v api.WorkerView) string {
+		return fmt.Sprintf("worker %s revoked: incarnation %d is %s; certificates issued through %s are refused",
+			v.WorkerID, v.Incarnation, v.State, v.RevokedThrough.Format(time.RFC3339))
+	})
+	c.Flags().StringVar(&reason, "reason", "", "why, kept in the worker's record")
+	svid.bindSubmitter(c.Flags(), a.deps.Getenv)
 	return c
 }
 

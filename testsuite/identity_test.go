@@ -280,6 +280,88 @@ func TestIdentityRequired(t *testing.T) {
 		require.NotContains(t, stolen, "delegation")
 	})
 
+	t.Run("a revoked worker loses its leases and cannot register", func(t *testing.T) {
+		ctx := context.Background()
+		enroll := func(id string) string {
+			dir := filepath.Join(t.TempDir(), id)
+			svid, err := iss.IssueWorker(id, time.Hour)
+			require.NoError(t, err)
+			require.NoError(t, identity.WriteSVID(dir, svid, iss.Bundle()))
+			return dir
+		}
+		active := func(id string) fleet.Worker {
+			var wv api.WorkerView
+			waitFor(t, 30*time.Second, id+" registered", func() bool {
+				var err error
+				wv, err = wc.Worker(ctx, id)
+				return err == nil && wv.State == fleet.Active
+			})
+			return wv.Worker
+		}
+		victim, survivor := "id-rv-a", "id-rv-b"
+		agentA := spawnAgentArgs(t, victim, "--namespace", nsIdentity, "--svid-dir", enroll(victim))
+		before := active(victim)
+		gate := filepath.Join(t.TempDir(), "gate")
+		env := envelope.Envelope{TaskID: "id-rv-task", RunID: "id-rv-run", WorldID: "identity",
+			Command:  []string{"/bin/sh", "-c", `while [ ! -e "$GATE" ]; do sleep 0.05; done; echo "$WDC_ATTEMPT" > outputs/attempt.txt`},
+			Env:      map[string]string{"PATH": "/usr/bin:/bin", "GATE": gate},
+			Selector: map[string]string{"suite-test": testLabel(t)}}
+		_, err := wc.SubmitTask(ctx, env, api.TaskOptions{LeaseTTL: 6 * time.Second})
+		require.NoError(t, err)
+		require.Equal(t, victim, waitLaunched(t, wc, env.TaskID, 1).WorkerID)
+		spawnAgentArgs(t, survivor, "--namespace", nsIdentity, "--svid-dir", enroll(survivor))
+		active(survivor)
+
+		// Only a submitter may revoke.
+		_, err = wc.RevokeWorker(ctx, victim, "unsigned")
+		requireRefused(t, err, lease.RejectUnauthenticated)
+		_, err = (&wdcclient.Client{C: c, Signer: signerA}).RevokeWorker(ctx, victim, "by a worker")
+		requireRefused(t, err, lease.RejectWrongIdentity)
+		subID, err := identity.SubmitterID(iss.TrustDomain(), "ops")
+		require.NoError(t, err)
+		svid, err := iss.Issue(subID, time.Hour)
+		require.NoError(t, err)
+		ops, err := identity.NewSigner(svid)
+		require.NoError(t, err)
+		rv, err := (&wdcclient.Client{C: c, Signer: ops}).RevokeWorker(ctx, victim, "key leaked")
+		require.NoError(t, err)
+		require.Equal(t, fleet.Offline, rv.State)
+		require.Empty(t, rv.Reservations)
+		require.Equal(t, before.IdentityIssuedAt, rv.RevokedThrough, "certificates through the registered one are refused")
+
+		// The victim's agent finds itself OFFLINE, and its registration
+		// with the revoked certificate is refused.
+		agentLog := agentA.Stdout.(*os.File).Name()
+		waitFor(t, 30*time.Second, "the revoked agent's registration refused", func() bool {
+			return countLogLines(t, agentLog, "was revoked at") > 0
+		})
+		wv, err := wc.Worker(ctx, victim)
+		require.NoError(t, err)
+		require.Equal(t, fleet.Offline, wv.State)
+		require.Equal(t, before.Incarnation, wv.Incarnation, "no new incarnation")
+
+		// Its task moves to the survivor.
+		require.Equal(t, survivor, waitLaunched(t, wc, env.TaskID, 2).WorkerID)
+		require.NoError(t, os.WriteFile(gate, nil, 0o644))
+		out, err := waitTaskIn(t, wc, env.TaskID)
+		require.NoError(t, err)
+		require.Equal(t, api.TaskCompleted, out.State)
+		view, err := wc.Task(ctx, env.TaskID)
+		require.NoError(t, err)
+		require.Equal(t, survivor, view.Result.WorkerID)
+		require.Equal(t, string(lease.ReasonWorkerLost), view.Leases[0].EndReason)
+		require.Equal(t, "2\n", readArtifactFrom(t, suite.blobs, view.Result, "attempt.txt"))
+
+		// Enrolled again (a newer certificate), it registers.
+		_ = agentA.Process.Kill()
+		_, _ = agentA.Process.Wait()
+		time.Sleep(time.Second) // certificate times have whole seconds
+		spawnAgentArgs(t, victim, "--namespace", nsIdentity, "--svid-dir", enroll(victim))
+		after := active(victim)
+		require.Equal(t, before.Incarnation+1, after.Incarnation)
+		require.True(t, after.IdentityIssuedAt.After(after.RevokedThrough))
+	})
+
 	t.Run("commit and close are believed only from a submitter", func(t *testing.T) {
 		ctx := context.Background()
 		var rv api.RunView
