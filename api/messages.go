@@ -69,7 +69,7 @@ type DeregisterInput struct {
 
 // RevokeInput revokes a worker's identity: its incarnation ends OFFLINE,
 // its leases are lost (their tasks retry elsewhere), and it registers
-// again only with a certificate issued after the one it registered with.
+// again only with a certificate issued after the revoke.
 type RevokeInput struct {
 	Reason string `json:"reason,omitempty"`
 	// Proof is the submitter's signature over the input without it.

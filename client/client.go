@@ -265,7 +265,7 @@ func (c *Client) DeregisterWorker(ctx context.Context, workerID string, force bo
 
 // RevokeWorker revokes a worker's identity (api.UpdateRevoke), signed by
 // c.Signer: its incarnation ends OFFLINE, its leases are lost, and it
-// registers again only with a newer certificate. Errors: ErrNotFound, a
+// registers again only with a certificate issued after the revoke. Errors: ErrNotFound, a
 // conflict *Error when the control plane runs with identity off, or the
 // identity check's reason.
 func (c *Client) RevokeWorker(ctx context.Context, workerID, reason string) (api.WorkerView, error) {

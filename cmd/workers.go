@@ -319,9 +319,9 @@ func (a *app) newWorkersRevokeCommand() *cobra.Command {
 ends OFFLINE at once: its liveness and lease activities are cancelled, so its
 agent's next heartbeat is refused and its attempts fence themselves; their tasks
 retry on other workers. From then on the worker registers only with a
-certificate issued after the one it registered with: enroll it again
-('wdc workers enroll', then restart its agent), or let SPIRE renew its SVID
-after you evict or re-attest its node. The revocation outlives incarnations.
+certificate issued after the revoke: enroll it again ('wdc workers enroll',
+then restart its agent). With SPIRE, evict or re-attest its node first (see
+docs/security.md). The revocation outlives incarnations.
 
 Needs a control plane with --identity optional or required, and is signed with
 your submitter SVID (--svid-dir or --spiffe-socket).`,

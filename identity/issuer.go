@@ -49,6 +49,10 @@ type Issuer struct {
 	key  crypto.Signer
 }
 
+// Backdate is how far before its issue an Issuer's certificate is valid
+// (NotBefore), for clocks behind the issuer's.
+const Backdate = time.Minute
+
 // NewIssuer returns an issuer with a new ECDSA P-256 root, valid ten years.
 func NewIssuer(td spiffeid.TrustDomain) (*Issuer, error) {
 	now := time.Now()
@@ -136,7 +140,7 @@ func (i *Issuer) Issue(id spiffeid.ID, ttl time.Duration) (*x509svid.SVID, error
 		SerialNumber: serial(),
 		Subject:      pkix.Name{Organization: []string{"wdc"}},
 		URIs:         []*urlT{id.URL()},
-		NotBefore:    now.Add(-time.Minute),
+		NotBefore:    now.Add(-Backdate),
 		NotAfter:     now.Add(ttl),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},

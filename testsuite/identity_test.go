@@ -312,6 +312,10 @@ func TestIdentityRequired(t *testing.T) {
 		spawnAgentArgs(t, survivor, "--namespace", nsIdentity, "--svid-dir", enroll(survivor))
 		active(survivor)
 
+		// A certificate the agent could have rotated to without
+		// registering again: revoked too.
+		rotated := issueSigner(t, iss, victim)
+
 		// Only a submitter may revoke.
 		_, err = wc.RevokeWorker(ctx, victim, "unsigned")
 		requireRefused(t, err, lease.RejectUnauthenticated)
@@ -327,7 +331,13 @@ func TestIdentityRequired(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, fleet.Offline, rv.State)
 		require.Empty(t, rv.Reservations)
-		require.Equal(t, before.IdentityIssuedAt, rv.RevokedThrough, "certificates through the registered one are refused")
+		require.False(t, rv.RevokedThrough.Before(before.IdentityIssuedAt), "certificates through the registered one are refused")
+		regRotated := fleet.Registration{WorkerID: victim, Capacity: resource.List{CPUMillis: 1000, MemoryBytes: 1 << 30}}
+		regRotated.Proof, err = rotated.Sign(api.UpdateRegister, regRotated, time.Now())
+		require.NoError(t, err)
+		_, err = wc.RegisterWorker(ctx, regRotated)
+		requireRefused(t, err, lease.RejectUnauthenticated)
+		require.ErrorContains(t, err, "was revoked")
 
 		// The victim's agent finds itself OFFLINE, and its registration
 		// with the revoked certificate is refused.

@@ -539,14 +539,15 @@ func (w *workerWorkflow) validateRevoke(ctx workflow.Context, in api.RevokeInput
 }
 
 // revoke ends the incarnation (OFFLINE; its liveness activity is then
-// cancelled and its leases are lost) and refuses every certificate issued
-// through the one it registered with (every one so far when it registered
-// unsigned).
+// cancelled and its leases are lost) and refuses every certificate dated
+// (NotBefore) up to the one it registered with or identity.Backdate ago,
+// whichever is later: every one wdc's issuer issued before the revoke,
+// including those the agent rotated to without registering again.
 func (w *workerWorkflow) revoke(ctx workflow.Context, in api.RevokeInput) (api.WorkerView, error) {
 	now := workflow.Now(ctx)
-	through := w.rec.IdentityIssuedAt
-	if through.IsZero() {
-		through = now
+	through := now.Add(-identity.Backdate) // every certificate wdc's issuer issued before now
+	if w.rec.IdentityIssuedAt.After(through) {
+		through = w.rec.IdentityIssuedAt
 	}
 	lost := w.rec.Revoke(through, in.Reason, now)
 	w.noteLost(lost, api.WorkerRevoked) // not liveness-fenced: its tasks wait a lock-delay
