@@ -96,7 +96,7 @@ func (f *trustFlags) verifier(ctx context.Context) (v *identity.Verifier, close 
 type svidFlags struct{ dir, socket string }
 
 func (f *svidFlags) bind(fs *pflag.FlagSet, getenv func(string) string) {
-	fs.StringVar(&f.dir, "svid-dir", getenv(envSVIDDir), "directory with the worker's X.509-SVID (svid.pem, svid.key, bundle.pem), as 'wdc workers enroll' writes it: the agent signs its registration with it and delegates a key to each attempt (env "+envSVIDDir+"; default: unsigned)")
+	fs.StringVar(&f.dir, "svid-dir", getenv(envSVIDDir), "directory with the worker's X.509-SVID (svid.pem, svid.key, bundle.pem), as 'wdc workers enroll' writes it: the agent signs its registration with it and delegates a key to each attempt, and reads it again when it changes (enroll again to rotate; env "+envSVIDDir+"; default: unsigned)")
 	bindSocket(fs, &f.socket, getenv, "take the worker's X.509-SVID from a SPIRE agent's Workload API at this socket instead of --svid-dir, rotated as SPIRE renews it")
 }
 
@@ -125,13 +125,11 @@ func (f *svidFlags) signer(ctx context.Context, want func(spiffeid.ID) error) (s
 		s = identity.NewSignerFrom(src)
 		close = func() { src.Close() }
 	case f.dir != "":
-		svid, _, err := identity.LoadSVID(f.dir)
+		src, err := identity.NewDirSource(f.dir)
 		if err != nil {
 			return nil, close, usagef("--svid-dir: %v", err)
 		}
-		if s, err = identity.NewSigner(svid); err != nil {
-			return nil, close, err
-		}
+		s = identity.NewSignerFrom(src)
 	default:
 		return nil, close, nil
 	}

@@ -192,6 +192,48 @@ func TestIssuerAndSVIDFiles(t *testing.T) {
 	require.ErrorContains(t, err, "want off, optional or required")
 }
 
+// A DirSource follows `workers enroll` run again into its directory, and
+// keeps the SVID it has while the directory is half-written or gone.
+func TestDirSourceRereadsTheDirectory(t *testing.T) {
+	td := spiffeid.RequireTrustDomainFromString(DefaultTrustDomain)
+	iss, err := NewIssuer(td)
+	require.NoError(t, err)
+	dir := filepath.Join(t.TempDir(), "svid")
+	_, err = NewDirSource(dir)
+	require.Error(t, err, "no SVID yet")
+
+	first, err := iss.IssueWorker("worker-a", time.Hour)
+	require.NoError(t, err)
+	require.NoError(t, WriteSVID(dir, first, iss.Bundle()))
+	src, err := NewDirSource(dir)
+	require.NoError(t, err)
+	got, err := src.GetX509SVID()
+	require.NoError(t, err)
+	require.Equal(t, first.Certificates[0].Raw, got.Certificates[0].Raw)
+
+	second, err := iss.IssueWorker("worker-a", time.Hour)
+	require.NoError(t, err)
+	require.NoError(t, WriteSVID(dir, second, iss.Bundle()))
+	got, err = src.GetX509SVID()
+	require.NoError(t, err)
+	require.Equal(t, second.Certificates[0].Raw, got.Certificates[0].Raw, "the enrolled-again SVID")
+
+	third, err := iss.IssueWorker("worker-a", time.Hour)
+	require.NoError(t, err)
+	_, key, err := third.Marshal()
+	require.NoError(t, err)
+	require.NoError(t, writeFile(filepath.Join(dir, SVIDKeyFile), key, 0o600)) // its certificate not written yet
+	got, err = src.GetX509SVID()
+	require.NoError(t, err)
+	require.Equal(t, second.Certificates[0].Raw, got.Certificates[0].Raw, "a key without its certificate is not taken")
+	require.Error(t, src.LastError())
+
+	require.NoError(t, os.RemoveAll(dir))
+	got, err = src.GetX509SVID()
+	require.NoError(t, err)
+	require.Equal(t, second.Certificates[0].Raw, got.Certificates[0].Raw)
+}
+
 // rotating is an x509svid.Source whose SVID a test replaces.
 type rotating struct{ svid *x509svid.SVID }
 

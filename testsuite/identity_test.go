@@ -280,6 +280,48 @@ func TestIdentityRequired(t *testing.T) {
 		require.NotContains(t, stolen, "delegation")
 	})
 
+	t.Run("enrolling again in place rotates the SVID under running attempts", func(t *testing.T) {
+		ctx := context.Background()
+		const id = "id-rot"
+		dir := filepath.Join(t.TempDir(), id)
+		first, err := iss.IssueWorker(id, 20*time.Second)
+		require.NoError(t, err)
+		require.NoError(t, identity.WriteSVID(dir, first, iss.Bundle()))
+		spawnAgentArgs(t, id, "--namespace", nsIdentity, "--svid-dir", dir)
+		gate := filepath.Join(t.TempDir(), "gate")
+		task := func(taskID string) envelope.Envelope {
+			return envelope.Envelope{TaskID: taskID, RunID: "id-rot-run", WorldID: "identity",
+				Command:  []string{"/bin/sh", "-c", `while [ ! -e "$GATE" ]; do sleep 0.05; done; echo ok > outputs/ok.txt`},
+				Env:      map[string]string{"PATH": "/usr/bin:/bin", "GATE": gate},
+				Selector: map[string]string{"suite-test": testLabel(t)}}
+		}
+		inFlight := task("id-rot-1")
+		_, err = wc.SubmitTask(ctx, inFlight, api.TaskOptions{LeaseTTL: 6 * time.Second})
+		require.NoError(t, err)
+		require.Equal(t, id, waitLaunched(t, wc, inFlight.TaskID, 1).WorkerID)
+
+		// `workers enroll` again, into the same directory; then the first
+		// certificate expires while the attempt runs.
+		second, err := iss.IssueWorker(id, time.Hour)
+		require.NoError(t, err)
+		require.NoError(t, identity.WriteSVID(dir, second, iss.Bundle()))
+		time.Sleep(time.Until(first.Certificates[0].NotAfter) + time.Second)
+		require.NoError(t, os.WriteFile(gate, nil, 0o644))
+		after := task("id-rot-2")
+		_, err = wc.SubmitTask(ctx, after, api.TaskOptions{LeaseTTL: 6 * time.Second})
+		require.NoError(t, err)
+		for _, env := range []envelope.Envelope{inFlight, after} {
+			out, err := waitTaskIn(t, wc, env.TaskID)
+			require.NoError(t, err)
+			require.Equal(t, api.TaskCompleted, out.State, env.TaskID)
+			view, err := wc.Task(ctx, env.TaskID)
+			require.NoError(t, err)
+			require.Len(t, view.Leases, 1, "%s: no lease lost to the rotation", env.TaskID)
+			require.Equal(t, id, view.Result.WorkerID)
+		}
+		t.Fail()
+	})
+
 	t.Run("a revoked worker loses its leases and cannot register", func(t *testing.T) {
 		ctx := context.Background()
 		enroll := func(id string) string {
