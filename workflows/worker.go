@@ -59,6 +59,10 @@ type workerWorkflow struct {
 	id         string
 	rec        fleet.Worker
 	registered bool
+	// unregistered is the UnregisteredLifetime timer of an entry not
+	// registered yet; unregisteredEnded that it fired.
+	unregistered      workflow.Future
+	unregisteredEnded bool
 
 	// timer is the armed liveness timer and timerAt its deadline.
 	timer       workflow.Future
@@ -177,10 +181,26 @@ func (w *workerWorkflow) setup(ctx workflow.Context) error {
 	})
 }
 
+// endUnregisteredEntry is the change ID of the UnregisteredLifetime timer
+// (version 1), recorded only by an entry not registered in its first
+// workflow task. Retire it as docs/architecture.md says: once no WdcWorker
+// started before it runs unregistered (such an entry never continues as
+// new: terminate it), make the timer unconditional.
+const endUnregisteredEntry = "end-unregistered-entry"
+
+// UnregisteredLifetime is how long a registry entry that no registration
+// was accepted into waits for one before it ends: UpdateWithStart starts
+// the entry even when the validator refuses the registration.
+const UnregisteredLifetime = time.Minute
+
 func (w *workerWorkflow) run(ctx workflow.Context) error {
 	// A carried record may name the previous run's liveness activity,
 	// which ended with that run.
 	w.rec.LivenessActivity = ""
+	if !w.registered && workflow.GetVersion(ctx, endUnregisteredEntry, workflow.DefaultVersion, 1) == 1 {
+		w.unregistered = workflow.NewTimerWithOptions(ctx, UnregisteredLifetime, workflow.TimerOptions{
+			Summary: "waiting for a registration · the entry ends without one"})
+	}
 	w.publish(ctx)
 	w.sendLost(ctx) // carried from the previous run
 	for {
@@ -211,6 +231,9 @@ func (w *workerWorkflow) run(ctx workflow.Context) error {
 		if w.liveness != nil {
 			sel.AddFuture(w.liveness, func(f workflow.Future) { w.livenessEnded(ctx, f.Get(ctx, nil)) })
 		}
+		if w.unregistered != nil && !w.registered {
+			sel.AddFuture(w.unregistered, func(workflow.Future) { w.unregistered, w.unregisteredEnded = nil, true })
+		}
 		if w.reconcileTimer != nil {
 			sel.AddFuture(w.reconcileTimer, func(workflow.Future) {
 				w.reconcileTimer = nil
@@ -233,6 +256,10 @@ func (w *workerWorkflow) run(ctx workflow.Context) error {
 
 		if w.rec.State == fleet.Deregistered {
 			return workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
+		}
+		if w.unregisteredEnded && !w.registered && workflow.AllHandlersFinished(ctx) {
+			workflow.GetLogger(ctx).Info("registry entry ends: no registration accepted", "worker", w.id, "waited", UnregisteredLifetime)
+			return nil
 		}
 		if workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
 			return w.continueAsNew(ctx)

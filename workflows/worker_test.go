@@ -138,6 +138,35 @@ func (s *workerSuite) TestRegisterValidatorRejectsBadInput() {
 	s.False(v.Registered, "nothing registered after rejected updates")
 }
 
+// An entry whose registration was refused (UpdateWithStart starts it
+// anyway) ends by itself after UnregisteredLifetime; a registered one
+// does not.
+func (s *workerSuite) TestEntryWithoutARegistrationEnds() {
+	refused := s.update(0, api.UpdateRegister, testRegistration("someone-else"))
+	start := s.env.Now()
+	s.run(10 * UnregisteredLifetime) // the entry ends before this cancel
+	s.True(refused.rejected)
+	s.True(s.env.IsWorkflowCompleted())
+	s.NoError(s.env.GetWorkflowError(), "it ended by itself, not by the cancel")
+	s.Less(s.env.Now().Sub(start), 2*UnregisteredLifetime)
+	var v api.WorkerView
+	s.NoError(s.env.GetWorkflowResult(&v))
+	s.False(v.Registered)
+}
+
+func (s *workerSuite) TestARegisteredEntryOutlivesTheUnregisteredLifetime() {
+	s.update(0, api.UpdateRegister, testRegistration("w1"))
+	for i := range 6 {
+		s.heartbeat(time.Duration(i+1)*10*time.Second, 1, int64(i+1))
+	}
+	var v api.WorkerView
+	s.query(UnregisteredLifetime+5*time.Second, &v)
+	s.run(UnregisteredLifetime + 10*time.Second)
+	s.True(v.Registered)
+	s.Equal(fleet.Active, v.State)
+	s.Error(s.env.GetWorkflowError(), "it ran until cancelled")
+}
+
 func (s *workerSuite) TestSilentWorkerGoesStaleThenOffline() {
 	s.update(0, api.UpdateRegister, testRegistration("w1"))
 	var at14, at16, at61 api.WorkerView
