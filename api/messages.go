@@ -71,7 +71,9 @@ type DeregisterInput struct {
 // its leases are lost (their tasks retry elsewhere), and it registers
 // again only with a certificate issued after the revoke.
 type RevokeInput struct {
-	Reason string `json:"reason,omitempty"`
+	// WorkerID names the worker, so a signed revoke speaks for it alone.
+	WorkerID string `json:"worker_id"`
+	Reason   string `json:"reason,omitempty"`
 	// Proof is the submitter's signature over the input without it.
 	Proof *identity.Proof `json:"proof,omitempty"`
 }

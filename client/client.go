@@ -270,7 +270,7 @@ func (c *Client) DeregisterWorker(ctx context.Context, workerID string, force bo
 // identity check's reason.
 func (c *Client) RevokeWorker(ctx context.Context, workerID, reason string) (api.WorkerView, error) {
 	var v api.WorkerView
-	in := api.RevokeInput{Reason: reason}
+	in := api.RevokeInput{WorkerID: workerID, Reason: reason}
 	p, err := c.sign(api.UpdateRevoke, in)
 	if err != nil {
 		return v, err

@@ -105,6 +105,9 @@ func (a *app) newWorkersListCommand() *cobra.Command {
 				}
 				return emitTable(a, views, "no workers", "WORKER\tSTATE\tINCARNATION\tLAST HEARTBEAT\tCAPACITY\tFREE\tLEASES", func(v api.WorkerView) string {
 					state := string(v.State)
+					if v.State == fleet.Offline && !v.RevokedAt.IsZero() && !v.RevokedAt.Before(v.RegisteredAt) {
+						state += " (revoked" + strings.TrimSuffix(": "+v.RevokeReason, ": ") + ")"
+					}
 					if v.DrainReason != "" {
 						state += " (" + v.DrainReason + ")"
 					}

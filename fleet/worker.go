@@ -342,7 +342,8 @@ type Worker struct {
 }
 
 // Register applies a (re-)registration at now: a new incarnation, ACTIVE,
-// not draining, the declared capacity/labels/capabilities. A reservation of
+// not draining, the declared capacity/labels/capabilities, the revocation
+// kept. A reservation of
 // the previous incarnation that r.Adopt names by task and fence is kept
 // (the new incarnation runs that attempt still: w.Reservations holds
 // exactly the adopted ones afterwards); every other one is returned as

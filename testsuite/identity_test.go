@@ -319,7 +319,6 @@ func TestIdentityRequired(t *testing.T) {
 			require.Len(t, view.Leases, 1, "%s: no lease lost to the rotation", env.TaskID)
 			require.Equal(t, id, view.Result.WorkerID)
 		}
-		t.Fail()
 	})
 
 	t.Run("a revoked worker loses its leases and cannot register", func(t *testing.T) {
@@ -369,6 +368,14 @@ func TestIdentityRequired(t *testing.T) {
 		require.NoError(t, err)
 		ops, err := identity.NewSigner(svid)
 		require.NoError(t, err)
+		// A revoke signed for one worker does not speak for another.
+		other := api.RevokeInput{WorkerID: survivor, Reason: "moved"}
+		other.Proof, err = ops.Sign(api.UpdateRevoke, other, time.Now())
+		require.NoError(t, err)
+		h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: api.WorkerWorkflowID(victim), UpdateName: api.UpdateRevoke,
+			Args: []any{other}, WaitForStage: client.WorkflowUpdateStageCompleted})
+		require.NoError(t, err)
+		require.ErrorContains(t, h.Get(ctx, nil), "does not match")
 		rv, err := (&wdcclient.Client{C: c, Signer: ops}).RevokeWorker(ctx, victim, "key leaked")
 		require.NoError(t, err)
 		require.Equal(t, fleet.Offline, rv.State)
@@ -380,6 +387,9 @@ func TestIdentityRequired(t *testing.T) {
 		_, err = wc.RegisterWorker(ctx, regRotated)
 		requireRefused(t, err, lease.RejectUnauthenticated)
 		require.ErrorContains(t, err, "was revoked")
+
+		_, err = wc.DeregisterWorker(ctx, victim, true, "forget it")
+		require.ErrorContains(t, err, "keeps the revocation", "a new entry would not know the revocation")
 
 		// The victim's agent finds itself OFFLINE, and its registration
 		// with the revoked certificate is refused.

@@ -17,8 +17,8 @@ import (
 
 // WdcWorker is the registry entry of one fleet worker (workflow ID
 // api.WorkerWorkflowID). It is started by the first register update
-// (UpdateWithStart) and never ends by itself: it continues as new when
-// Temporal suggests it, carrying the record.
+// (UpdateWithStart) and continues as new when Temporal suggests it,
+// carrying the record.
 //
 // Liveness is judged by Temporal while the worker is ACTIVE or DRAINING:
 // the entry keeps one liveness activity pending (api.LivenessActivityID,
@@ -33,8 +33,9 @@ import (
 // STALE/OFFLINE boundary and is re-armed for the remainder when
 // heartbeats moved the boundary.
 //
-// It ends only when deregistered, returning the final record (whose
-// incarnation a later entry of the same worker continues from).
+// It ends when deregistered, returning the final record (whose
+// incarnation a later entry of the same worker continues from), or
+// UnregisteredLifetime after its start when no registration was accepted.
 func WdcWorker(ctx workflow.Context, in api.WorkerInput) (api.WorkerView, error) {
 	if (in.State != nil || len(in.Lost) > 0 || !in.ReconciledAt.IsZero()) && !continued(ctx) {
 		workflow.GetLogger(ctx).Warn("state ignored: only continue-as-new carries a worker's record", "worker", in.WorkerID)
@@ -172,6 +173,11 @@ func (w *workerWorkflow) setup(ctx workflow.Context) error {
 		Validator: func(ctx workflow.Context, in api.DeregisterInput) error {
 			if err := live(); err != nil {
 				return err
+			}
+			if !w.rec.RevokedThrough.IsZero() && verifierOf(ctx).Enabled() {
+				// A new entry would not know the revocation.
+				return temporal.NewApplicationError(fmt.Sprintf("worker %s's identity was revoked at %s: its entry keeps the revocation, so it is not deregistered (it stays %s and takes no work)",
+					w.id, w.rec.RevokedAt.Format(time.RFC3339), w.rec.State), api.ErrTypeConflict)
 			}
 			if n := len(w.rec.Reservations); n > 0 && !in.Force {
 				return temporal.NewApplicationError(fmt.Sprintf("worker %s holds %d lease(s); drain it and wait, or force (their tasks then retry elsewhere)", w.id, n), api.ErrTypeConflict)
@@ -553,6 +559,9 @@ func (w *workerWorkflow) checkRevoked(ctx workflow.Context, p *identity.Proof) e
 // validateRevoke admits a revoke signed by a submitter, on a control plane
 // that checks identities (with identity off there is none to revoke).
 func (w *workerWorkflow) validateRevoke(ctx workflow.Context, in api.RevokeInput) error {
+	if in.WorkerID != w.id {
+		return temporal.NewApplicationError(fmt.Sprintf("worker_id: %q does not match this workflow's worker %q", in.WorkerID, w.id), api.ErrTypeInvalidArgument)
+	}
 	if !verifierOf(ctx).Enabled() {
 		return temporal.NewApplicationError(fmt.Sprintf("worker %s: identity is off on this control plane, so there is no identity to revoke; deregister the worker instead", w.id), api.ErrTypeConflict)
 	}
@@ -577,7 +586,7 @@ func (w *workerWorkflow) revoke(ctx workflow.Context, in api.RevokeInput) (api.W
 		through = w.rec.IdentityIssuedAt
 	}
 	lost := w.rec.Revoke(through, in.Reason, now)
-	w.noteLost(lost, api.WorkerRevoked) // not liveness-fenced: its tasks wait a lock-delay
+	w.noteLost(lost, api.WorkerRevoked) // REVOKED: its tasks wait a lock-delay (needsLockDelay)
 	workflow.GetLogger(ctx).Warn("worker identity revoked", "worker", w.id, "incarnation", w.rec.Incarnation,
 		"through", through, "by", signerOf(in.Proof), "reason", in.Reason, "leases_lost", len(lost))
 	w.wake.SendAsync(true)
