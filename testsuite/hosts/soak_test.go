@@ -460,6 +460,13 @@ func (s *soakRun) quiesce() {
 		}
 		if time.Now().After(deadline) {
 			s.t.Errorf("soak: %d tasks still open %s after the nemesis stopped", open, quiesceTimeout)
+			for _, run := range s.runs {
+				if v, err := s.runView(run); err != nil {
+					s.t.Logf("soak: run %s: status: %v", run, err)
+				} else if v.TaskCounts.Open > 0 {
+					s.t.Logf("soak: run %s counts %d open: %+v", run, v.TaskCounts.Open, v.TaskCounts)
+				}
+			}
 			for _, task := range s.tasks {
 				if v, err := s.c.status(task.ID); err != nil || !v.State.Terminal() {
 					s.t.Logf("soak: open task %s: %s", task.ID, describeOpen(v, err))
