@@ -226,10 +226,7 @@ func verifySignature(pub any, content, sig []byte) bool {
 // SignerID is the SPIFFE ID the proof's leaf certificate names, unverified:
 // what a Verifier accepted it as, once it did.
 func (p *Proof) SignerID() (spiffeid.ID, error) {
-	if p == nil || len(p.Chain) == 0 {
-		return spiffeid.ID{}, errors.New("identity: no certificate")
-	}
-	leaf, err := x509.ParseCertificate(p.Chain[0])
+	leaf, err := p.leaf()
 	if err != nil {
 		return spiffeid.ID{}, err
 	}
@@ -239,12 +236,17 @@ func (p *Proof) SignerID() (spiffeid.ID, error) {
 // IssuedAt is the NotBefore of the proof's leaf certificate, unverified:
 // when the identity a Verifier accepted was issued, once it did.
 func (p *Proof) IssuedAt() (time.Time, error) {
-	if p == nil || len(p.Chain) == 0 {
-		return time.Time{}, errors.New("identity: no certificate")
-	}
-	leaf, err := x509.ParseCertificate(p.Chain[0])
+	leaf, err := p.leaf()
 	if err != nil {
 		return time.Time{}, err
 	}
 	return leaf.NotBefore, nil
+}
+
+// leaf parses the chain's first certificate, unverified.
+func (p *Proof) leaf() (*x509.Certificate, error) {
+	if p == nil || len(p.Chain) == 0 {
+		return nil, errors.New("identity: no certificate")
+	}
+	return x509.ParseCertificate(p.Chain[0])
 }
