@@ -85,6 +85,11 @@ type runWorkflow struct {
 	verify      workflow.Future
 	verifying   []string
 	verifySince int64
+	// inStart are the tasks a StartTasks activity of this run is starting
+	// (startBatch); reportedInStart are those whose report was read while
+	// they were, queued again once their start returns (awaitTaskStart).
+	inStart         map[string]bool
+	reportedInStart map[string]bool
 }
 
 // childDoneBuffer is the capacity of the channel of child outcomes: more
@@ -109,6 +114,15 @@ const startTasksByActivity = "start-tasks-by-activity"
 // docs/upgrading.md says: once every open WdcRun has continued as new on
 // a build that has it, make noteTaskEnded unconditional.
 const verifyTaskReports = "verify-task-reports"
+
+// awaitTaskStart is the change ID of two waits for a task's StartTasks
+// activity to return (version 1): a batch that names a task being started
+// waits for it before it looks the task up, and a report read while the
+// task was starting is read again after. Before (default), the batch took
+// the task as existing and the report was dropped. GetVersion is called
+// only when a task is found starting. Retire it as docs/upgrading.md says:
+// once every open WdcRun has continued as new on a build that has it.
+const awaitTaskStart = "await-task-start"
 
 // maxVerifyBatch is the most reported tasks one ReconcileTasks activity
 // reads the outcome of.
@@ -225,6 +239,7 @@ func (r *runWorkflow) setup(ctx workflow.Context) error {
 	r.childDone = workflow.NewBufferedChannel(ctx, childDoneBuffer)
 	r.watched = map[string]bool{}
 	r.admittedAt = map[string]int64{}
+	r.inStart, r.reportedInStart = map[string]bool{}, map[string]bool{}
 	if err := workflow.SetQueryHandlerWithOptions(ctx, api.QueryRun, func() (api.RunView, error) { return r.st, nil },
 		workflow.QueryHandlerOptions{Description: descRunQuery}); err != nil {
 		return err
@@ -430,6 +445,12 @@ func (r *runWorkflow) verified(ctx workflow.Context, f workflow.Future) {
 	r.recordReconciled(ctx, res, r.verifySince)
 	for _, id := range ids {
 		delete(r.reportedSet, id)
+		if r.inStart[id] && workflow.GetVersion(ctx, awaitTaskStart, workflow.DefaultVersion, 1) == 1 {
+			// Its execution may be the one this start replaces: read it
+			// again once the start returns.
+			r.reportedInStart[id] = true
+			continue
+		}
 		if t := r.task(id); t != nil && !t.State.Terminal() && !r.watched[id] {
 			workflow.GetLogger(ctx).Warn("task-ended signal for a task that has not ended; ignored", "run", r.st.RunID, "task", id)
 			count(ctx, api.MetricTaskReportsUnverified, "")
@@ -631,6 +652,16 @@ func (r *runWorkflow) addTasks(ctx workflow.Context, in api.AddTasksInput) (api.
 // reconcile finds those that close without reporting.
 func (r *runWorkflow) startBatch(ctx workflow.Context, ins []api.AddTaskInput) ([]api.AddTaskResult, []string) {
 	results, errs := make([]api.AddTaskResult, len(ins)), make([]string, len(ins))
+	if r.anyInStart(ins) && workflow.GetVersion(ctx, awaitTaskStart, workflow.DefaultVersion, 1) == 1 {
+		// Whether it started or was terminated meanwhile is known once its
+		// start returns.
+		if err := workflow.Await(ctx, func() bool { return !r.anyInStart(ins) }); err != nil {
+			for i := range errs {
+				errs[i] = err.Error()
+			}
+			return results, errs
+		}
+	}
 	r.reconcileReadded(ctx, ins)
 	var batch []api.StartTask
 	var pos []int
@@ -650,6 +681,7 @@ func (r *runWorkflow) startBatch(ctx workflow.Context, ins []api.AddTaskInput) (
 		batch = append(batch, api.StartTask{Input: input, Rerun: a.rerun})
 		pos = append(pos, i)
 		admitted = append(admitted, a)
+		r.inStart[a.res.TaskID] = true
 	}
 	if len(batch) == 0 {
 		return results, errs
@@ -674,11 +706,27 @@ func (r *runWorkflow) startBatch(ctx workflow.Context, ins []api.AddTaskInput) (
 			r.unadmit(admitted[j])
 			results[i], errs[i] = api.AddTaskResult{}, why
 		}
-		delete(r.watched, admitted[j].res.TaskID)
+		id := admitted[j].res.TaskID
+		delete(r.watched, id)
+		delete(r.inStart, id)
+		if r.reportedInStart[id] {
+			delete(r.reportedInStart, id)
+			r.noteReport(id)
+		}
 		r.starting--
 	}
 	r.wake.SendAsync(true)
 	return results, errs
+}
+
+// anyInStart says whether a task of ins is being started (r.inStart).
+func (r *runWorkflow) anyInStart(ins []api.AddTaskInput) bool {
+	for _, in := range ins {
+		if r.inStart[in.Envelope.TaskID] {
+			return true
+		}
+	}
+	return false
 }
 
 // reconcileReadded looks up the tasks of a batch that the run lists as

@@ -177,3 +177,69 @@ func TestRunStartsAnAbortedTaskAgainWhenItIsAddedAgain(t *testing.T) {
 	require.Equal(t, api.RunTaskCounts{Total: 1, Completed: 1}, final.TaskCounts)
 	require.Equal(t, int64(1), final.WorkerResultEvents)
 }
+
+// A task that ends and reports while the StartTasks activity that started
+// it has not returned (its completion is slow to reach the run) is
+// recorded once the start returns: the report is read again then. Before,
+// it was dropped and the run counted the task open for good. Found by the
+// nemesis soak.
+func TestRunRecordsATaskThatReportedWhileItsStartRan(t *testing.T) {
+	h := newRunHarness(t)
+	h.startCall.After(5 * time.Second)
+	e1, d1 := runEnvelope(t, "t1")
+	var add updateOutcome
+	h.update(time.Second, api.UpdateAddTask, api.AddTaskInput{Envelope: e1, EnvelopeDigest: d1}, &add, nil)
+	h.finishTask(2*time.Second, "t1", api.TaskOutcome{State: api.TaskCompleted, Attempts: 1, Ref: &api.ResultRef{TaskID: "t1", Fence: 1}})
+	var during, after api.RunView
+	h.query(3*time.Second, &during)
+	h.query(8*time.Second, &after)
+	h.env.RegisterDelayedCallback(func() { h.env.CancelWorkflow() }, 9*time.Second)
+	h.env.ExecuteWorkflow(api.RunWorkflowType, api.RunInput{RunID: "r1", WorldID: "w1"})
+	require.NoError(t, add.err)
+
+	require.Equal(t, api.RunTaskCounts{Total: 1, Open: 1}, during.TaskCounts, "read while starting: not yet taken")
+	require.Equal(t, api.RunTaskCounts{Total: 1, Completed: 1}, after.TaskCounts)
+	require.Equal(t, int64(1), after.WorkerResultEvents)
+	require.Len(t, h.verified, 2, "read while it started, and again after")
+}
+
+// A task an operator terminates while the StartTasks activity that
+// started it has not returned, and adds again meanwhile, starts again:
+// the add waits for the start to return, then looks the task up. Before,
+// the add answered existing and the run recorded the task ABORTED.
+// Found by the nemesis soak.
+func TestRunStartsAgainATaskTerminatedWhileItsStartRan(t *testing.T) {
+	h := newRunHarness(t)
+	h.startCall.After(5 * time.Second)
+	h.reconcile = func(api.ReconcileTasksInput) api.ReconcileTasksResult {
+		if len(h.started) > 1 {
+			return api.ReconcileTasksResult{} // the new execution runs
+		}
+		return api.ReconcileTasksResult{Closed: []api.ReconciledTask{{TaskID: "t1", Status: "TERMINATED"}}}
+	}
+	e1, d1 := runEnvelope(t, "t1")
+	add := api.AddTaskInput{Envelope: e1, EnvelopeDigest: d1}
+	var first, again updateOutcome
+	var againRes api.AddTasksResult
+	h.update(time.Second, api.UpdateAddTask, add, &first, nil)
+	h.update(3*time.Second, api.UpdateAddTasks, api.AddTasksInput{Tasks: []api.AddTaskInput{add}}, &again, &againRes)
+	h.finishTask(13*time.Second, "t1", api.TaskOutcome{State: api.TaskCompleted, Attempts: 1, Ref: &api.ResultRef{TaskID: "t1", Fence: 2}})
+	var closed updateOutcome
+	h.update(14*time.Second, api.UpdateCloseRun, api.CloseRunInput{}, &closed, nil)
+	h.env.ExecuteWorkflow(api.RunWorkflowType, api.RunInput{RunID: "r1", WorldID: "w1"})
+	require.True(t, h.env.IsWorkflowCompleted())
+	require.NoError(t, h.env.GetWorkflowError())
+	require.NoError(t, first.err)
+
+	require.NoError(t, again.err)
+	require.Equal(t, []string{""}, againRes.Errors)
+	require.False(t, againRes.Results[0].Existing, "started again")
+	require.Equal(t, []api.ReconcileTasksInput{{RunID: "r1", TaskIDs: []string{"t1"}}}, h.reconciled, "looked up once its start returned")
+	require.Len(t, h.started, 2)
+	require.True(t, h.started[1].Tasks[0].Rerun)
+
+	var final api.RunState
+	require.NoError(t, h.env.GetWorkflowResult(&final))
+	require.Equal(t, api.RunTaskCounts{Total: 1, Completed: 1}, final.TaskCounts)
+	require.Equal(t, int64(1), final.WorkerResultEvents)
+}
