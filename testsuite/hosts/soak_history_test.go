@@ -64,7 +64,7 @@ func (s *soakRun) record() soakHistory {
 	b, err := s.c.a.cli("workers", "list", "-o", "json")
 	require.NoError(s.t, err)
 	require.NoError(s.t, json.Unmarshal(b, &h.Workers))
-	h.Blobs = storeBlobs(s.t, s.c.a.dir)
+	h.Blobs, h.BlobTimes = storeBlobs(s.t, s.c.a.dir)
 	for _, host := range s.c.all[3:] {
 		h.Reports = append(h.Reports, readReports(s.t, filepath.Join(host.dir, "data", "work"))...)
 	}
@@ -85,7 +85,9 @@ type soakHistory struct {
 	Runs     []api.RunView
 	Workers  []api.WorkerView
 	Blobs    []string
-	Faults   []soakFault
+	// BlobTimes is when each blob entered sha256/ (its file's mtime).
+	BlobTimes map[string]time.Time
+	Faults    []soakFault
 	// Reports are the executors' result.json files.
 	Reports []soakReport
 	// SelfExits counts, by role, processes that exited on their own and
@@ -214,20 +216,25 @@ func readReports(t *testing.T, dir string) []soakReport {
 }
 
 // storeBlobs lists the digests of the blobs under sha256/ in the S3
-// store of start-dev, whose data is under dir.
-func storeBlobs(t *testing.T, dir string) []string {
+// store of start-dev, whose data is under dir, and when each was written.
+func storeBlobs(t *testing.T, dir string) ([]string, map[string]time.Time) {
 	var blobs []string
+	times := map[string]time.Time{}
 	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return nil
 		}
 		if parent := filepath.Base(filepath.Dir(path)); parent == "sha256" && len(d.Name()) == 64 {
-			blobs = append(blobs, "sha256:"+d.Name())
+			digest := "sha256:" + d.Name()
+			blobs = append(blobs, digest)
+			if fi, err := d.Info(); err == nil {
+				times[digest] = fi.ModTime()
+			}
 		}
 		return nil
 	})
 	require.NoError(t, err)
-	return blobs
+	return blobs, times
 }
 
 // history turns what record read into the checker's history: each lease
@@ -330,10 +337,12 @@ func (r soakHistory) history() soak.History {
 }
 
 // orphans lists the blobs under sha256/ that no accepted result names and
-// that an executor's report gives as the output of an attempt whose fence
-// was the task's highest granted when the report was written (after its
-// submission was answered: a late submission after a newer grant stays a
-// stale blob).
+// that are the output of an attempt whose fence was the task's highest
+// granted: by an executor's report, when the report was written (after
+// its submission was answered: a late submission after a newer grant
+// stays a stale blob); or, when the attempt left no report (its agent was
+// killed), by the blob's own contents (fence.txt names its attempt:
+// expectedFence) and its write time in the store.
 func (r soakHistory) orphans() []string {
 	inStore := map[string]bool{}
 	for _, b := range r.Blobs {
@@ -363,6 +372,24 @@ func (r soakHistory) orphans() []string {
 		for _, a := range rep.Artifacts {
 			if inStore[a.Digest] && !named[a.Digest] && !slices.Contains(out, a.Digest) {
 				out = append(out, a.Digest)
+			}
+		}
+	}
+	for task, leases := range highest {
+		for _, l := range leases {
+			d := expectedFence(task, l.Attempt, l.Fence)
+			at, ok := r.BlobTimes[d]
+			if !ok || named[d] || slices.Contains(out, d) {
+				continue
+			}
+			current := true
+			for _, later := range leases {
+				if later.Fence > l.Fence && !later.GrantedAt.After(at) {
+					current = false
+				}
+			}
+			if current {
+				out = append(out, d)
 			}
 		}
 	}

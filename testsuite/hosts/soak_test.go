@@ -331,9 +331,17 @@ func (s *soakRun) submitter(stop <-chan struct{}) {
 	}
 }
 
+// submitPatience is how long the workload tries a submission again: as a
+// user would, for longer than the nemesis keeps both control planes or
+// the server away (a long partition is at most 40 s, and a run whose
+// workflow task timed out on a partitioned control plane refuses updates
+// until another one completes it).
+const submitPatience = 3 * time.Minute
+
 // submit sends a batch file (named name in logs) until it is accepted
-// (20 tries, a second apart) and returns the CLI's answer.
+// (a second apart, for submitPatience) and returns the CLI's answer.
 func (s *soakRun) submit(name, path string, ttl time.Duration) []byte {
+	deadline := time.Now().Add(submitPatience)
 	for try := 1; ; try++ {
 		out, err := s.c.a.cli("tasks", "submit", "--batch", path, "--lease-ttl", ttl.String(), "--max-attempts", "20",
 			"--backoff-initial", "100ms", "--backoff-max", "2s", "-o", "json")
@@ -341,8 +349,8 @@ func (s *soakRun) submit(name, path string, ttl time.Duration) []byte {
 			return out
 		}
 		s.t.Logf("soak: %s (try %d): %v", name, try, err)
-		if try == 20 {
-			s.t.Errorf("soak: %s not submitted after %d tries", name, try)
+		if time.Now().After(deadline) {
+			s.t.Errorf("soak: %s not submitted after %d tries in %s", name, try, submitPatience)
 			return nil
 		}
 		time.Sleep(time.Second)
