@@ -69,6 +69,9 @@ func (s *soakRun) record() soakHistory {
 		h.Reports = append(h.Reports, readReports(s.t, filepath.Join(host.dir, "data", "work"))...)
 	}
 	h.Faults = s.faults
+	s.mu.Lock()
+	h.HeldBack = s.heldBack
+	s.mu.Unlock()
 	h.SelfExits = map[string]int{}
 	for _, p := range s.procs {
 		p.mu.Lock()
@@ -90,6 +93,9 @@ type soakHistory struct {
 	Faults    []soakFault
 	// Reports are the executors' result.json files.
 	Reports []soakReport
+	// HeldBack counts the batches the workload did not send while
+	// maxOpenTasks were open.
+	HeldBack int
 	// SelfExits counts, by role, processes that exited on their own and
 	// were started again.
 	SelfExits map[string]int
@@ -533,6 +539,7 @@ func (s *soakRun) figures(w *strings.Builder, r soakHistory, rep soak.Report) {
 	}
 	fmt.Fprintf(w, "%-20s %7d\n", "all faults", total)
 	fmt.Fprintf(w, "processes that exited on their own and were started again: %v\n", r.SelfExits)
+	fmt.Fprintf(w, "batches held back while %d tasks were open: %d\n", maxOpenTasks, r.HeldBack)
 	fmt.Fprintf(w, "orphan blobs (a current attempt's outputs, its result not kept): %d\n", len(r.orphans()))
 	fmt.Fprintf(w, "tasks %d, attempts %d, accepted %d, refused %v, overlaps %d (longest %s)\n",
 		rep.Tasks, rep.Attempts, rep.Accepted, rep.Refused, rep.Overlaps, rep.LongestOverlap)

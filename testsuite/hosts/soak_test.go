@@ -95,12 +95,15 @@ type soakRun struct {
 	rngMu sync.Mutex
 	rng   *rand.Rand
 
-	mu     sync.Mutex
-	procs  map[string]*soakProc // by host name
-	tasks  []soakTask
-	runs   []string
-	faults []soakFault
-	busy   map[string]bool // hosts with a fault in progress (operatorHost too)
+	mu    sync.Mutex
+	procs map[string]*soakProc // by host name
+	// open is the runs' open tasks when the committer last looked, and
+	// heldBack the batches the submitter did not send because of it.
+	open, heldBack int
+	tasks          []soakTask
+	runs           []string
+	faults         []soakFault
+	busy           map[string]bool // hosts with a fault in progress (operatorHost too)
 	// touched are the tasks an operator's fault hit: record reads every
 	// execution of their workflows.
 	touched map[string]bool
@@ -279,9 +282,16 @@ func (s *soakRun) run(d time.Duration) {
 	wg.Wait()
 }
 
+// maxOpenTasks is how many open tasks the workload keeps at most: more
+// than the fleet runs at once, less than it falls behind on for good
+// under the nemesis on a 2-core machine (a long soak without a bound
+// ended with thousands open).
+const maxOpenTasks = 120
+
 // submitter submits a batch of 3–8 tasks every 1–3 s, into a run that
-// takes 80 tasks; up to three batches are in flight, and a failed
-// submission is retried with the same file.
+// takes 80 tasks, while the runs have fewer than maxOpenTasks open; up to
+// three batches are in flight, and a failed submission is retried with
+// the same file.
 func (s *soakRun) submitter(stop <-chan struct{}) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -292,6 +302,16 @@ func (s *soakRun) submitter(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-time.After(s.between(time.Second, 3*time.Second)):
+		}
+		s.mu.Lock()
+		full := s.open >= maxOpenTasks
+		if full {
+			s.heldBack++
+		}
+		s.mu.Unlock()
+		if full {
+			batch--
+			continue
 		}
 		if run == 0 || inRun >= 80 {
 			run, inRun = run+1, 0
@@ -416,11 +436,18 @@ func (s *soakRun) commitAll() {
 	s.mu.Lock()
 	runs := slices.Clone(s.runs)
 	s.mu.Unlock()
+	open := 0
+	defer func() {
+		s.mu.Lock()
+		s.open = open
+		s.mu.Unlock()
+	}()
 	for _, run := range runs {
 		v, err := s.runView(run)
 		if err != nil {
 			continue
 		}
+		open += int(v.TaskCounts.Open)
 		args := []string{"runs", "commit", run, "--expected-parent-time", strconv.FormatInt(v.ParentTime, 10), "--note", "soak"}
 		n := 0
 		for _, e := range v.Events {
