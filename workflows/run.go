@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -87,9 +88,14 @@ type runWorkflow struct {
 	verifySince int64
 	// inStart are the tasks a StartTasks activity of this run is starting
 	// (startBatch); reportedInStart are those whose report was read while
-	// they were, queued again once their start returns (awaitTaskStart).
+	// they were, queued again once their start returns; reportedAgain
+	// those reported again while being verified (rereadTaskReports).
 	inStart         map[string]bool
 	reportedInStart map[string]bool
+	reportedAgain   map[string]bool
+	// reconciles counts reconcileUnwatched calls, sweepFrom is where the
+	// next sweep of open tasks starts (sweepEvery).
+	reconciles, sweepFrom int
 }
 
 // childDoneBuffer is the capacity of the channel of child outcomes: more
@@ -115,14 +121,22 @@ const startTasksByActivity = "start-tasks-by-activity"
 // a build that has it, make noteTaskEnded unconditional.
 const verifyTaskReports = "verify-task-reports"
 
-// awaitTaskStart is the change ID of two waits for a task's StartTasks
-// activity to return (version 1): a batch that names a task being started
-// waits for it before it looks the task up, and a report read while the
-// task was starting is read again after. Before (default), the batch took
-// the task as existing and the report was dropped. GetVersion is called
-// only when a task is found starting. Retire it as docs/upgrading.md says:
-// once every open WdcRun has continued as new on a build that has it.
-const awaitTaskStart = "await-task-start"
+// rereadTaskReports is the change ID of reading a task again when its
+// report or a batch meets it mid-start or mid-verify (version 1): a report
+// read while the task was starting is read again once the start returns,
+// one that arrived while the task was being verified is read again after,
+// a batch naming a task being started waits for the start before it looks
+// the task up, and every sweepEvery reconciles the run looks its open
+// tasks up by ID. Before (default), the report was dropped and the batch
+// took the task as existing. GetVersion is called only when such a case
+// arises. Retire it as docs/upgrading.md says: once every open WdcRun has
+// continued as new on a build that has it.
+const rereadTaskReports = "reread-task-reports"
+
+// sweepEvery is how many reconciles of unwatched tasks pass between two
+// look-ups of the run's open tasks by ID (up to maxVerifyBatch of them,
+// in turn): a task whose report was lost is found, whatever the cause.
+const sweepEvery = 10
 
 // maxVerifyBatch is the most reported tasks one ReconcileTasks activity
 // reads the outcome of.
@@ -239,7 +253,7 @@ func (r *runWorkflow) setup(ctx workflow.Context) error {
 	r.childDone = workflow.NewBufferedChannel(ctx, childDoneBuffer)
 	r.watched = map[string]bool{}
 	r.admittedAt = map[string]int64{}
-	r.inStart, r.reportedInStart = map[string]bool{}, map[string]bool{}
+	r.inStart, r.reportedInStart, r.reportedAgain = map[string]bool{}, map[string]bool{}, map[string]bool{}
 	if err := workflow.SetQueryHandlerWithOptions(ctx, api.QueryRun, func() (api.RunView, error) { return r.st, nil },
 		workflow.QueryHandlerOptions{Description: descRunQuery}); err != nil {
 		return err
@@ -337,12 +351,23 @@ func (r *runWorkflow) armReconcile(ctx workflow.Context) {
 // without reporting (ReconcileTasks in list mode) and records them, as
 // ABORTED (ended without a result) or with their outcome.
 func (r *runWorkflow) reconcileUnwatched(ctx workflow.Context) {
-	n := len(r.unwatched())
-	if n == 0 {
+	ids := r.unwatched()
+	if len(ids) == 0 {
+		return
+	}
+	r.reconciles++
+	if r.reconciles%sweepEvery == 0 && workflow.GetVersion(ctx, rereadTaskReports, workflow.DefaultVersion, 1) == 1 {
+		// A look by ID also finds a task that completed and whose report
+		// was lost (visibility lists only those closed without an outcome).
+		start := r.sweepFrom % len(ids)
+		ids = slices.Concat(ids[start:], ids[:start])[:min(len(ids), maxVerifyBatch)]
+		r.sweepFrom = start + len(ids)
+		r.reconcileTasks(ctx, api.ReconcileTasksInput{RunID: r.st.RunID, TaskIDs: ids},
+			fmt.Sprintf("ReconcileTasks sweep of %d open tasks", len(ids)))
 		return
 	}
 	r.reconcileTasks(ctx, api.ReconcileTasksInput{RunID: r.st.RunID, ListClosed: true},
-		fmt.Sprintf("ReconcileTasks of %d unwatched tasks", n))
+		fmt.Sprintf("ReconcileTasks of %d unwatched tasks", len(ids)))
 }
 
 // reconcileTasks runs ReconcileTasks and records each closed task it
@@ -397,7 +422,13 @@ func (r *runWorkflow) noteTaskEnded(ctx workflow.Context, out api.TaskEndedSigna
 // noteReport queues a task for verifyReports, once, if the run lists it
 // as open.
 func (r *runWorkflow) noteReport(taskID string) {
-	if t := r.task(taskID); t == nil || t.State.Terminal() || r.reportedSet[taskID] {
+	if t := r.task(taskID); t == nil || t.State.Terminal() {
+		return
+	}
+	if r.reportedSet[taskID] {
+		if slices.Contains(r.verifying, taskID) {
+			r.reportedAgain[taskID] = true
+		}
 		return
 	}
 	if r.reportedSet == nil {
@@ -445,13 +476,21 @@ func (r *runWorkflow) verified(ctx workflow.Context, f workflow.Future) {
 	r.recordReconciled(ctx, res, r.verifySince)
 	for _, id := range ids {
 		delete(r.reportedSet, id)
-		if r.inStart[id] && workflow.GetVersion(ctx, awaitTaskStart, workflow.DefaultVersion, 1) == 1 {
+		again := r.reportedAgain[id]
+		delete(r.reportedAgain, id)
+		if r.inStart[id] && workflow.GetVersion(ctx, rereadTaskReports, workflow.DefaultVersion, 1) == 1 {
 			// Its execution may be the one this start replaces: read it
 			// again once the start returns.
 			r.reportedInStart[id] = true
 			continue
 		}
-		if t := r.task(id); t != nil && !t.State.Terminal() && !r.watched[id] {
+		open := func() bool { t := r.task(id); return t != nil && !t.State.Terminal() && !r.watched[id] }
+		if again && open() && workflow.GetVersion(ctx, rereadTaskReports, workflow.DefaultVersion, 1) == 1 {
+			// Reported again after it was read: it may have ended since.
+			r.noteReport(id)
+			continue
+		}
+		if open() {
 			workflow.GetLogger(ctx).Warn("task-ended signal for a task that has not ended; ignored", "run", r.st.RunID, "task", id)
 			count(ctx, api.MetricTaskReportsUnverified, "")
 		}
@@ -652,10 +691,15 @@ func (r *runWorkflow) addTasks(ctx workflow.Context, in api.AddTasksInput) (api.
 // reconcile finds those that close without reporting.
 func (r *runWorkflow) startBatch(ctx workflow.Context, ins []api.AddTaskInput) ([]api.AddTaskResult, []string) {
 	results, errs := make([]api.AddTaskResult, len(ins)), make([]string, len(ins))
-	if r.anyInStart(ins) && workflow.GetVersion(ctx, awaitTaskStart, workflow.DefaultVersion, 1) == 1 {
+	if r.anyInStart(ins) && workflow.GetVersion(ctx, rereadTaskReports, workflow.DefaultVersion, 1) == 1 {
 		// Whether it started or was terminated meanwhile is known once its
-		// start returns.
-		if err := workflow.Await(ctx, func() bool { return !r.anyInStart(ins) }); err != nil {
+		// start returns. Counted as starting, the batch keeps the run from
+		// ending meanwhile.
+		r.starting++
+		err := workflow.Await(ctx, func() bool { return !r.anyInStart(ins) })
+		r.starting--
+		r.wake.SendAsync(true)
+		if err != nil {
 			for i := range errs {
 				errs[i] = err.Error()
 			}
@@ -667,8 +711,9 @@ func (r *runWorkflow) startBatch(ctx workflow.Context, ins []api.AddTaskInput) (
 	var pos []int
 	var admitted []admittedTask
 	for i, in := range ins {
-		if t := r.task(in.Envelope.TaskID); t != nil && t.State == api.TaskAborted && r.st.Closed {
-			// Found terminated just now: a closed run starts nothing.
+		if t := r.task(in.Envelope.TaskID); r.st.Closed && (t == nil || t.State == api.TaskAborted) {
+			// Found terminated just now, or closed while the batch waited:
+			// a closed run starts nothing.
 			errs[i] = fmt.Sprintf("run %s is closed", r.st.RunID)
 			continue
 		}

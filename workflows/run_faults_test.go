@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/lease"
@@ -242,4 +243,108 @@ func TestRunStartsAgainATaskTerminatedWhileItsStartRan(t *testing.T) {
 	require.NoError(t, h.env.GetWorkflowResult(&final))
 	require.Equal(t, api.RunTaskCounts{Total: 1, Completed: 1}, final.TaskCounts)
 	require.Equal(t, int64(1), final.WorkerResultEvents)
+}
+
+// A batch that waited for a task's start and finds the run closed once it
+// returns starts nothing, and the run ends: the waiting batch kept it from
+// ending meanwhile. Found in review.
+func TestRunClosedWhileABatchWaitsStartsNothing(t *testing.T) {
+	h := newRunHarness(t)
+	h.startCall.After(5 * time.Second)
+	h.startErr = func(id string) string {
+		if id == "t1" {
+			return "start task t1: workflow exists (task IDs cannot be reused)"
+		}
+		return ""
+	}
+	e1, d1 := runEnvelope(t, "t1")
+	e2, d2 := runEnvelope(t, "t2")
+	var first, batch, closed updateOutcome
+	var batchRes api.AddTasksResult
+	h.update(time.Second, api.UpdateAddTask, api.AddTaskInput{Envelope: e1, EnvelopeDigest: d1}, &first, nil)
+	h.update(2*time.Second, api.UpdateAddTasks, api.AddTasksInput{Tasks: []api.AddTaskInput{
+		{Envelope: e1, EnvelopeDigest: d1}, {Envelope: e2, EnvelopeDigest: d2}}}, &batch, &batchRes)
+	h.update(3*time.Second, api.UpdateCloseRun, api.CloseRunInput{}, &closed, nil)
+	h.env.ExecuteWorkflow(api.RunWorkflowType, api.RunInput{RunID: "r1", WorldID: "w1"})
+	require.True(t, h.env.IsWorkflowCompleted())
+	require.NoError(t, h.env.GetWorkflowError())
+	require.Error(t, first.err, "t1 could not start")
+	require.NoError(t, batch.err)
+	require.Equal(t, []string{"run r1 is closed", "run r1 is closed"}, batchRes.Errors)
+	require.Len(t, h.started, 1, "the closed run started nothing more")
+	var final api.RunState
+	require.NoError(t, h.env.GetWorkflowResult(&final))
+	require.Equal(t, api.RunTaskCounts{}, final.TaskCounts)
+}
+
+// A task that reports while the run is verifying an earlier report of it
+// (one sent before it ended: a forged or stale one) is read again after
+// that verification, not dropped with it. Found in review.
+func TestRunReadsAgainATaskReportedWhileItWasVerified(t *testing.T) {
+	h, _, add, _ := newRunHarnessWithTask(t)
+	h.reconcileCall.After(3 * time.Second)
+	h.env.RegisterDelayedCallback(func() {
+		h.env.SignalWorkflow(api.SignalTaskEnded, api.TaskOutcome{TaskID: "t1", RunID: "r1", State: api.TaskCompleted})
+	}, 2*time.Second)
+	own := api.TaskOutcome{TaskID: "t1", RunID: "r1", State: api.TaskCompleted, Attempts: 1, Ref: &api.ResultRef{TaskID: "t1", Fence: 1}}
+	// The task's own report arrives while the first read is under way; that
+	// read (the mock answers at 5 s) saw it still running.
+	h.env.RegisterDelayedCallback(func() { h.env.SignalWorkflow(api.SignalTaskEnded, own) }, 3*time.Second)
+	h.env.RegisterDelayedCallback(func() { h.ended["t1"] = own }, 6*time.Second)
+	var v api.RunView
+	h.query(20*time.Second, &v)
+	h.env.RegisterDelayedCallback(func() { h.env.CancelWorkflow() }, 21*time.Second)
+	h.env.ExecuteWorkflow(api.RunWorkflowType, api.RunInput{RunID: "r1", WorldID: "w1"})
+	require.NoError(t, add.err)
+	require.Len(t, h.verified, 2, "read at the early report, and again after the task's own")
+	require.Equal(t, api.RunTaskCounts{Total: 1, Completed: 1}, v.TaskCounts)
+	require.Equal(t, int64(1), v.WorkerResultEvents)
+}
+
+// A task that completed but whose report never reached the run (lost, or
+// dropped) is found by the run's sweep of its open tasks by ID, every
+// sweepEvery reconciles: visibility lists only tasks closed without an
+// outcome.
+func TestRunSweepFindsATaskWhoseReportWasLost(t *testing.T) {
+	h := newRunHarness(t)
+	h.reconcile = func(in api.ReconcileTasksInput) api.ReconcileTasksResult {
+		if in.ListClosed {
+			return api.ReconcileTasksResult{}
+		}
+		return api.ReconcileTasksResult{Closed: []api.ReconciledTask{{TaskID: "t1", Status: "COMPLETED",
+			Outcome: &api.TaskOutcome{TaskID: "t1", RunID: "r1", State: api.TaskCompleted, Attempts: 1, Ref: &api.ResultRef{TaskID: "t1", Fence: 1}}}}}
+	}
+	tcd, _ := InitialTCD("r1", "w1")
+	carry := api.RunState{RunID: "r1", WorldID: "w1", Status: api.RunRunning, TCDDigest: tcd, CloseWhenDone: true,
+		Tasks: []api.RunTask{{TaskID: "t1", State: api.TaskLeased}}, Events: []api.Event{}}
+	h.env.SetContinuedExecutionRunID("the-previous-run") // a carry comes only from continue-as-new
+	h.env.ExecuteWorkflow(api.RunWorkflowType, api.RunInput{RunID: "r1", WorldID: "w1", Carry: &carry, CloseWhenDone: true})
+	require.True(t, h.env.IsWorkflowCompleted())
+	require.NoError(t, h.env.GetWorkflowError())
+	var final api.RunState
+	require.NoError(t, h.env.GetWorkflowResult(&final))
+	require.Equal(t, api.TaskCompleted, final.Tasks[0].State)
+	require.Equal(t, int64(1), final.WorkerResultEvents)
+	require.Len(t, h.reconciled, sweepEvery, "nine lists of closed tasks, then the sweep")
+	require.Equal(t, []string{"t1"}, h.reconciled[sweepEvery-1].TaskIDs)
+}
+
+// At DefaultVersion of rereadTaskReports (a history recorded before it) a
+// report read while its task was starting is dropped as it was then, so
+// such a history replays.
+func TestRunBeforeRereadTaskReportsKeepsTheOldBehaviour(t *testing.T) {
+	h := newRunHarness(t)
+	h.env.OnGetVersion(rereadTaskReports, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	h.startCall.After(5 * time.Second)
+	e1, d1 := runEnvelope(t, "t1")
+	var add updateOutcome
+	h.update(time.Second, api.UpdateAddTask, api.AddTaskInput{Envelope: e1, EnvelopeDigest: d1}, &add, nil)
+	h.finishTask(2*time.Second, "t1", api.TaskOutcome{State: api.TaskCompleted, Attempts: 1, Ref: &api.ResultRef{TaskID: "t1", Fence: 1}})
+	var after api.RunView
+	h.query(8*time.Second, &after)
+	h.env.RegisterDelayedCallback(func() { h.env.CancelWorkflow() }, 9*time.Second)
+	h.env.ExecuteWorkflow(api.RunWorkflowType, api.RunInput{RunID: "r1", WorldID: "w1"})
+	require.NoError(t, add.err)
+	require.Equal(t, api.RunTaskCounts{Total: 1, Open: 1}, after.TaskCounts)
+	require.Len(t, h.verified, 1)
 }

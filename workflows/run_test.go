@@ -43,6 +43,9 @@ type runHarness struct {
 	// answers it (else nothing is closed).
 	reconciled []api.ReconcileTasksInput
 	reconcile  func(api.ReconcileTasksInput) api.ReconcileTasksResult
+	// reconcileCall is ReconcileTasks' mock (reconcileCall.After delays
+	// its answer).
+	reconcileCall *testsuite.MockCallWrapper
 	// ended is each task's own outcome once finishTask ended it: what
 	// ReconcileTasks with Reported reads from the task (a task-ended
 	// signal alone ends nothing); verified records those inputs.
@@ -78,7 +81,7 @@ func newRunHarnessIn(t *testing.T, ts *testsuite.WorkflowTestSuite) *runHarness 
 			}
 			return res, nil
 		})
-	env.OnActivity(controlActs.ReconcileTasks, mock.Anything, mock.Anything).Return(
+	h.reconcileCall = env.OnActivity(controlActs.ReconcileTasks, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in api.ReconcileTasksInput) (api.ReconcileTasksResult, error) {
 			if in.Reported {
 				h.verified = append(h.verified, in)
