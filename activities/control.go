@@ -319,7 +319,7 @@ func (c *Control) tryWorkers(ctx context.Context, wc *wdcclient.Client, drawn []
 		}
 		if err == nil {
 			c.loads.reserved(w.WorkerID, in.TaskID, in.Fence, in.Requirements, place.Now)
-			return api.SelectWorkerResult{WorkerID: rr.WorkerID, Incarnation: rr.Incarnation}, true, nil, nil
+			return api.SelectWorkerResult{WorkerID: rr.WorkerID, Incarnation: rr.Incarnation, IdentityIssuedAt: rr.IdentityIssuedAt}, true, nil, nil
 		}
 		c.loads.forget(w.WorkerID)
 		var appErr *temporal.ApplicationError

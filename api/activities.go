@@ -29,6 +29,9 @@ type SelectWorkerInput struct {
 type SelectWorkerResult struct {
 	WorkerID    string `json:"worker_id"`
 	Incarnation int64  `json:"incarnation"`
+	// IdentityIssuedAt is the reserve's (api.ReserveResult): the lease
+	// records it (lease.Lease.IdentityIssuedAt).
+	IdentityIssuedAt time.Time `json:"identity_issued_at,omitzero"`
 	// Fence is the fence the reservation was made under: the input's, or
 	// higher when an earlier run of the task's workflow (one an operator
 	// reset away) granted that fence already (invariant 8). The task

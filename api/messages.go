@@ -92,6 +92,9 @@ type ReserveInput struct {
 type ReserveResult struct {
 	WorkerID    string `json:"worker_id"`
 	Incarnation int64  `json:"incarnation"`
+	// IdentityIssuedAt is when the certificate of the worker's accepted
+	// registration was issued (zero with identity off).
+	IdentityIssuedAt time.Time `json:"identity_issued_at,omitzero"`
 }
 
 // ReleaseSignal returns the reservation held for TaskID under Fence.

@@ -147,12 +147,20 @@ func TestAttemptMessages(t *testing.T) {
 		{"an expired delegation", now.Add(time.Minute), signed(shortKey), lease.RejectUnauthenticated},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, rej := v.Attempt(tc.at, "submit-result", claim, m, tc.p)
+			_, rej := v.Attempt(tc.at, "submit-result", claim, time.Time{}, m, tc.p)
 			require.Equal(t, tc.want, reasonOf(rej), "%v", rej)
 		})
 	}
+	t.Run("a certificate issued before the one the worker registered with", func(t *testing.T) {
+		issued, err := signed(key).IssuedAt()
+		require.NoError(t, err)
+		_, rej := v.Attempt(now, "submit-result", claim, issued, m, signed(key))
+		require.Nil(t, rej, "the registration's own certificate")
+		_, rej = v.Attempt(now, "submit-result", claim, issued.Add(time.Second), m, signed(key))
+		require.Equal(t, lease.RejectUnauthenticated, reasonOf(rej), "revoked or rotated away: %v", rej)
+	})
 	t.Run("a signature moved to another kind of message", func(t *testing.T) {
-		_, rej := v.Attempt(now, "attempt-failed", claim, m, signed(key))
+		_, rej := v.Attempt(now, "attempt-failed", claim, time.Time{}, m, signed(key))
 		require.Equal(t, lease.RejectUnauthenticated, reasonOf(rej))
 	})
 }
@@ -266,7 +274,7 @@ func TestRotationAndRevocation(t *testing.T) {
 	m := msg{WorkerID: "worker-a"}
 	p, err := inFlight.Sign("submit-result", m, now)
 	require.NoError(t, err)
-	_, rej := during.Attempt(now, "submit-result", claim, m, p)
+	_, rej := during.Attempt(now, "submit-result", claim, time.Time{}, m, p)
 	require.Nil(t, rej, "the attempt delegated before the rotation still speaks")
 	reg, err := s.Sign("register", m, now)
 	require.NoError(t, err)
@@ -275,7 +283,7 @@ func TestRotationAndRevocation(t *testing.T) {
 
 	after, err := NewVerifier(ModeRequired, td, newRoot.Bundle())
 	require.NoError(t, err)
-	_, rej = after.Attempt(now, "submit-result", claim, m, p)
+	_, rej = after.Attempt(now, "submit-result", claim, time.Time{}, m, p)
 	require.Equal(t, lease.RejectUnauthenticated, reasonOf(rej), "the old root is revoked")
 	_, rej = after.Worker(now, "worker-a", "register", m, reg)
 	require.Nil(t, rej)
@@ -310,7 +318,7 @@ func BenchmarkSignAndVerifyResult(b *testing.B) {
 	require.NoError(b, err)
 	b.Run("verify", func(b *testing.B) {
 		for b.Loop() {
-			if _, rej := v.Attempt(now, "submit-result", claim, m, p); rej != nil {
+			if _, rej := v.Attempt(now, "submit-result", claim, time.Time{}, m, p); rej != nil {
 				b.Fatal(rej)
 			}
 		}
@@ -377,7 +385,7 @@ func TestSignedContentSurvivesJSON(t *testing.T) {
 	got.Proof = nil
 	v, err := NewVerifier(ModeRequired, td, iss.Bundle())
 	require.NoError(t, err)
-	_, rej := v.Attempt(time.Now(), "submit-result", got.Claim, got, p)
+	_, rej := v.Attempt(time.Now(), "submit-result", got.Claim, time.Time{}, got, p)
 	require.Nil(t, rej)
 
 	lower := claim

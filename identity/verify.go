@@ -147,18 +147,24 @@ func (v *Verifier) own(now time.Time, kind string, message any, p *Proof, is fun
 
 // Attempt judges message of kind from the attempt c (submit-result, lease
 // heartbeat, attempt-failed): the chain verifies at now and is worker
-// c.WorkerID's, the worker delegated p.Delegation.Key to exactly c and not
-// past now, and that key signed the content (message without its proof).
-// Rejections: unauthenticated, wrong_identity. A replay of a whole signed
-// message is the same claim again: the fence check and the update's ID
-// answer it.
-func (v *Verifier) Attempt(now time.Time, kind string, c lease.Claim, message any, p *Proof) (Verdict, *lease.Rejection) {
+// c.WorkerID's, issued no earlier than registeredWith (the certificate the
+// worker registered with when the lease was granted; zero: not checked,
+// so a revoked or rotated-away certificate cannot delegate), the worker
+// delegated p.Delegation.Key to exactly c and not past now, and that key
+// signed the content (message without its proof). Rejections:
+// unauthenticated, wrong_identity. A replay of a whole signed message is
+// the same claim again: the fence check and the update's ID answer it.
+func (v *Verifier) Attempt(now time.Time, kind string, c lease.Claim, registeredWith time.Time, message any, p *Proof) (Verdict, *lease.Rejection) {
 	id, pub, verdict, rej, done := v.signer(now, kind, p)
 	if done {
 		return verdict, rej
 	}
 	if got, ok := WorkerOf(id); !ok || got != c.WorkerID {
 		return Verdict{}, reject(lease.RejectWrongIdentity, "%s of %s is signed under %s, not worker %q", kind, c, id, c.WorkerID)
+	}
+	if issued, err := p.IssuedAt(); err != nil || issued.Before(registeredWith) {
+		return Verdict{}, reject(lease.RejectUnauthenticated, "%s of %s is delegated under a certificate issued at %s, before the one worker %q registered with (%s): revoked or rotated away",
+			kind, c, issued.UTC().Format(time.RFC3339), c.WorkerID, registeredWith.UTC().Format(time.RFC3339))
 	}
 	d := p.Delegation
 	if d == nil {

@@ -54,6 +54,10 @@ type Lease struct {
 	// ResultPending is true while an accepted result is being ingested; a
 	// second result for the lease is then rejected (lease_not_active).
 	ResultPending bool `json:"result_pending,omitempty"`
+	// IdentityIssuedAt is when the certificate the worker registered with
+	// was issued, at the grant (zero with identity off): the attempt's
+	// messages must be delegated under one issued no earlier.
+	IdentityIssuedAt time.Time `json:"identity_issued_at,omitzero"`
 }
 
 // RetryReason is why an attempt ended without a result. None of them is a

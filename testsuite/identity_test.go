@@ -418,10 +418,34 @@ func TestIdentityRequired(t *testing.T) {
 		_ = agentA.Process.Kill()
 		_, _ = agentA.Process.Wait()
 		time.Sleep(time.Second) // certificate times have whole seconds
-		spawnAgentArgs(t, victim, "--namespace", nsIdentity, "--svid-dir", enroll(victim))
+		spawnAgentArgs(t, victim, "--namespace", nsIdentity, "--svid-dir", enroll(victim), "--label", "rv=victim")
 		after := active(victim)
 		require.Equal(t, before.Incarnation+1, after.Incarnation)
 		require.True(t, after.IdentityIssuedAt.After(after.RevokedThrough))
+
+		// The leaked certificate cannot speak for the re-enrolled worker's
+		// new attempts: it delegates, but under a certificate older than
+		// the one the worker registered with.
+		gate2 := filepath.Join(t.TempDir(), "gate")
+		env2 := env
+		env2.TaskID, env2.Env = "id-rv-task-2", map[string]string{"PATH": "/usr/bin:/bin", "GATE": gate2}
+		env2.Selector = map[string]string{"suite-test": testLabel(t), "rv": "victim"}
+		_, err = wc.SubmitTask(ctx, env2, api.TaskOptions{LeaseTTL: 6 * time.Second})
+		require.NoError(t, err)
+		claim2 := waitLaunched(t, wc, env2.TaskID, 1)
+		require.Equal(t, victim, claim2.WorkerID)
+		leaked, err := rotated.Delegate(claim2, time.Time{})
+		require.NoError(t, err)
+		stolen := api.SubmitResultInput{Claim: claim2, ExitCode: 0}
+		stolen.Proof, err = leaked.Sign(api.UpdateSubmitResult, stolen, time.Now())
+		require.NoError(t, err)
+		_, err = submitAs(t, c, "revoked/leaked", stolen)
+		requireRefused(t, err, lease.RejectUnauthenticated)
+		require.ErrorContains(t, err, "revoked or rotated away")
+		require.NoError(t, os.WriteFile(gate2, nil, 0o644))
+		out2, err := waitTaskIn(t, wc, env2.TaskID)
+		require.NoError(t, err)
+		require.Equal(t, api.TaskCompleted, out2.State, "the worker's own attempt is accepted")
 	})
 
 	t.Run("commit and close are believed only from a submitter", func(t *testing.T) {

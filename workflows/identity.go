@@ -96,10 +96,11 @@ func signerOf(p *identity.Proof) string {
 
 // authenticateAttempt is the identity check of an attempt's message
 // (submit-result): identity.Verifier.Attempt at workflow time, beside the
-// fence check. It returns nil or an application error whose type is the
-// reason.
-func authenticateAttempt(ctx workflow.Context, kind string, c lease.Claim, message any, p *identity.Proof) error {
-	verdict, rej := verifierOf(ctx).Attempt(workflow.Now(ctx), kind, c, message, p)
+// fence check, against the certificate the worker registered with when
+// cur (the task's current lease) was granted. It returns nil or an
+// application error whose type is the reason.
+func authenticateAttempt(ctx workflow.Context, kind string, c lease.Claim, cur *lease.Lease, message any, p *identity.Proof) error {
+	verdict, rej := verifierOf(ctx).Attempt(workflow.Now(ctx), kind, c, registeredWith(cur, c), message, p)
 	return identityVerdict(ctx, kind, verdict, rej)
 }
 
@@ -120,10 +121,10 @@ func identityVerdict(ctx workflow.Context, kind string, verdict identity.Verdict
 // marker, so replay reads the verdict and never depends on the control
 // plane's identity settings. It returns nil, or the rejection, logged and
 // counted, for the caller to ignore the signal.
-func verifySignal(ctx workflow.Context, kind string, c lease.Claim, message any, p *identity.Proof) *lease.Rejection {
+func verifySignal(ctx workflow.Context, kind string, c lease.Claim, cur *lease.Lease, message any, p *identity.Proof) *lease.Rejection {
 	var rej lease.Rejection
 	err := workflow.SideEffect(ctx, func(ctx workflow.Context) any {
-		verdict, r := verifierOf(ctx).Attempt(workflow.Now(ctx), kind, c, message, p)
+		verdict, r := verifierOf(ctx).Attempt(workflow.Now(ctx), kind, c, registeredWith(cur, c), message, p)
 		if r == nil {
 			identityVerdict(ctx, kind, verdict, nil) // counts an unsigned one in optional mode
 			return lease.Rejection{}
@@ -139,4 +140,14 @@ func verifySignal(ctx workflow.Context, kind string, c lease.Claim, message any,
 	workflow.GetLogger(ctx).Warn("signal ignored by the identity check", "kind", kind, "claim", c.String(), "reason", rej.Reason, "detail", rej.Message)
 	count(ctx, api.MetricResultsRejected, string(rej.Reason))
 	return &rej
+}
+
+// registeredWith is the issue time of the certificate c's worker
+// registered with when cur was granted, when cur is c's lease (zero
+// otherwise: the fence check refuses c then).
+func registeredWith(cur *lease.Lease, c lease.Claim) time.Time {
+	if cur == nil || cur.Fence != c.Fence || cur.WorkerID != c.WorkerID {
+		return time.Time{}
+	}
+	return cur.IdentityIssuedAt
 }

@@ -354,6 +354,8 @@ func (t *taskWorkflow) grant(ctx workflow.Context, sel api.SelectWorkerResult) e
 	if err != nil {
 		return err // a broken invariant: fail loudly
 	}
+	t.ledger.Current().IdentityIssuedAt = sel.IdentityIssuedAt
+	l.IdentityIssuedAt = sel.IdentityIssuedAt
 	workflow.GetLogger(ctx).Info("lease granted", "task", l.TaskID, "worker", l.WorkerID, "attempt", l.Attempt, "fence", l.Fence)
 	count(ctx, api.MetricLeasesGranted, "")
 	t.attemptDir = ""

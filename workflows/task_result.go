@@ -28,7 +28,7 @@ type submission struct {
 func (t *taskWorkflow) validateSubmitResult(ctx workflow.Context, in api.SubmitResultInput) error {
 	unsigned := in
 	unsigned.Proof = nil
-	if err := authenticateAttempt(ctx, api.UpdateSubmitResult, in.Claim, unsigned, in.Proof); err != nil {
+	if err := authenticateAttempt(ctx, api.UpdateSubmitResult, in.Claim, t.ledger.Current(), unsigned, in.Proof); err != nil {
 		return err
 	}
 	if rej := lease.Check(t.ledger.Current(), in.Claim); rej != nil {

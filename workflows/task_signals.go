@@ -124,7 +124,7 @@ func (t *taskWorkflow) onAttemptFailed(ctx workflow.Context, f api.AttemptFailed
 	// attempt's command still runs: only its own key may say it ended.
 	unsigned := f
 	unsigned.Proof = nil
-	if rej := verifySignal(ctx, api.SignalAttemptFailed, f.Claim, unsigned, f.Proof); rej != nil {
+	if rej := verifySignal(ctx, api.SignalAttemptFailed, f.Claim, t.ledger.Current(), unsigned, f.Proof); rej != nil {
 		return
 	}
 	// An executor reports only what it can know: the attempt was killed

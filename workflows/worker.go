@@ -645,7 +645,7 @@ func (w *workerWorkflow) reserve(ctx workflow.Context, in api.ReserveInput) (api
 	// The loop arms the reservation check for it: nothing else may wake
 	// the loop (heartbeats by ID reach the liveness activity, not it).
 	w.wake.SendAsync(true)
-	return api.ReserveResult{WorkerID: w.id, Incarnation: w.rec.Incarnation}, nil
+	return api.ReserveResult{WorkerID: w.id, Incarnation: w.rec.Incarnation, IdentityIssuedAt: w.rec.IdentityIssuedAt}, nil
 }
 
 func (w *workerWorkflow) drain(ctx workflow.Context, in api.DrainInput) (api.WorkerView, error) {
