@@ -128,12 +128,7 @@ func TestRunReconcileSkipsTasksBeingStarted(t *testing.T) {
 // with an outcome is not started again.
 func TestRunStartsAnAbortedTaskAgainWhenItIsAddedAgain(t *testing.T) {
 	h := newRunHarness(t)
-	h.reconcile = func(api.ReconcileTasksInput) api.ReconcileTasksResult {
-		if len(h.started) > 1 {
-			return api.ReconcileTasksResult{} // the new execution runs
-		}
-		return api.ReconcileTasksResult{Closed: []api.ReconciledTask{{TaskID: "t1", Status: "TERMINATED"}}}
-	}
+	h.terminatedUntilRerun("t1")
 	e1, d1 := runEnvelope(t, "t1")
 	add := api.AddTaskInput{Envelope: e1, EnvelopeDigest: d1}
 	var first, again, third updateOutcome
@@ -212,12 +207,7 @@ func TestRunRecordsATaskThatReportedWhileItsStartRan(t *testing.T) {
 func TestRunStartsAgainATaskTerminatedWhileItsStartRan(t *testing.T) {
 	h := newRunHarness(t)
 	h.startCall.After(5 * time.Second)
-	h.reconcile = func(api.ReconcileTasksInput) api.ReconcileTasksResult {
-		if len(h.started) > 1 {
-			return api.ReconcileTasksResult{} // the new execution runs
-		}
-		return api.ReconcileTasksResult{Closed: []api.ReconciledTask{{TaskID: "t1", Status: "TERMINATED"}}}
-	}
+	h.terminatedUntilRerun("t1")
 	e1, d1 := runEnvelope(t, "t1")
 	add := api.AddTaskInput{Envelope: e1, EnvelopeDigest: d1}
 	var first, again updateOutcome
@@ -347,4 +337,15 @@ func TestRunBeforeRereadTaskReportsKeepsTheOldBehaviour(t *testing.T) {
 	require.NoError(t, add.err)
 	require.Equal(t, api.RunTaskCounts{Total: 1, Open: 1}, after.TaskCounts)
 	require.Len(t, h.verified, 1)
+}
+
+// terminatedUntilRerun makes ReconcileTasks find task's workflow
+// terminated until the run starts a second batch (its new execution).
+func (h *runHarness) terminatedUntilRerun(task string) {
+	h.reconcile = func(api.ReconcileTasksInput) api.ReconcileTasksResult {
+		if len(h.started) > 1 {
+			return api.ReconcileTasksResult{} // the new execution runs
+		}
+		return api.ReconcileTasksResult{Closed: []api.ReconciledTask{{TaskID: task, Status: "TERMINATED"}}}
+	}
 }
