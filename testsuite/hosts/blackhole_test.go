@@ -18,15 +18,18 @@ import (
 // cuts fall at different points of the heartbeat cycles.
 func cutAfterJitter() { time.Sleep(time.Duration(rand.Int64N(int64(2 * time.Second)))) }
 
-// The lease holder's host blackholed for half the lease TTL (5 s of 10 s,
-// under the 8 s stale window): a heartbeat renews the lease within a lease
-// heartbeat interval of the heal, and the task completes on attempt 1 with
-// no retry.
+// The lease holder's host blackholed for half the lease TTL (5 s of 10 s):
+// a heartbeat renews the lease within a lease heartbeat interval of the
+// heal, and the task completes on attempt 1 with no retry. The agents'
+// stale window is 12 s (heartbeats every 3 s), so the cut stays inside the
+// partition a worker rides out (stale window − 2 heartbeat intervals); with
+// the default 8 s its executor may rightly self-fence at the liveness
+// deadline.
 func TestBlackholeOfHalfTheTTLCostsNoLease(t *testing.T) {
 	c := newCluster(t)
 	ttl := 10 * time.Second
 	for i := range runs(t) {
-		r := c.startRound(t, fmt.Sprintf("half-%d", i))
+		r := c.startRound(t, fmt.Sprintf("half-%d", i), "--stale-after", "12s")
 		id := "half-ttl-" + r.label
 		_, stop := r.submit(t, id, ttl)
 		holder, worker := r.waitHolder(t, id, 1)

@@ -481,14 +481,16 @@ type round struct {
 }
 
 // startRound starts the round's agents (default stale window and
-// heartbeat) and waits for both to register.
-func (c *cluster) startRound(t *testing.T, label string) *round {
+// heartbeat, unless agentFlags say otherwise) and waits for both to
+// register.
+func (c *cluster) startRound(t *testing.T, label string, agentFlags ...string) *round {
 	t.Helper()
 	r := &round{c: c, label: label, agents: map[string]*host{}}
 	for _, h := range []*host{c.b, c.c} {
 		id := h.name + "-" + label
-		p := h.start(t, "agent-"+id, "agent", "--worker-id", id, "--cpu", "1", "--memory", "1Gi", "--label", "hosts-round="+label,
-			"--data-dir", filepath.Join(h.dir, "data"), "--address", c.address, "--log-level", "info")
+		args := append([]string{"agent", "--worker-id", id, "--cpu", "1", "--memory", "1Gi", "--label", "hosts-round=" + label,
+			"--data-dir", filepath.Join(h.dir, "data"), "--address", c.address, "--log-level", "info"}, agentFlags...)
+		p := h.start(t, "agent-"+id, args...)
 		r.agents[id], r.procs = h, append(r.procs, p)
 	}
 	for _, p := range r.procs {
