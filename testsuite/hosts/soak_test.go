@@ -97,13 +97,16 @@ type soakRun struct {
 
 	mu    sync.Mutex
 	procs map[string]*soakProc // by host name
-	// open is the runs' open tasks when the committer last looked, and
-	// heldBack the batches the submitter did not send because of it.
-	open, heldBack int
-	tasks          []soakTask
-	runs           []string
-	faults         []soakFault
-	busy           map[string]bool // hosts with a fault in progress (operatorHost too)
+	// openByRun is each run's open tasks: the count the committer last
+	// read (kept while a read fails) plus the tasks submitted since;
+	// heldBack is the batches the submitter did not send because their sum
+	// reached maxOpenTasks.
+	openByRun map[string]int
+	heldBack  int
+	tasks     []soakTask
+	runs      []string
+	faults    []soakFault
+	busy      map[string]bool // hosts with a fault in progress (operatorHost too)
 	// touched are the tasks an operator's fault hit: record reads every
 	// execution of their workflows.
 	touched map[string]bool
@@ -147,7 +150,7 @@ type soakFault struct {
 
 func newSoak(t *testing.T, seed uint64, out string) *soakRun {
 	s := &soakRun{t: t, out: out, traces: filepath.Join(out, "traces"), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		procs: map[string]*soakProc{}, busy: map[string]bool{}, touched: map[string]bool{}}
+		procs: map[string]*soakProc{}, busy: map[string]bool{}, touched: map[string]bool{}, openByRun: map[string]int{}}
 	require.NoError(t, os.MkdirAll(s.traces, 0o777))
 	require.NoError(t, os.MkdirAll(filepath.Join(out, "porcupine"), 0o755))
 	log, err := os.Create(filepath.Join(out, "nemesis.jsonl"))
@@ -304,7 +307,7 @@ func (s *soakRun) submitter(stop <-chan struct{}) {
 		case <-time.After(s.between(time.Second, 3*time.Second)):
 		}
 		s.mu.Lock()
-		full := s.open >= maxOpenTasks
+		full := s.openTasks() >= maxOpenTasks
 		if full {
 			s.heldBack++
 		}
@@ -341,6 +344,7 @@ func (s *soakRun) submitter(stop <-chan struct{}) {
 			s.runs = append(s.runs, runID)
 		}
 		s.tasks = append(s.tasks, tasks...)
+		s.openByRun[runID] += len(tasks)
 		s.mu.Unlock()
 		wg.Add(1)
 		go func() {
@@ -349,6 +353,15 @@ func (s *soakRun) submitter(stop <-chan struct{}) {
 			s.submit(fmt.Sprintf("batch %d", batch), path, ttl)
 		}()
 	}
+}
+
+// openTasks is the sum of openByRun (s.mu held).
+func (s *soakRun) openTasks() int {
+	n := 0
+	for _, open := range s.openByRun {
+		n += open
+	}
+	return n
 }
 
 // submitPatience is how long the workload tries a submission again: as a
@@ -436,18 +449,14 @@ func (s *soakRun) commitAll() {
 	s.mu.Lock()
 	runs := slices.Clone(s.runs)
 	s.mu.Unlock()
-	open := 0
-	defer func() {
-		s.mu.Lock()
-		s.open = open
-		s.mu.Unlock()
-	}()
 	for _, run := range runs {
 		v, err := s.runView(run)
 		if err != nil {
-			continue
+			continue // its last count stands: an unanswered run is not an empty one
 		}
-		open += int(v.TaskCounts.Open)
+		s.mu.Lock()
+		s.openByRun[run] = int(v.TaskCounts.Open)
+		s.mu.Unlock()
 		args := []string{"runs", "commit", run, "--expected-parent-time", strconv.FormatInt(v.ParentTime, 10), "--note", "soak"}
 		n := 0
 		for _, e := range v.Events {
