@@ -142,7 +142,15 @@ func TestManyTasksInOneRun(t *testing.T) {
 	}
 	t.Logf("the current run started with %d tasks listed, %d of them ended; %d listed now", len(carried.Tasks), carriedEnded, len(last.Tasks))
 	assert.LessOrEqual(t, carriedEnded, api.RunListedEndedTasks, "continue-as-new carries at most RunListedEndedTasks ended tasks")
-	assert.Less(t, len(last.Tasks), n, "a bounded listing, not every task")
+	// A continue-as-new drops ended tasks from the listing only when more
+	// than RunListedEndedTasks had ended by then; on a slow machine the
+	// last one may come before that, and every task stays listed until
+	// the next.
+	if carried.EndedNotListed > 0 {
+		assert.Less(t, len(last.Tasks), n, "a bounded listing, not every task")
+	} else {
+		t.Logf("the last continue-as-new came before %d tasks had ended: nothing dropped from the listing yet", api.RunListedEndedTasks)
+	}
 	if n >= 4*api.RunListedEndedTasks {
 		assert.Less(t, len(last.Tasks), n/4, "a listing that does not grow with the run")
 	}
