@@ -30,6 +30,7 @@ import (
 const (
 	subnet     = "10.213.7."
 	serverPort = "7233"
+	storePort  = "7300" // start-dev's S3 endpoint
 	// blackholeTable is the nft table (family inet) whose presence in a
 	// host's namespace is a partition.
 	blackholeTable = "wdc_blackhole"
@@ -264,7 +265,7 @@ func (c *cluster) startServer(t *testing.T) {
 	key := make([]byte, 16)
 	_, err := rand.Read(key)
 	require.NoError(t, err)
-	c.serverArgs = []string{"server", "start-dev", "--ip", c.a.addr, "--port", serverPort, "--headless",
+	c.serverArgs = []string{"server", "start-dev", "--ip", c.a.addr, "--port", serverPort, "--s3-port", storePort, "--headless",
 		"--db-filename", filepath.Join(c.a.dir, "temporal.db"),
 		"--s3-access-key", "hosts", "--s3-secret-key", hex.EncodeToString(key), "-o", "json"}
 	c.server = c.restartServer(t, "start-dev")

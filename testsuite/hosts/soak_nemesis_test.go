@@ -24,6 +24,7 @@ const (
 	faultKillControlPlane = "kill-control-plane"
 	faultKillCommand      = "kill-command"
 	faultRestartServer    = "restart-server"
+	faultStoreDown        = "store-down" // the S3 store refuses connections
 	faultPauseAgent       = "pause-agent"
 	faultBlackholeShort   = "blackhole-short"
 	faultBlackholeLong    = "blackhole-long"
@@ -40,7 +41,7 @@ const operatorHost = "operator"
 // nemesisKinds weighs the faults: each appears as often as it is listed.
 var nemesisKinds = []string{faultKillAgent, faultKillAgent, faultKillControlPlane, faultKillCommand, faultKillCommand,
 	faultPauseAgent, faultPauseAgent, faultBlackholeShort, faultBlackholeShort, faultBlackholeLong, faultRefuseShort,
-	faultRefuseLong, faultRestartServer, faultTerminateTask, faultResetTask}
+	faultRefuseLong, faultRestartServer, faultStoreDown, faultTerminateTask, faultResetTask}
 
 // nemesis injects a fault every 0.3–2 s on a host that has none in
 // progress, each healed on its own schedule, until stop; then it waits
@@ -72,7 +73,7 @@ func (s *soakRun) nemesis(stop <-chan struct{}) {
 			candidates = s.c.all[3:]
 		case faultKillControlPlane:
 			candidates = s.c.all[1:3]
-		case faultRestartServer:
+		case faultRestartServer, faultStoreDown:
 			candidates = s.c.all[:1]
 		case faultBlackholeShort, faultRefuseShort:
 			candidates = s.c.all
@@ -116,6 +117,18 @@ func (s *soakRun) nemesis(stop <-chan struct{}) {
 				signalHost(h, syscall.SIGSTOP)
 				time.Sleep(pause)
 				signalHost(h, syscall.SIGCONT)
+			case faultStoreDown:
+				d := short
+				if s.intn(2) == 0 {
+					d = long
+				}
+				if err := h.partition(storeDownRules); err != nil {
+					s.t.Errorf("soak: %s: %v", kind, err)
+					f.Kind = ""
+					break
+				}
+				time.Sleep(d)
+				s.heal(h)
 			case faultBlackholeShort, faultBlackholeLong, faultRefuseShort, faultRefuseLong:
 				rules, d := blackholeRules, long
 				if kind == faultRefuseShort || kind == faultRefuseLong {
@@ -270,6 +283,14 @@ func signalHost(h *host, sig syscall.Signal) {
 		_ = syscall.Kill(pid, sig)
 	}
 }
+
+// storeDownRules make the S3 store on host a refuse every connection
+// from the other hosts (TCP reset on its port), as a stopped store
+// process would, while Temporal's frontend stays reachable.
+var storeDownRules = fmt.Sprintf(`table inet %s {
+	chain input { type filter hook input priority -10; policy accept; iifname "eth0" tcp dport %s reject with tcp reset; }
+}
+`, blackholeTable, storePort)
 
 // refuseRules refuse every connection in or out of a host's link (TCP
 // reset, ICMP unreachable otherwise) instead of dropping its packets.
