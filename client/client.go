@@ -152,25 +152,31 @@ func registerUpdateID(reg api.RegisterInput) string {
 	return "register/" + hex.EncodeToString(sum[:16])
 }
 
-// previousIncarnation is the last incarnation of a deregistered (closed)
-// registry entry of the worker, so a new entry continues above it; 0 when
-// the entry is running or never existed.
+// previousIncarnation is the last incarnation of the worker's closed
+// registry entry, so a new entry continues above it: a deregistered
+// entry's result, else (terminated, failed, timed out) the incarnation its
+// memo last published (api.MemoWorkerProfile). 0 when the entry is
+// running, never existed, or is not a WdcWorker.
 func (c *Client) previousIncarnation(ctx context.Context, workerID string) (int64, error) {
 	desc, err := c.C.DescribeWorkflowExecution(ctx, api.WorkerWorkflowID(workerID), "")
 	var nf *serviceerror.NotFound
+	info := desc.GetWorkflowExecutionInfo()
 	switch {
 	case errors.As(err, &nf):
 		return 0, nil
 	case err != nil:
 		return 0, wrap("worker "+workerID, err)
-	case desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+	case info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, info.GetType().GetName() != api.WorkerWorkflowType:
 		return 0, nil
 	}
 	var last api.WorkerView
-	if err := c.C.GetWorkflow(ctx, api.WorkerWorkflowID(workerID), "").Get(ctx, &last); err != nil {
-		return 0, nil // terminated or failed: no record to continue from
+	if err := c.C.GetWorkflow(ctx, api.WorkerWorkflowID(workerID), "").Get(ctx, &last); err == nil {
+		return last.Incarnation, nil
 	}
-	return last.Incarnation, nil
+	if p := profile(info.GetMemo()); p != nil {
+		return p.Incarnation, nil
+	}
+	return 0, nil
 }
 
 // Heartbeat delivers one worker heartbeat as an agent does: on the registry

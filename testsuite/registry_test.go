@@ -330,3 +330,28 @@ func TestWorkerHeartbeatsCostTheEntryNoHistory(t *testing.T) {
 		writeHistoryFrom(t, c, wfID, "")
 	}
 }
+
+// An operator's terminate of a registry entry (the Web UI's Terminate,
+// `temporal workflow terminate`) does not restart the worker's
+// incarnations at 1: the next registration continues above the one the
+// terminated entry last published, so a launch queued for an earlier
+// incarnation is never taken for the new one's.
+func TestRegistrationAfterATerminateContinuesTheIncarnation(t *testing.T) {
+	ctx := context.Background()
+	const id = "reg-terminated"
+	reg := fleet.Registration{WorkerID: id, Capacity: resource.List{CPUMillis: 1000}}
+	for want := int64(1); want <= 2; want++ {
+		res, err := suite.wdc.RegisterWorker(ctx, reg)
+		require.NoError(t, err)
+		require.Equal(t, want, res.Incarnation)
+	}
+	require.NoError(t, suite.client.TerminateWorkflow(ctx, api.WorkerWorkflowID(id), "", "operator test"))
+	res, err := suite.wdc.RegisterWorker(ctx, reg)
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), res.Incarnation, "the incarnation continues above the terminated entry's 2")
+	v, err := suite.wdc.Worker(ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, fleet.Active, v.State)
+	_, err = suite.wdc.DeregisterWorker(ctx, id, true, "test done")
+	require.NoError(t, err)
+}
