@@ -115,14 +115,8 @@ type taskWorkflow struct {
 	// sub is the submission whose result is pending (at most one: the
 	// lease refuses a second while one is pending).
 	sub *submission
-	// inflight are commands not awaited where they were issued (cancel of
-	// an ended attempt, reservation releases); the task does not continue
-	// as new before they are done, so none is dropped. releases are the
-	// release signals among them, which the task also awaits before it
-	// ends (a best-effort cancel is not awaited then: the attempt's own
-	// lease check stops it once the task has ended).
-	inflight []workflow.Future
-	releases []workflow.Future
+	// unawaited are the cancels and releases not awaited where issued.
+	unawaited unawaited
 
 	wake        workflow.Channel
 	heartbeatCh workflow.ReceiveChannel
@@ -267,7 +261,7 @@ func (t *taskWorkflow) decide(ctx workflow.Context) taskPhase {
 // stopped; they add nothing to the history either), no unawaited command.
 func (t *taskWorkflow) quiet(ctx workflow.Context) bool {
 	return workflow.GetInfo(ctx).GetContinueAsNewSuggested() && workflow.AllHandlersFinished(ctx) &&
-		t.sub == nil && t.launch == nil && t.directive == nil && !t.carry.Cancelled && !t.lease.holding() && t.inflightDone()
+		t.sub == nil && t.launch == nil && t.directive == nil && !t.carry.Cancelled && !t.lease.holding() && t.unawaited.done()
 }
 
 // outcomeState is the ended task's state.
@@ -457,7 +451,7 @@ func (t *taskWorkflow) endLease(ctx workflow.Context, d *lease.RetryDirective) {
 		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
 		Summary:                cancelSummary(*cur, reason),
 	})
-	t.inflight = append(t.inflight, workflow.ExecuteActivity(actx, agentActs.CancelAttempt, api.CancelAttemptInput{Claim: claim, Reason: reason}))
+	t.unawaited.add(workflow.ExecuteActivity(actx, agentActs.CancelAttempt, api.CancelAttemptInput{Claim: claim, Reason: reason}))
 	t.release(ctx, *cur)
 	if t.launch != nil {
 		t.launchCancel()
@@ -468,34 +462,7 @@ func (t *taskWorkflow) endLease(ctx workflow.Context, d *lease.RetryDirective) {
 func (t *taskWorkflow) release(ctx workflow.Context, l lease.Lease) {
 	f := workflow.SignalExternalWorkflow(ctx, api.WorkerWorkflowID(l.WorkerID), "", api.SignalRelease,
 		api.ReleaseSignal{TaskID: l.TaskID, Fence: l.Fence})
-	t.inflight = append(t.inflight, f)
-	t.releases = append(t.releases, f)
-}
-
-// inflightDone reports whether every unawaited command has completed,
-// forgetting those that have.
-func (t *taskWorkflow) inflightDone() bool {
-	t.inflight = pending(t.inflight)
-	return len(t.inflight) == 0
-}
-
-// releasesDone reports whether every release signal was delivered (or
-// failed: the worker's entry is gone).
-func (t *taskWorkflow) releasesDone() bool {
-	t.releases = pending(t.releases)
-	return len(t.releases) == 0
-}
-
-// pending keeps the futures that are not ready yet.
-func pending(fs []workflow.Future) []workflow.Future {
-	n := 0
-	for _, f := range fs {
-		if !f.IsReady() {
-			fs[n] = f
-			n++
-		}
-	}
-	return fs[:n]
+	t.unawaited.addRelease(f)
 }
 
 // backoff is the Backoff phase: wait the directive's backoff (deterministic
@@ -567,7 +534,7 @@ func (t *taskWorkflow) finish(ctx workflow.Context, state api.TaskState) (api.Ta
 		workflow.GetLogger(ctx).Warn("could not report to run", "run", t.env.RunID, "error", err)
 	}
 	if err := workflow.Await(ctx, func() bool {
-		return t.releasesDone() && workflow.AllHandlersFinished(ctx)
+		return t.unawaited.releasesDone() && workflow.AllHandlersFinished(ctx)
 	}); err != nil {
 		return out, err
 	}
