@@ -117,26 +117,8 @@ func (s *soakRun) nemesis(stop <-chan struct{}) {
 				signalHost(h, syscall.SIGSTOP)
 				time.Sleep(pause)
 				signalHost(h, syscall.SIGCONT)
-			case faultStoreDown:
-				d := short
-				if s.intn(2) == 0 {
-					d = long
-				}
-				if err := h.partition(storeDownRules); err != nil {
-					s.t.Errorf("soak: %s: %v", kind, err)
-					f.Kind = ""
-					break
-				}
-				time.Sleep(d)
-				s.heal(h)
-			case faultBlackholeShort, faultBlackholeLong, faultRefuseShort, faultRefuseLong:
-				rules, d := blackholeRules, long
-				if kind == faultRefuseShort || kind == faultRefuseLong {
-					rules = refuseRules
-				}
-				if kind == faultBlackholeShort || kind == faultRefuseShort {
-					d = short
-				}
+			case faultStoreDown, faultBlackholeShort, faultBlackholeLong, faultRefuseShort, faultRefuseLong:
+				rules, d := partitionFault(kind, short, long, s.intn)
 				if err := h.partition(rules); err != nil {
 					s.t.Errorf("soak: %s: %v", kind, err)
 					f.Kind = ""
@@ -154,6 +136,27 @@ func (s *soakRun) nemesis(stop <-chan struct{}) {
 			}
 			s.logFault(f)
 		}()
+	}
+}
+
+// partitionFault is the nft rules and duration of a partition fault of
+// kind: store-down lasts short or long (drawn with intn), the others as
+// their kind names.
+func partitionFault(kind string, short, long time.Duration, intn func(int) int) (string, time.Duration) {
+	switch kind {
+	case faultStoreDown:
+		if intn(2) == 0 {
+			return storeDownRules, long
+		}
+		return storeDownRules, short
+	case faultBlackholeShort:
+		return blackholeRules, short
+	case faultBlackholeLong:
+		return blackholeRules, long
+	case faultRefuseShort:
+		return refuseRules, short
+	default:
+		return refuseRules, long
 	}
 }
 
