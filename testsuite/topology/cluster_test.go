@@ -20,15 +20,12 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	wdcclient "github.com/wdc-runtime/wdc/client"
+	temporaltest "github.com/wdc-runtime/wdc/internal/testenv/temporal"
 	"github.com/wdc-runtime/wdc/worker"
 )
 
-// envTools names the directory of tools/build.sh's output.
-const envTools = "WDC_TEMPORAL_TOOLS"
-
-// namespace is the namespace the cluster creates and wdc uses, as the
-// temporalio/auto-setup image of docker-compose.yml does.
-const namespace = "default"
+// namespace is the namespace the cluster creates and wdc uses.
+const namespace = temporaltest.Namespace
 
 // cluster is a running production topology: PostgreSQL, the official
 // temporal-server, and wdc processes started with spawn.
@@ -51,37 +48,19 @@ type proc struct {
 	log  string
 }
 
-// toolsDir returns tools/build.sh's directory, failing the test with what
-// to run when the binaries are missing.
-func toolsDir(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv(envTools)
-	if dir == "" {
-		cache := os.Getenv("XDG_CACHE_HOME")
-		if cache == "" {
-			home, err := os.UserHomeDir()
-			require.NoError(t, err)
-			cache = filepath.Join(home, ".cache")
-		}
-		dir = filepath.Join(cache, "wdc-tools", "temporal")
-	}
-	for _, b := range []string{"temporal-server", "temporal-sql-tool"} {
-		if _, err := os.Stat(filepath.Join(dir, "bin", b)); err != nil {
-			t.Fatalf("%s not found in %s/bin (%s): build it with tools/build.sh (make test and .ci/run do)", b, dir, envTools)
-		}
-	}
-	return dir
-}
-
 // startCluster starts PostgreSQL with Temporal's schema, the official
 // temporal-server on free ports, and creates the namespace. Everything
 // stops when the test ends.
 func startCluster(t *testing.T) *cluster {
 	t.Helper()
-	c := &cluster{t: t, tools: toolsDir(t), dataDir: t.TempDir()}
+	tools, err := temporaltest.ToolsDir()
+	require.NoError(t, err)
+	c := &cluster{t: t, tools: tools, dataDir: t.TempDir()}
 	ports := freePorts(t, 10)
-	pgPort := ports[0]
-	c.frontend = ports[1]
+	cfg := temporaltest.Config{PostgresPort: ports[0], Frontend: ports[1], FrontendMembership: ports[2], FrontendHTTP: ports[3],
+		History: ports[4], HistoryMembership: ports[5], Matching: ports[6], MatchingMembership: ports[7],
+		Worker: ports[8], WorkerMembership: ports[9]}
+	c.frontend = cfg.Frontend
 
 	pgDir, err := os.MkdirTemp("", "wdc-topology-pg-")
 	require.NoError(t, err)
@@ -92,20 +71,16 @@ func startCluster(t *testing.T) *cluster {
 		_ = os.RemoveAll(pgDir)
 	})
 	began := time.Now()
-	pg := exec.Command(script, "start", pgDir, fmt.Sprint(pgPort))
-	pg.Env = append(os.Environ(), envTools+"="+c.tools)
+	pg := exec.Command(script, "start", pgDir, fmt.Sprint(cfg.PostgresPort))
+	pg.Env = append(os.Environ(), temporaltest.EnvTools+"="+c.tools)
 	out, err := pg.CombinedOutput()
 	if err != nil {
 		t.Fatalf("PostgreSQL with Temporal's schema (tools/postgres.sh start): %v\n%s", err, out)
 	}
-	t.Logf("PostgreSQL with Temporal's schema on 127.0.0.1:%d in %s", pgPort, time.Since(began).Round(100*time.Millisecond))
+	t.Logf("PostgreSQL with Temporal's schema on 127.0.0.1:%d in %s", cfg.PostgresPort, time.Since(began).Round(100*time.Millisecond))
 
 	c.root = t.TempDir()
-	require.NoError(t, os.MkdirAll(filepath.Join(c.root, "config"), 0o755))
-	dyn := filepath.Join(c.root, "config", "dynamicconfig.yaml")
-	require.NoError(t, os.WriteFile(dyn, []byte(dynamicConfig), 0o644))
-	cfg := fmt.Sprintf(serverConfig, pgPort, ports[1], ports[2], ports[3], ports[4], ports[5], ports[6], ports[7], ports[8], ports[9], dyn)
-	require.NoError(t, os.WriteFile(filepath.Join(c.root, "config", "development.yaml"), []byte(cfg), 0o644))
+	require.NoError(t, temporaltest.WriteRoot(c.root, cfg))
 	c.serverLog = filepath.Join(t.TempDir(), "temporal-server.log")
 	t.Cleanup(func() {
 		c.killServer()
@@ -147,8 +122,7 @@ func (c *cluster) startServer() {
 	logf, err := os.OpenFile(c.serverLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	require.NoError(t, err)
 	defer logf.Close()
-	c.server = exec.Command(filepath.Join(c.tools, "bin", "temporal-server"),
-		"--root", c.root, "--config", "config", "--env", "development", "--allow-no-auth", "start")
+	c.server = exec.Command(filepath.Join(c.tools, "bin", "temporal-server"), temporaltest.ServerArgs(c.root)...)
 	c.server.Stdout, c.server.Stderr = logf, logf
 	c.server.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	began := time.Now()
@@ -236,96 +210,6 @@ func (p *proc) waitLog(t *testing.T, timeout time.Duration, s string) {
 		return strings.Contains(string(b), s)
 	})
 }
-
-// serverConfig is temporal-server's config for PostgreSQL (after the
-// server module's config/development-postgres12.yaml), with the ports of
-// this cluster: PostgreSQL, then frontend gRPC, membership and HTTP,
-// history gRPC and membership, matching gRPC and membership, worker gRPC
-// and membership; then the dynamic config file.
-const serverConfig = `log:
-  stdout: true
-  level: warn
-persistence:
-  defaultStore: postgres-default
-  visibilityStore: postgres-visibility
-  numHistoryShards: 4
-  datastores:
-    postgres-default:
-      sql:
-        pluginName: postgres12
-        databaseName: temporal
-        connectAddr: "127.0.0.1:%[1]d"
-        connectProtocol: tcp
-        user: temporal
-        password: temporal
-        maxConns: 20
-        maxIdleConns: 20
-        maxConnLifetime: 1h
-    postgres-visibility:
-      sql:
-        pluginName: postgres12
-        databaseName: temporal_visibility
-        connectAddr: "127.0.0.1:%[1]d"
-        connectProtocol: tcp
-        user: temporal
-        password: temporal
-        maxConns: 10
-        maxIdleConns: 10
-        maxConnLifetime: 1h
-global:
-  membership:
-    maxJoinDuration: 30s
-    broadcastAddress: 127.0.0.1
-services:
-  frontend:
-    rpc:
-      grpcPort: %[2]d
-      membershipPort: %[3]d
-      httpPort: %[4]d
-      bindOnLocalHost: true
-  history:
-    rpc:
-      grpcPort: %[5]d
-      membershipPort: %[6]d
-      bindOnLocalHost: true
-  matching:
-    rpc:
-      grpcPort: %[7]d
-      membershipPort: %[8]d
-      bindOnLocalHost: true
-  worker:
-    rpc:
-      grpcPort: %[9]d
-      membershipPort: %[10]d
-      bindOnLocalHost: true
-clusterMetadata:
-  enableGlobalNamespace: false
-  failoverVersionIncrement: 10
-  masterClusterName: active
-  currentClusterName: active
-  clusterInformation:
-    active:
-      enabled: true
-      initialFailoverVersion: 1
-      rpcName: frontend
-      rpcAddress: "127.0.0.1:%[2]d"
-dcRedirectionPolicy:
-  policy: noop
-dynamicConfigClient:
-  filepath: "%[11]s"
-  pollInterval: 10s
-`
-
-// dynamicConfig: search attributes registered by `wdc control-plane
-// --register-search-attributes` are usable at once (as on `wdc server
-// start-dev`).
-const dynamicConfig = `system.forceSearchAttributesCacheRefreshOnRead:
-  - value: true
-    constraints: {}
-limit.maxIDLength:
-  - value: 255
-    constraints: {}
-`
 
 // freePorts returns n distinct free TCP ports on 127.0.0.1 below 32768:
 // Temporal's SQL schema stores membership ports as smallint, so the
