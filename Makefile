@@ -51,6 +51,8 @@ test: lint temporal-tools k8s-check
 # nemesis soak (testsuite/hosts, root): six hosts under DURATION of seeded
 # faults (SEED: a number, default from the clock; the log names it), its
 # history checked (docs/reliability.md; history and figures in SOAK_OUT).
+# SERVER=official runs PostgreSQL and the official temporal-server on
+# host a instead of start-dev (built by temporal-tools).
 # soak-ci is the nemesis soak alone for 5 minutes, seed 1 unless SEED.
 SCALE_TASKS ?= 10000
 SOAK_FOR    ?= 90s
@@ -58,12 +60,13 @@ HOSTS_RUNS  ?= 10
 DURATION    ?= 45m
 SEED        ?=
 SOAK_OUT    ?=
-NEMESIS      = WDC_SOAK_DURATION=$(DURATION) WDC_SOAK_SEED=$(SEED) WDC_SOAK_OUT=$(SOAK_OUT) $(GO) test -count=1 -timeout 90m -v -run '^TestNemesisSoak$$' ./testsuite/hosts/
+SERVER      ?= dev
+NEMESIS      = WDC_SOAK_DURATION=$(DURATION) WDC_SOAK_SEED=$(SEED) WDC_SOAK_OUT=$(SOAK_OUT) WDC_SOAK_SERVER=$(SERVER) $(GO) test -count=1 -timeout 90m -v -run '^TestNemesisSoak$$' ./testsuite/hosts/
 
 scale:
 	WDC_SCALE_TASKS=$(SCALE_TASKS) $(GO) test -count=1 -timeout 60m -v -run '^TestManyTasksInOneRun$$' ./testsuite/
 
-soak:
+soak: $(if $(filter official,$(SERVER)),temporal-tools)
 	WDC_SOAK_FOR=$(SOAK_FOR) $(GO) test -count=1 -timeout 30m -v -run '^(TestSoak.*|TestShortPartitionsCostNoLease)$$' ./testsuite/
 	WDC_HOSTS_RUNS=$(HOSTS_RUNS) $(GO) test -count=1 -timeout 60m -v -skip '^TestNemesisSoak$$' ./testsuite/hosts/
 	$(NEMESIS)
@@ -71,7 +74,7 @@ soak:
 soak-ci:
 	$(MAKE) --no-print-directory soak-nemesis DURATION=5m SEED=$(or $(SEED),1)
 
-soak-nemesis:
+soak-nemesis: $(if $(filter official,$(SERVER)),temporal-tools)
 	$(NEMESIS)
 
 # The Kubernetes manifests (deploy/k8s/base): rendered with the kustomize

@@ -6,7 +6,8 @@
 # temporal-sql-tool (what temporalio/auto-setup does in docker-compose.yml).
 #
 #   tools/postgres.sh start DIR PORT   DIR must not exist, or be empty
-#   tools/postgres.sh stop DIR
+#   tools/postgres.sh stop DIR         immediate shutdown (as a crash: recovery on start)
+#   tools/postgres.sh restart DIR PORT start DIR's cluster again after stop
 #
 # Needs Debian's postgresql package (initdb, pg_ctl, psql; found under
 # /usr/lib/postgresql/*/bin, or set PG_BINDIR) and the binaries and schema of
@@ -33,6 +34,14 @@ as_pg() {
   if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
 
+# pg_start DIR PORT starts the cluster in DIR/data on 127.0.0.1:PORT and
+# waits until it accepts connections.
+pg_start() {
+  as_pg "$bindir/pg_ctl" -D "$1/data" -l "$1/postgres.log" -w -t 60 \
+    -o "-p $2 -k $1 -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200" start >/dev/null ||
+    { tail -40 "$1/postgres.log" >&2; die "pg_ctl start failed"; }
+}
+
 case "${1:-}" in
 start)
   [ $# = 3 ] || die "usage: $0 start DIR PORT"
@@ -53,9 +62,7 @@ start)
   as_pg "$bindir/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --no-sync >"$dir/initdb.log" 2>&1 ||
     { cat "$dir/initdb.log" >&2; die "initdb failed"; }
   echo "postgres: starting on 127.0.0.1:$port" >&2
-  as_pg "$bindir/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 \
-    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200" start >/dev/null ||
-    { cat "$dir/postgres.log" >&2; die "pg_ctl start failed"; }
+  pg_start "$dir" "$port"
   as_pg "$bindir/psql" -h "$dir" -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 -q \
     -c "CREATE ROLE temporal LOGIN SUPERUSER PASSWORD 'temporal'" ||
     die "create role temporal failed"
@@ -77,7 +84,13 @@ stop)
   [ -d "$dir/data" ] || exit 0
   as_pg "$bindir/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null 2>&1 || true
   ;;
+restart)
+  [ $# = 3 ] || die "usage: $0 restart DIR PORT"
+  dir=$2 port=$3
+  [ -d "$dir/data" ] || die "$dir/data not found: start it first"
+  pg_start "$dir" "$port"
+  ;;
 *)
-  die "usage: $0 start DIR PORT | stop DIR"
+  die "usage: $0 start DIR PORT | stop DIR | restart DIR PORT"
   ;;
 esac

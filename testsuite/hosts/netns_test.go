@@ -31,6 +31,9 @@ const (
 	subnet     = "10.213.7."
 	serverPort = "7233"
 	storePort  = "7300" // start-dev's S3 endpoint
+	// devPortBesideOfficial is start-dev's frontend port when the official
+	// server has serverPort: that start-dev serves the S3 store only.
+	devPortBesideOfficial = "7250"
 	// blackholeTable is the nft table (family inet) whose presence in a
 	// host's namespace is a partition.
 	blackholeTable = "wdc_blackhole"
@@ -71,6 +74,10 @@ type cluster struct {
 	// server is start-dev on a, started with serverArgs.
 	server     *proc
 	serverArgs []string
+	// official is the official temporal-server on PostgreSQL that a runs
+	// at address beside start-dev (its S3 store); nil: start-dev is the
+	// Temporal server.
+	official *officialServer
 }
 
 // host is one network namespace with its own address, directory (its
@@ -110,6 +117,14 @@ func newCluster(t *testing.T) *cluster {
 // starts the dev server on a, and removes everything when the test ends.
 func newHosts(t *testing.T, names ...string) *cluster {
 	t.Helper()
+	return newHostsOn(t, false, names...)
+}
+
+// newHostsOn is newHosts with, if official, PostgreSQL and the official
+// temporal-server on a as the Temporal server (start-dev then serves the
+// S3 store only).
+func newHostsOn(t *testing.T, official bool, names ...string) *cluster {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("hosts: network namespaces need root (CI runs as root): run as root, or skip the package with -short")
 	}
@@ -139,7 +154,13 @@ func newHosts(t *testing.T, names ...string) *cluster {
 	t.Cleanup(func() { c.teardown(t) })
 	t.Cleanup(func() { c.checkNoGoAway(t) }) // after the processes stop
 	c.build(t)
+	if official {
+		c.official = &officialServer{}
+	}
 	c.startServer(t)
+	if official {
+		c.startOfficial(t)
+	}
 	return c
 }
 
@@ -265,7 +286,7 @@ func (c *cluster) startServer(t *testing.T) {
 	key := make([]byte, 16)
 	_, err := rand.Read(key)
 	require.NoError(t, err)
-	c.serverArgs = []string{"server", "start-dev", "--ip", c.a.addr, "--port", serverPort, "--s3-port", storePort, "--headless",
+	c.serverArgs = []string{"server", "start-dev", "--ip", c.a.addr, "--port", c.devPort(), "--s3-port", storePort, "--headless",
 		"--db-filename", filepath.Join(c.a.dir, "temporal.db"),
 		"--s3-access-key", "hosts", "--s3-secret-key", hex.EncodeToString(key), "-o", "json"}
 	c.server = c.restartServer(t, "start-dev")
@@ -309,9 +330,9 @@ func (c *cluster) startServerOnce(t *testing.T, name string) (*proc, error) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if info.Address != c.address || info.S3.Env["WDC_BLOB_URL"] == "" {
+	if want := c.a.addr + ":" + c.devPort(); info.Address != want || info.S3.Env["WDC_BLOB_URL"] == "" {
 		srv.stop()
-		return srv, fmt.Errorf("start-dev at %q (want %q), S3 environment %v", info.Address, c.address, info.S3.Env)
+		return srv, fmt.Errorf("start-dev at %q (want %q), S3 environment %v", info.Address, want, info.S3.Env)
 	}
 	if c.s3Env == nil {
 		for k, v := range info.S3.Env {
@@ -319,6 +340,14 @@ func (c *cluster) startServerOnce(t *testing.T, name string) (*proc, error) {
 		}
 	}
 	return srv, nil
+}
+
+// devPort is start-dev's frontend port.
+func (c *cluster) devPort() string {
+	if c.official != nil {
+		return devPortBesideOfficial
+	}
+	return serverPort
 }
 
 // env is the whole environment of a wdc process on h: nothing of the
@@ -335,8 +364,14 @@ func (h *host) command(ctx context.Context, args ...string) *exec.Cmd {
 
 // commandWith is `wdc args…` run in h's namespace with the environment env only.
 func (h *host) commandWith(ctx context.Context, env []string, args ...string) *exec.Cmd {
+	return h.commandOf(ctx, env, h.c.bin, args...)
+}
+
+// commandOf is the program exe run in h's namespace with the environment
+// env only.
+func (h *host) commandOf(ctx context.Context, env []string, exe string, args ...string) *exec.Cmd {
 	argv := append([]string{"netns", "exec", h.ns, "env", "-i"}, env...)
-	argv = append(append(argv, h.c.bin), args...)
+	argv = append(append(argv, exe), args...)
 	cmd := exec.CommandContext(ctx, "ip", argv...)
 	cmd.Dir = h.dir
 	return cmd
@@ -346,12 +381,18 @@ func (h *host) commandWith(ctx context.Context, env []string, args ...string) *e
 // PID is wdc's), killed by PID when the test ends.
 func (h *host) start(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
+	return h.startCmd(t, name, h.command(context.Background(), args...))
+}
+
+// startCmd is start for any command run in h's namespace.
+func (h *host) startCmd(t *testing.T, name string, cmd *exec.Cmd) *proc {
+	t.Helper()
 	p := &proc{h: h, name: name, out: filepath.Join(h.dir, name+".out"), log: filepath.Join(h.dir, name+".log"), exited: make(chan struct{})}
 	out, err := os.Create(p.out)
 	require.NoError(t, err)
 	log, err := os.Create(p.log)
 	require.NoError(t, err)
-	p.cmd = h.command(context.Background(), args...)
+	p.cmd = cmd
 	p.cmd.Stdout, p.cmd.Stderr = out, log
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	require.NoError(t, p.cmd.Start())

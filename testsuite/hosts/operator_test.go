@@ -11,8 +11,10 @@ import (
 
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/wdc-runtime/wdc/api"
 )
@@ -20,7 +22,8 @@ import (
 // envRunOperator makes this test binary an operator with Temporal's own
 // client calls (what `temporal workflow terminate`, `reset` and `list`
 // and the Web UI make), run on a host like the wdc CLI: `operator
-// terminate|reset-first|reset-last|runs ADDRESS TASK`.
+// terminate|reset-first|reset-last|runs ADDRESS TASK`, or for the official
+// server `operator health|register-namespace ADDRESS NAMESPACE`.
 const envRunOperator = "WDC_HOSTS_OPERATOR"
 
 // operatorRun is one execution of a task's workflow, as `operator runs`
@@ -37,11 +40,22 @@ type operatorRun struct {
 // operatorMain runs one operator command and returns the exit code.
 func operatorMain(args []string) int {
 	if len(args) != 3 {
-		fmt.Fprintln(os.Stderr, "usage: operator terminate|reset-first|reset-last|runs ADDRESS TASK")
+		fmt.Fprintln(os.Stderr, "usage: operator terminate|reset-first|reset-last|runs ADDRESS TASK, or health|register-namespace ADDRESS NAMESPACE")
 		return 2
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	timeout := 30 * time.Second
+	if args[0] == "health" {
+		timeout = 5 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	if args[0] == "register-namespace" {
+		if err := registerNamespace(ctx, args[1], args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return 0
+	}
 	c, err := client.DialContext(ctx, client.Options{HostPort: args[1], Namespace: "default"})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -50,6 +64,8 @@ func operatorMain(args []string) int {
 	defer c.Close()
 	wfID := api.TaskWorkflowID(args[2])
 	switch args[0] {
+	case "health":
+		_, err = c.CheckHealth(ctx, &client.CheckHealthRequest{})
 	case "terminate":
 		err = c.TerminateWorkflow(ctx, wfID, "", "soak nemesis: operator terminate")
 	case "reset-first", "reset-last":
@@ -67,6 +83,31 @@ func operatorMain(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// registerNamespace registers namespace ns (retention one day) unless it
+// exists, and waits until the frontend describes it.
+func registerNamespace(ctx context.Context, address, ns string) error {
+	nc, err := client.NewNamespaceClient(client.Options{HostPort: address})
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	err = nc.Register(ctx, &workflowservice.RegisterNamespaceRequest{Namespace: ns, WorkflowExecutionRetentionPeriod: durationpb.New(24 * time.Hour)})
+	var exists *serviceerror.NamespaceAlreadyExists
+	if err != nil && !errors.As(err, &exists) {
+		return fmt.Errorf("register namespace %s: %w", ns, err)
+	}
+	for {
+		if _, err = nc.Describe(ctx, ns); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("namespace %s not visible: %w", ns, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // errNotRunning: the task's workflow closed before the operator acted.
@@ -146,8 +187,8 @@ func taskRuns(ctx context.Context, c client.Client, wfID string) ([]operatorRun,
 	return runs, nil
 }
 
-// operator runs `operator cmd ADDRESS task` on h and returns its
-// stdout, or an error with its stderr.
-func (h *host) operator(cmd, task string) ([]byte, error) {
-	return h.output("operator", append(h.env(), envRunOperator+"=1"), cmd, h.c.address, task)
+// operator runs `operator cmd ADDRESS arg` on h and returns its stdout,
+// or an error with its stderr.
+func (h *host) operator(cmd, arg string) ([]byte, error) {
+	return h.output("operator", append(h.env(), envRunOperator+"=1"), cmd, h.c.address, arg)
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,7 +25,8 @@ const (
 	faultKillControlPlane = "kill-control-plane"
 	faultKillCommand      = "kill-command"
 	faultRestartServer    = "restart-server"
-	faultStoreDown        = "store-down" // the S3 store refuses connections
+	faultRestartPostgres  = "restart-postgres" // the official server's database
+	faultStoreDown        = "store-down"       // the S3 store refuses connections
 	faultPauseAgent       = "pause-agent"
 	faultBlackholeShort   = "blackhole-short"
 	faultBlackholeLong    = "blackhole-long"
@@ -43,6 +45,15 @@ var nemesisKinds = []string{faultKillAgent, faultKillAgent, faultKillControlPlan
 	faultPauseAgent, faultPauseAgent, faultBlackholeShort, faultBlackholeShort, faultBlackholeLong, faultRefuseShort,
 	faultRefuseLong, faultRestartServer, faultStoreDown, faultTerminateTask, faultResetTask}
 
+// kinds are the faults the nemesis draws from: nemesisKinds, and with
+// the official server a restart of PostgreSQL.
+func (s *soakRun) kinds() []string {
+	if s.c.official == nil {
+		return nemesisKinds
+	}
+	return append(slices.Clip(nemesisKinds), faultRestartPostgres)
+}
+
 // nemesis injects a fault every 0.3–2 s on a host that has none in
 // progress, each healed on its own schedule, until stop; then it waits
 // for them to heal.
@@ -55,7 +66,8 @@ func (s *soakRun) nemesis(stop <-chan struct{}) {
 			return
 		case <-time.After(s.between(300*time.Millisecond, 2*time.Second)):
 		}
-		kind := nemesisKinds[s.intn(len(nemesisKinds))]
+		kinds := s.kinds()
+		kind := kinds[s.intn(len(kinds))]
 		if kind == faultTerminateTask || kind == faultResetTask {
 			s.mu.Lock()
 			busy := s.busy[operatorHost]
@@ -73,7 +85,7 @@ func (s *soakRun) nemesis(stop <-chan struct{}) {
 			candidates = s.c.all[3:]
 		case faultKillControlPlane:
 			candidates = s.c.all[1:3]
-		case faultRestartServer, faultStoreDown:
+		case faultRestartServer, faultRestartPostgres, faultStoreDown:
 			candidates = s.c.all[:1]
 		case faultBlackholeShort, faultRefuseShort:
 			candidates = s.c.all
@@ -105,6 +117,11 @@ func (s *soakRun) nemesis(stop <-chan struct{}) {
 				p.kill()
 				time.Sleep(short)
 				p.restart(s.t)
+			case faultRestartPostgres:
+				if err := s.c.restartPostgres(short); err != nil {
+					s.t.Errorf("soak: %s: %v", kind, err)
+					f.Kind = ""
+				}
 			case faultKillCommand:
 				if !killCommand(h, s.intn) {
 					f.Kind = "" // nothing to kill: no fault

@@ -25,12 +25,15 @@ import (
 )
 
 // The nemesis soak's settings: how long the nemesis runs (default 2m),
-// its seed (default: from the clock, logged), and where the history and
-// the figures go besides the test log ("" a temporary directory).
+// its seed (default: from the clock, logged), where the history and the
+// figures go besides the test log ("" a temporary directory), and its
+// Temporal server: "dev" (default: `wdc server start-dev`) or "official"
+// (PostgreSQL and the official temporal-server).
 const (
 	envSoakDuration = "WDC_SOAK_DURATION"
 	envSoakSeed     = "WDC_SOAK_SEED"
 	envSoakOut      = "WDC_SOAK_OUT"
+	envSoakServer   = "WDC_SOAK_SERVER"
 )
 
 // soakTTLs are the lease TTLs a batch of the soak's workload gets, one
@@ -38,7 +41,9 @@ const (
 var soakTTLs = []time.Duration{2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second}
 
 // TestNemesisSoak runs a fleet of six hosts — a: the dev server (Temporal
-// and the S3 store); b, c: a control plane each; d, e, f: an agent each —
+// and the S3 store), or with $WDC_SOAK_SERVER=official PostgreSQL and the
+// official temporal-server beside it; b, c: a control plane each; d, e,
+// f: an agent each —
 // under a seeded nemesis for $WDC_SOAK_DURATION while a workload submits
 // batches of tasks and commits their results, then records the history
 // and checks it (internal/soak). `make soak` runs it long, CI for 5
@@ -56,14 +61,27 @@ func TestNemesisSoak(t *testing.T) {
 		require.NoError(t, err, "%s=%q: want a number", envSoakSeed, s)
 		seed = n
 	}
+	official := false
+	switch v := os.Getenv(envSoakServer); v {
+	case "", "dev":
+	case "official":
+		official = true
+	default:
+		t.Fatalf("%s=%q: want dev or official", envSoakServer, v)
+	}
 	out := os.Getenv(envSoakOut)
 	if out == "" {
 		out = t.TempDir()
 	}
 	require.NoError(t, os.MkdirAll(out, 0o755))
-	t.Logf("soak: seed %d, nemesis for %s (its choices again: make soak-nemesis SEED=%d DURATION=%s); history in %s", seed, duration, seed, duration, out)
+	server := "dev"
+	if official {
+		server = "official"
+	}
+	t.Logf("soak: seed %d, nemesis for %s, %s server (its choices again: make soak-nemesis SEED=%d DURATION=%s SERVER=%s); history in %s",
+		seed, duration, server, seed, duration, server, out)
 
-	s := newSoak(t, seed, out)
+	s := newSoak(t, seed, out, official)
 	s.start()
 	s.run(duration)
 	s.quiesce()
@@ -115,10 +133,15 @@ type soakRun struct {
 	log     *os.File
 }
 
-// soakProc is the wdc process a host runs (the dev server, a control
-// plane or an agent) and how to start it again. Like a service manager,
-// it starts the process again a second after it exits on its own (a
-// control plane that cannot reach the server at start exits, for one).
+// storeProc is the key in soakRun.procs of start-dev when it serves the
+// S3 store only (beside the official server, "a").
+const storeProc = "a/store"
+
+// soakProc is the process a host runs (the dev server, the official
+// temporal-server, a control plane or an agent) and how to start it
+// again. Like a service manager, it starts the process again a second
+// after it exits on its own (a control plane that cannot reach the server
+// at start exits, for one).
 type soakProc struct {
 	h    *host
 	role string
@@ -150,7 +173,7 @@ type soakFault struct {
 	RecoveredIn float64   `json:"recovered_in_seconds,omitempty"`
 }
 
-func newSoak(t *testing.T, seed uint64, out string) *soakRun {
+func newSoak(t *testing.T, seed uint64, out string, official bool) *soakRun {
 	s := &soakRun{t: t, out: out, traces: filepath.Join(out, "traces"), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		procs: map[string]*soakProc{}, busy: map[string]bool{}, touched: map[string]bool{}, openByRun: map[string]int{}}
 	require.NoError(t, os.MkdirAll(s.traces, 0o777))
@@ -159,7 +182,7 @@ func newSoak(t *testing.T, seed uint64, out string) *soakRun {
 	require.NoError(t, err)
 	t.Cleanup(func() { log.Close() })
 	s.log = log
-	s.c = newHosts(t, "a", "b", "c", "d", "e", "f")
+	s.c = newHostsOn(t, official, "a", "b", "c", "d", "e", "f")
 	return s
 }
 
@@ -184,6 +207,9 @@ func (s *soakRun) start() {
 	for _, h := range []*host{c.all[1], c.all[2]} {
 		s.procs[h.name] = &soakProc{h: h, role: "control-plane", args: []string{"control-plane", "--address", c.address, "--log-level", "info",
 			"--trust-bundle", filepath.Join(ca, identity.CACertFile), "--identity", string(identity.ModeRequired)}}
+		if c.official != nil { // the one setup step a new namespace needs
+			s.procs[h.name].args = append(s.procs[h.name].args, "--register-search-attributes")
+		}
 	}
 	// The committer signs as submitter "soak": identity required refuses
 	// an unsigned commit.
@@ -206,7 +232,14 @@ func (s *soakRun) start() {
 		s.procs[name].restart(s.t)
 	}
 	s.procs["a"] = &soakProc{h: c.a, role: "start-dev", p: c.server}
-	go s.procs["a"].supervise(s.t, c.server)
+	if c.official != nil {
+		// The nemesis restarts the Temporal server of a: here that is
+		// temporal-server; start-dev serves the S3 store only.
+		s.procs[storeProc] = s.procs["a"]
+		s.procs["a"] = &soakProc{h: c.a, role: "temporal-server", p: c.official.server}
+		go s.procs[storeProc].supervise(s.t, c.server)
+	}
+	go s.procs["a"].supervise(s.t, s.procs["a"].p)
 	s.t.Cleanup(s.finish)
 	for _, name := range []string{"b", "c"} {
 		s.procs[name].p.waitOut(s.t, 60*time.Second, "control plane polling")
@@ -216,7 +249,7 @@ func (s *soakRun) start() {
 	}
 }
 
-// restart starts the process again (a new log file each time; the dev
+// restart starts the process again (a new log file each time; a Temporal
 // server is waited for until it answers), trying every second for half
 // a minute before it fails the test. It may run off the test's goroutine.
 func (p *soakProc) restart(t *testing.T) {
@@ -225,20 +258,25 @@ func (p *soakProc) restart(t *testing.T) {
 	for try := 1; !p.done; try++ {
 		p.n++
 		name := fmt.Sprintf("%s-%d", p.role, p.n)
-		if p.role != "start-dev" {
-			p.p = p.h.start(t, name, p.args...)
-			break
+		var srv *proc
+		var err error
+		switch p.role {
+		case "start-dev":
+			srv, err = p.h.c.startServerOnce(t, name)
+		case "temporal-server":
+			srv, err = p.h.c.startTemporalOnce(t, name)
+		default:
+			srv = p.h.start(t, name, p.args...)
 		}
-		srv, err := p.h.c.startServerOnce(t, name)
 		if err == nil {
 			p.p = srv
 			break
 		}
 		if try == 30 {
-			t.Errorf("soak: start-dev does not start again: %v", err)
+			t.Errorf("soak: %s does not start again: %v", p.role, err)
 			return
 		}
-		t.Logf("soak: start-dev did not start (try %d): %v", try, err)
+		t.Logf("soak: %s did not start (try %d): %v", p.role, try, err)
 		p.mu.Unlock()
 		time.Sleep(time.Second)
 		p.mu.Lock()
