@@ -6,7 +6,7 @@
 # temporal-sql-tool (what temporalio/auto-setup does in docker-compose.yml).
 #
 #   tools/postgres.sh start DIR PORT   DIR must not exist, or be empty
-#   tools/postgres.sh stop DIR         immediate shutdown (as a crash: recovery on start)
+#   tools/postgres.sh stop DIR         immediate shutdown (as a crash: recovery on start); none if not running
 #   tools/postgres.sh restart DIR PORT start DIR's cluster again after stop
 #
 # Needs Debian's postgresql package (initdb, pg_ctl, psql; found under
@@ -82,7 +82,8 @@ stop)
   [ $# = 2 ] || die "usage: $0 stop DIR"
   dir=$2
   [ -d "$dir/data" ] || exit 0
-  as_pg "$bindir/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null 2>&1 || true
+  as_pg "$bindir/pg_ctl" -D "$dir/data" status >/dev/null 2>&1 || exit 0 # not running
+  as_pg "$bindir/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null || die "pg_ctl stop failed"
   ;;
 restart)
   [ $# = 3 ] || die "usage: $0 restart DIR PORT"

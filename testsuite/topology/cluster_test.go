@@ -15,9 +15,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	wdcclient "github.com/wdc-runtime/wdc/client"
 	temporaltest "github.com/wdc-runtime/wdc/internal/testenv/temporal"
@@ -62,21 +60,11 @@ func startCluster(t *testing.T) *cluster {
 		Worker: ports[8], WorkerMembership: ports[9]}
 	c.frontend = cfg.Frontend
 
-	pgDir, err := os.MkdirTemp("", "wdc-topology-pg-")
+	pg, err := temporaltest.NewPostgres(c.tools, cfg.PostgresPort)
 	require.NoError(t, err)
-	script, err := filepath.Abs(filepath.Join("..", "..", "tools", "postgres.sh"))
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = exec.Command(script, "stop", pgDir).Run()
-		_ = os.RemoveAll(pgDir)
-	})
+	t.Cleanup(func() { _ = pg.Remove() })
 	began := time.Now()
-	pg := exec.Command(script, "start", pgDir, fmt.Sprint(cfg.PostgresPort))
-	pg.Env = append(os.Environ(), temporaltest.EnvTools+"="+c.tools)
-	out, err := pg.CombinedOutput()
-	if err != nil {
-		t.Fatalf("PostgreSQL with Temporal's schema (tools/postgres.sh start): %v\n%s", err, out)
-	}
+	require.NoError(t, pg.Start(), "PostgreSQL with Temporal's schema")
 	t.Logf("PostgreSQL with Temporal's schema on 127.0.0.1:%d in %s", cfg.PostgresPort, time.Since(began).Round(100*time.Millisecond))
 
 	c.root = t.TempDir()
@@ -97,17 +85,9 @@ func startCluster(t *testing.T) *cluster {
 	c.wdc = &wdcclient.Client{C: c.client}
 
 	// What temporalio/auto-setup does after the schema: create the namespace.
-	nc, err := client.NewNamespaceClient(client.Options{HostPort: c.address(), Logger: quietLogger{}})
-	require.NoError(t, err)
-	defer nc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	require.NoError(t, nc.Register(ctx, &workflowservice.RegisterNamespaceRequest{
-		Namespace: namespace, WorkflowExecutionRetentionPeriod: durationpb.New(24 * time.Hour)}))
-	waitFor(t, 30*time.Second, "namespace "+namespace+" visible", func() bool {
-		_, err := nc.Describe(ctx, namespace)
-		return err == nil
-	})
+	require.NoError(t, temporaltest.RegisterNamespace(ctx, c.address(), namespace))
 	return c
 }
 

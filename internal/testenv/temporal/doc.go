@@ -1,8 +1,8 @@
-// Package temporaltest configures the official temporal-server on
-// PostgreSQL for tests: where tools/build.sh cached the binaries, and the
-// server's config directory (persistence on a PostgreSQL that
-// tools/postgres.sh started, the four services on given ports, and the
-// dynamic config wdc needs).
+// Package temporaltest runs the official temporal-server on PostgreSQL
+// for tests: where tools/build.sh cached the binaries, a throwaway
+// PostgreSQL with Temporal's schema (tools/postgres.sh), the server's
+// config directory (the four services on given ports, the dynamic config
+// wdc needs), and the namespace registered as temporalio/auto-setup does.
 //
 // A missing binary is an error (ErrNoBinaries names the build script),
 // never a reason to skip.

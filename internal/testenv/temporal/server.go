@@ -14,7 +14,7 @@ import (
 const EnvTools = "WDC_TEMPORAL_TOOLS"
 
 // ErrNoBinaries: the official binaries are not built.
-var ErrNoBinaries = errors.New("temporaltest: temporal-server or temporal-sql-tool is missing; build them with tools/build.sh (make temporal-tools; make test and .ci/run do)")
+var ErrNoBinaries = errors.New("temporaltest: the official Temporal binaries are missing; build them with tools/build.sh (make temporal-tools; make test and .ci/run do)")
 
 // Namespace is the namespace a test registers and wdc uses, as the
 // temporalio/auto-setup image of docker-compose.yml does.
@@ -38,7 +38,7 @@ func ToolsDir() (string, error) {
 	}
 	for _, b := range []string{"temporal-server", "temporal-sql-tool"} {
 		if _, err := os.Stat(filepath.Join(dir, "bin", b)); err != nil {
-			return dir, fmt.Errorf("%w (looked in %s/bin; %s overrides it)", ErrNoBinaries, dir, EnvTools)
+			return dir, fmt.Errorf("%w: no %s in %s/bin (%s overrides the directory)", ErrNoBinaries, b, dir, EnvTools)
 		}
 	}
 	return dir, nil
