@@ -144,6 +144,9 @@ an earlier agent of this work directory left behind.`,
 				return err
 			}
 			defer closeSigner()
+			if signer != nil {
+				signer.ClockOffset = a.deps.ClockOffset
+			}
 			if launcher != launcherExternal && spoolDir != "" {
 				return usagef("--spool-dir goes with --launcher %s", launcherExternal)
 			}

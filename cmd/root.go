@@ -30,6 +30,11 @@ type Deps struct {
 	// StartDevServer starts an embedded Temporal server; nil disables
 	// `wdc server start-dev` and the self-contained demo.
 	StartDevServer devopts.StartFunc
+	// ClockOffset, when set, is how far `wdc agent`'s wall clock is off
+	// in the times it signs at (identity.Signer.ClockOffset); nil: not
+	// off. A process's own wall clock cannot be skewed alone, so tests
+	// play a skewed agent with it.
+	ClockOffset func() time.Duration
 }
 
 // Exit codes.

@@ -396,3 +396,35 @@ func TestSignedContentSurvivesJSON(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEqual(t, a, b)
 }
+
+func TestClockOffsetDatesWhatTheSignerSigns(t *testing.T) {
+	td := spiffeid.RequireTrustDomainFromString(DefaultTrustDomain)
+	iss, err := NewIssuer(td)
+	require.NoError(t, err)
+	v, err := NewVerifier(ModeRequired, td, iss.Bundle())
+	require.NoError(t, err)
+	s := signerFor(t, iss, "worker-a", time.Hour)
+	now := time.Now()
+	m := msg{WorkerID: "worker-a", N: 1}
+	for _, tc := range []struct {
+		offset time.Duration
+		want   lease.RejectReason
+	}{
+		{0, ""},
+		{-90 * time.Second, ""},
+		{MaxSignedAge + time.Minute, lease.RejectUnauthenticated}, // in the future
+		{-MaxSignedAge - time.Minute, lease.RejectReplayed},
+	} {
+		s.ClockOffset = func() time.Duration { return tc.offset }
+		p, err := s.Sign("register", m, now)
+		require.NoError(t, err)
+		require.WithinDuration(t, now.Add(tc.offset), p.SignedAt, time.Millisecond, "offset %s", tc.offset)
+		_, rej := v.Worker(now, "worker-a", "register", m, p)
+		require.Equal(t, tc.want, reasonOf(rej), "offset %s: %v", tc.offset, rej)
+
+		claim := lease.Claim{TaskID: "t", WorkerID: "worker-a", Attempt: 1, Fence: 1, EnvelopeDigest: "sha256:00"}
+		p, err = s.ForAttempt(claim).Sign("submit-result", m, now)
+		require.NoError(t, err)
+		require.WithinDuration(t, now.Add(tc.offset), p.SignedAt, time.Millisecond, "an attempt's key, offset %s", tc.offset)
+	}
+}

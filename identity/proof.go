@@ -77,6 +77,10 @@ func signingTime(t time.Time) time.Time { return t.UTC().Truncate(time.Milliseco
 // rotates it, a fixed SVID never changes.
 type Signer struct {
 	src x509svid.Source
+	// ClockOffset, when set, is added to every time the signer signs at
+	// (Sign, and ForAttempt's keys): how far its wall clock is off. Nil
+	// in production; a test plays a skewed clock with it.
+	ClockOffset func() time.Duration
 }
 
 // NewSigner returns a signer for a fixed svid. Errors: no certificate or
@@ -119,7 +123,7 @@ func (s *Signer) Sign(kind string, message any, at time.Time) (*Proof, error) {
 	if err != nil {
 		return nil, err
 	}
-	at = signingTime(at)
+	at = signingTime(s.clock(at))
 	content, err := Content(kind, message, at)
 	if err != nil {
 		return nil, err
@@ -129,6 +133,14 @@ func (s *Signer) Sign(kind string, message any, at time.Time) (*Proof, error) {
 		return nil, err
 	}
 	return &Proof{Chain: chain, SignedAt: at, Signature: sig}, nil
+}
+
+// clock is at as the signer's clock tells it.
+func (s *Signer) clock(at time.Time) time.Time {
+	if s.ClockOffset == nil {
+		return at
+	}
+	return at.Add(s.ClockOffset())
 }
 
 // Delegate makes a new Ed25519 key for the attempt c and signs its
@@ -178,7 +190,7 @@ func (l liveAttempt) Sign(kind string, message any, at time.Time) (*Proof, error
 	if err != nil {
 		return nil, err
 	}
-	return k.Sign(kind, message, at)
+	return k.Sign(kind, message, l.s.clock(at))
 }
 
 // AttemptKey is an attempt's delegated key, what its executor signs with.
