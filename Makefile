@@ -51,8 +51,9 @@ test: lint temporal-tools k8s-check
 # nemesis soak (testsuite/hosts, root): six hosts under DURATION of seeded
 # faults (SEED: a number, default from the clock; the log names it), its
 # history checked (docs/reliability.md; history and figures in SOAK_OUT).
-# SERVER=official runs PostgreSQL and the official temporal-server on
-# host a instead of start-dev (built by temporal-tools).
+# SOAK_SERVER=official makes PostgreSQL and the official temporal-server
+# (built by temporal-tools) host a's Temporal server; start-dev beside
+# them still serves the S3 store.
 # soak-ci is the nemesis soak alone for 5 minutes, seed 1 unless SEED.
 SCALE_TASKS ?= 10000
 SOAK_FOR    ?= 90s
@@ -60,13 +61,13 @@ HOSTS_RUNS  ?= 10
 DURATION    ?= 45m
 SEED        ?=
 SOAK_OUT    ?=
-SERVER      ?= dev
-NEMESIS      = WDC_SOAK_DURATION=$(DURATION) WDC_SOAK_SEED=$(SEED) WDC_SOAK_OUT=$(SOAK_OUT) WDC_SOAK_SERVER=$(SERVER) $(GO) test -count=1 -timeout 90m -v -run '^TestNemesisSoak$$' ./testsuite/hosts/
+SOAK_SERVER ?= dev
+NEMESIS      = WDC_SOAK_DURATION=$(DURATION) WDC_SOAK_SEED=$(SEED) WDC_SOAK_OUT=$(SOAK_OUT) WDC_SOAK_SERVER=$(SOAK_SERVER) $(GO) test -count=1 -timeout 90m -v -run '^TestNemesisSoak$$' ./testsuite/hosts/
 
 scale:
 	WDC_SCALE_TASKS=$(SCALE_TASKS) $(GO) test -count=1 -timeout 60m -v -run '^TestManyTasksInOneRun$$' ./testsuite/
 
-soak: $(if $(filter official,$(SERVER)),temporal-tools)
+soak: $(if $(filter official,$(SOAK_SERVER)),temporal-tools)
 	WDC_SOAK_FOR=$(SOAK_FOR) $(GO) test -count=1 -timeout 30m -v -run '^(TestSoak.*|TestShortPartitionsCostNoLease)$$' ./testsuite/
 	WDC_HOSTS_RUNS=$(HOSTS_RUNS) $(GO) test -count=1 -timeout 60m -v -skip '^TestNemesisSoak$$' ./testsuite/hosts/
 	$(NEMESIS)
@@ -74,7 +75,7 @@ soak: $(if $(filter official,$(SERVER)),temporal-tools)
 soak-ci:
 	$(MAKE) --no-print-directory soak-nemesis DURATION=5m SEED=$(or $(SEED),1)
 
-soak-nemesis: $(if $(filter official,$(SERVER)),temporal-tools)
+soak-nemesis: $(if $(filter official,$(SOAK_SERVER)),temporal-tools)
 	$(NEMESIS)
 
 # The Kubernetes manifests (deploy/k8s/base): rendered with the kustomize

@@ -18,5 +18,7 @@
 // Each test repeats its partition $WDC_HOSTS_RUNS times (default 1;
 // `make soak` 10). TestNemesisSoak (soak_test.go; make soak-ci, not make
 // test) runs six hosts under seeded faults and checks the recorded
-// history with internal/soak (docs/reliability.md).
+// history with internal/soak (docs/reliability.md); with
+// $WDC_SOAK_SERVER=official, host a's Temporal server is PostgreSQL and
+// the official temporal-server (official_test.go).
 package hosts

@@ -32,7 +32,7 @@ const (
 	serverPort = "7233"
 	storePort  = "7300" // start-dev's S3 endpoint
 	// devPortBesideOfficial is start-dev's frontend port when the official
-	// server has serverPort: that start-dev serves the S3 store only.
+	// server has serverPort: wdc then uses only start-dev's S3 store.
 	devPortBesideOfficial = "7250"
 	// blackholeTable is the nft table (family inet) whose presence in a
 	// host's namespace is a partition.
@@ -351,11 +351,14 @@ func (c *cluster) devPort() string {
 }
 
 // env is the whole environment of a wdc process on h: nothing of the
-// test's, and gRPC's error log on (checkNoGoAway).
+// test's, gRPC's error log on (checkNoGoAway), and h's clock offset.
 func (h *host) env() []string {
 	return append([]string{"HOME=" + h.dir, "TMPDIR=" + filepath.Join(h.dir, "tmp"), "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
-		envRunCLI + "=1", "GRPC_GO_LOG_SEVERITY_LEVEL=error"}, h.c.s3Env...)
+		envRunCLI + "=1", "GRPC_GO_LOG_SEVERITY_LEVEL=error", envClockFile + "=" + h.clockFile()}, h.c.s3Env...)
 }
+
+// clockFile says how far h's clock is off (envClockFile).
+func (h *host) clockFile() string { return filepath.Join(h.dir, "clock-offset") }
 
 // command is `wdc args…` run in h's namespace with h's environment only.
 func (h *host) command(ctx context.Context, args ...string) *exec.Cmd {

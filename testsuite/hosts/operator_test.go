@@ -11,12 +11,11 @@ import (
 
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/wdc-runtime/wdc/api"
+	temporaltest "github.com/wdc-runtime/wdc/internal/testenv/temporal"
 )
 
 // envRunOperator makes this test binary an operator with Temporal's own
@@ -50,7 +49,7 @@ func operatorMain(args []string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if args[0] == "register-namespace" {
-		if err := registerNamespace(ctx, args[1], args[2]); err != nil {
+		if err := temporaltest.RegisterNamespace(ctx, args[1], args[2]); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
@@ -83,31 +82,6 @@ func operatorMain(args []string) int {
 		return 1
 	}
 	return 0
-}
-
-// registerNamespace registers namespace ns (retention one day) unless it
-// exists, and waits until the frontend describes it.
-func registerNamespace(ctx context.Context, address, ns string) error {
-	nc, err := client.NewNamespaceClient(client.Options{HostPort: address})
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	err = nc.Register(ctx, &workflowservice.RegisterNamespaceRequest{Namespace: ns, WorkflowExecutionRetentionPeriod: durationpb.New(24 * time.Hour)})
-	var exists *serviceerror.NamespaceAlreadyExists
-	if err != nil && !errors.As(err, &exists) {
-		return fmt.Errorf("register namespace %s: %w", ns, err)
-	}
-	for {
-		if _, err = nc.Describe(ctx, ns); err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("namespace %s not visible: %w", ns, err)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }
 
 // errNotRunning: the task's workflow closed before the operator acted.

@@ -28,6 +28,7 @@ const (
 	faultRestartPostgres  = "restart-postgres" // the official server's database
 	faultStoreDown        = "store-down"       // the S3 store refuses connections
 	faultPauseAgent       = "pause-agent"
+	faultSkewClock        = "skew-clock" // an agent restarted with its clock off
 	faultBlackholeShort   = "blackhole-short"
 	faultBlackholeLong    = "blackhole-long"
 	faultRefuseShort      = "refuse-short"
@@ -43,7 +44,7 @@ const operatorHost = "operator"
 // nemesisKinds weighs the faults: each appears as often as it is listed.
 var nemesisKinds = []string{faultKillAgent, faultKillAgent, faultKillControlPlane, faultKillCommand, faultKillCommand,
 	faultPauseAgent, faultPauseAgent, faultBlackholeShort, faultBlackholeShort, faultBlackholeLong, faultRefuseShort,
-	faultRefuseLong, faultRestartServer, faultStoreDown, faultTerminateTask, faultResetTask}
+	faultRefuseLong, faultRestartServer, faultStoreDown, faultTerminateTask, faultResetTask, faultSkewClock}
 
 // kinds are the faults the nemesis draws from: nemesisKinds, and with
 // the official server a restart of PostgreSQL.
@@ -81,7 +82,7 @@ func (s *soakRun) nemesis(stop <-chan struct{}) {
 		}
 		var candidates []*host
 		switch kind {
-		case faultKillAgent, faultPauseAgent, faultKillCommand:
+		case faultKillAgent, faultPauseAgent, faultKillCommand, faultSkewClock:
 			candidates = s.c.all[3:]
 		case faultKillControlPlane:
 			candidates = s.c.all[1:3]
@@ -117,9 +118,18 @@ func (s *soakRun) nemesis(stop <-chan struct{}) {
 				p.kill()
 				time.Sleep(short)
 				p.restart(s.t)
-			case faultRestartPostgres:
-				if err := s.c.restartPostgres(short); err != nil {
+			case faultSkewClock:
+				off, err := s.skewClock(h, short, long)
+				if err != nil {
 					s.t.Errorf("soak: %s: %v", kind, err)
+				}
+				f.Offset = off.String()
+			case faultRestartPostgres:
+				stopped, err := s.c.restartPostgres(short)
+				if err != nil {
+					s.t.Errorf("soak: %s: %v", kind, err)
+				}
+				if !stopped {
 					f.Kind = ""
 				}
 			case faultKillCommand:
@@ -154,6 +164,27 @@ func (s *soakRun) nemesis(stop <-chan struct{}) {
 			s.logFault(f)
 		}()
 	}
+}
+
+// skewClock sets h's clock off by 5 s to 5 min, either way (envClockFile:
+// what its agent signs by), restarts its agent after restartIn, and sets
+// the clock right after hold; it returns the offset. The control planes believe a registration
+// signed within identity.MaxSignedAge of their clock and after the last
+// they accepted.
+func (s *soakRun) skewClock(h *host, restartIn, hold time.Duration) (time.Duration, error) {
+	off := s.between(5*time.Second, 5*time.Minute)
+	if s.intn(2) == 0 {
+		off = -off
+	}
+	if err := os.WriteFile(h.clockFile(), []byte(off.String()), 0o644); err != nil {
+		return off, err
+	}
+	time.Sleep(restartIn)
+	p := s.procs[h.name]
+	p.kill()
+	p.restart(s.t)
+	time.Sleep(hold)
+	return off, os.Remove(h.clockFile())
 }
 
 // partitionFault is the nft rules and duration of a partition fault of

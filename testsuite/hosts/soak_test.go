@@ -78,7 +78,7 @@ func TestNemesisSoak(t *testing.T) {
 	if official {
 		server = "official"
 	}
-	t.Logf("soak: seed %d, nemesis for %s, %s server (its choices again: make soak-nemesis SEED=%d DURATION=%s SERVER=%s); history in %s",
+	t.Logf("soak: seed %d, nemesis for %s, %s server (its choices again: make soak-nemesis SEED=%d DURATION=%s SOAK_SERVER=%s); history in %s",
 		seed, duration, server, seed, duration, server, out)
 
 	s := newSoak(t, seed, out, official)
@@ -116,7 +116,7 @@ type soakRun struct {
 	submitterSVID string
 
 	mu    sync.Mutex
-	procs map[string]*soakProc // by host name
+	procs map[string]*soakProc // by host name (and storeProc)
 	// openByRun is each run's open tasks: the count the committer last
 	// read (kept while a read fails) plus the tasks submitted since;
 	// heldBack is the batches the submitter did not send because their sum
@@ -168,6 +168,7 @@ type soakFault struct {
 	Kind        string    `json:"kind"`
 	Host        string    `json:"host"`
 	Task        string    `json:"task,omitempty"`
+	Offset      string    `json:"clock_offset,omitempty"` // skew-clock's
 	At          time.Time `json:"at"`
 	Healed      time.Time `json:"healed"`
 	RecoveredIn float64   `json:"recovered_in_seconds,omitempty"`
@@ -250,8 +251,8 @@ func (s *soakRun) start() {
 }
 
 // restart starts the process again (a new log file each time; a Temporal
-// server is waited for until it answers), trying every second for half
-// a minute before it fails the test. It may run off the test's goroutine.
+// server is waited for until it answers, up to 2 minutes a try), trying
+// 30 times a second apart before it fails the test. It may run off the test's goroutine.
 func (p *soakProc) restart(t *testing.T) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
