@@ -260,22 +260,38 @@ func (s *soakRun) operatorFault(kind string, pause time.Duration) {
 	s.logFault(f)
 }
 
-// leasedTask is a task of the last 60 submitted whose lease is held now
-// (of up to 10 drawn), false if none.
+// leasedTask is one of the workload's tasks that visibility lists
+// LEASED (`wdc tasks list --state LEASED`), chosen at random; false when
+// none is or the listing fails.
 func (s *soakRun) leasedTask() (soakTask, bool) {
-	s.mu.Lock()
-	recent := s.tasks[max(0, len(s.tasks)-60):]
-	s.mu.Unlock()
-	if len(recent) == 0 {
+	out, err := s.c.a.cli("tasks", "list", "--state", string(api.TaskLeased), "-o", "json")
+	if err != nil {
+		s.t.Logf("soak: list leased tasks: %v", err)
 		return soakTask{}, false
 	}
-	for range 10 {
-		task := recent[s.intn(len(recent))]
-		if v, err := s.c.status(task.ID); err == nil && v.State == api.TaskLeased {
-			return task, true
+	var listed []struct {
+		TaskID string `json:"task_id"`
+	}
+	if err := json.Unmarshal(out, &listed); err != nil {
+		s.t.Logf("soak: list leased tasks: %v: %s", err, out)
+		return soakTask{}, false
+	}
+	s.mu.Lock()
+	byID := make(map[string]soakTask, len(s.tasks))
+	for _, task := range s.tasks {
+		byID[task.ID] = task
+	}
+	s.mu.Unlock()
+	var leased []soakTask
+	for _, l := range listed {
+		if task, ok := byID[l.TaskID]; ok {
+			leased = append(leased, task)
 		}
 	}
-	return soakTask{}, false
+	if len(leased) == 0 {
+		return soakTask{}, false
+	}
+	return leased[s.intn(len(leased))], true
 }
 
 // heal ends h's partition, trying for a minute before it fails the test.
