@@ -58,6 +58,10 @@ type Lease struct {
 	// was issued, at the grant (zero with identity off): the attempt's
 	// messages must be delegated under one issued no earlier.
 	IdentityIssuedAt time.Time `json:"identity_issued_at,omitzero"`
+	// Incarnation is the worker's incarnation the lease's reservation was
+	// made under (0: not known): a loss of an earlier incarnation's
+	// reservation is not this lease's.
+	Incarnation int64 `json:"incarnation,omitempty"`
 }
 
 // RetryReason is why an attempt ended without a result. None of them is a

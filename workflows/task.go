@@ -348,8 +348,9 @@ func (t *taskWorkflow) grant(ctx workflow.Context, sel api.SelectWorkerResult) e
 	if err != nil {
 		return err // a broken invariant: fail loudly
 	}
-	t.ledger.Current().IdentityIssuedAt = sel.IdentityIssuedAt
-	l.IdentityIssuedAt = sel.IdentityIssuedAt
+	cur := t.ledger.Current()
+	cur.IdentityIssuedAt, cur.Incarnation = sel.IdentityIssuedAt, sel.Incarnation
+	l.IdentityIssuedAt, l.Incarnation = sel.IdentityIssuedAt, sel.Incarnation
 	workflow.GetLogger(ctx).Info("lease granted", "task", l.TaskID, "worker", l.WorkerID, "attempt", l.Attempt, "fence", l.Fence)
 	count(ctx, api.MetricLeasesGranted, "")
 	t.attemptDir = ""

@@ -81,10 +81,20 @@ func (t *taskWorkflow) onHeartbeat(ctx workflow.Context, hb api.LeaseHeartbeatSi
 // lease's (same task, worker and fence, lease ACTIVE with no result being
 // ingested), judged by the shared fence check; older fences are history.
 // The registry's reservation names no attempt or digest, so those are the
-// current lease's.
+// current lease's. Nor is a reservation of an incarnation of the worker
+// older than the lease's, even under its fence: a selection retried after
+// the worker registered again reserves that fence anew, and the old
+// incarnation's reservation is lost later (when both are known). A newer
+// one's is: a cluster agent's registration adopts its running attempts'
+// reservations.
 func (t *taskWorkflow) onWorkerLost(ctx workflow.Context, lost api.WorkerLostSignal) {
 	cur := t.ledger.Current()
 	if cur == nil {
+		return
+	}
+	if lost.Incarnation != 0 && lost.Incarnation < cur.Incarnation {
+		workflow.GetLogger(ctx).Info("worker lost ignored: an earlier incarnation's reservation", "task", cur.TaskID, "worker", lost.WorkerID,
+			"fence", lost.Fence, "lost_incarnation", lost.Incarnation, "lease_incarnation", cur.Incarnation)
 		return
 	}
 	claim := lease.Claim{TaskID: lost.TaskID, WorkerID: lost.WorkerID, Fence: lost.Fence, Attempt: cur.Attempt, EnvelopeDigest: cur.EnvelopeDigest}

@@ -332,6 +332,44 @@ func (s *taskSuite) TestWorkerLostRevokesBeforeTTL() {
 	s.Equal(lease.Revoked, atRetry.Leases[0].State)
 }
 
+// A lost reservation of another incarnation of the lease's worker — one a
+// selection left behind before the worker registered again, under the
+// fence it then reserved anew — leaves the lease alone: its attempt runs
+// under the new incarnation, and revoking it (with no lock-delay) would
+// let the retry start beside it.
+func (s *taskSuite) TestWorkerLostOfAnotherIncarnationKeepsTheLease() {
+	s.waits = []api.SelectWorkerResult{{WorkerID: "worker-a", Incarnation: 2}}
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(api.SignalWorkerLost, api.WorkerLostSignal{WorkerID: "worker-a", Incarnation: 1, TaskID: "t1", Fence: 1,
+			State: api.WorkerReregistered, LivenessFenced: true})
+	}, 2*time.Second)
+	sub := s.submit(3*time.Second, "t1/1/1", s.claim("worker-a", 1))
+	res := s.execute(api.TaskOptions{LeaseTTL: time.Hour})
+	s.Equal(api.TaskCompleted, res.State)
+	s.NoError(sub.err, "the lease of incarnation 2 was still current")
+	s.Equal(int64(1), res.Attempts)
+	s.Require().Len(s.launches, 1)
+	s.Equal(int64(2), s.launches[0].Lease.Incarnation)
+}
+
+// A later incarnation's loss is the lease's: a cluster agent that
+// registered again adopted the attempt's reservation.
+func (s *taskSuite) TestWorkerLostOfALaterIncarnationRevokes() {
+	s.waits = []api.SelectWorkerResult{{WorkerID: "worker-a", Incarnation: 2}}
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(api.SignalWorkerLost, api.WorkerLostSignal{WorkerID: "worker-a", Incarnation: 3, TaskID: "t1", Fence: 1,
+			State: "STALE", LivenessFenced: true})
+	}, 2*time.Second)
+	var atRetry api.TaskView
+	s.env.RegisterDelayedCallback(func() { atRetry = s.lastView() }, 5*time.Second)
+	s.submit(10*time.Second, "t1/2/2", s.claim("worker-b", 2))
+	res := s.execute(api.TaskOptions{LeaseTTL: time.Hour})
+	s.Equal(api.TaskCompleted, res.State)
+	s.Require().NotEmpty(atRetry.Leases)
+	s.Equal(lease.Revoked, atRetry.Leases[0].State)
+	s.Equal(string(lease.ReasonWorkerLost), atRetry.Leases[0].EndReason)
+}
+
 // A lost reservation whose attempt may still run (a cluster or hand-off
 // worker's, whose executor runs on without it; or a forced
 // deregistration) revokes the lease at once, but the next attempt is
