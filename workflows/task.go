@@ -415,11 +415,24 @@ func (t *taskWorkflow) watch(ctx workflow.Context) {
 }
 
 // revoke ends the ACTIVE lease for reason; the ledger refuses while a
-// result is pending, and then nothing happens.
+// result is pending, and then nothing happens. A lease revoked before its
+// launch answered waits a lock-delay of its TTL.
 func (t *taskWorkflow) revoke(ctx workflow.Context, reason lease.RetryReason, detail string) {
+	cur := t.ledger.Current()
+	if cur == nil {
+		return
+	}
+	ttl := cur.TTL
 	d, err := t.ledger.Revoke(reason, detail, workflow.Now(ctx))
 	if err != nil {
 		return
+	}
+	if t.launch != nil {
+		// The launch may still start its command: its last check (the
+		// launch activity's cancellation) sees this revocation only once
+		// the workflow task completes. The command then runs at most a
+		// TTL without an accepted heartbeat.
+		d.LockDelayUntil = workflow.Now(ctx).Add(ttl)
 	}
 	workflow.GetLogger(ctx).Info("lease revoked", append(t.attemptAttrs(), "reason", reason, "detail", detail)...)
 	count(ctx, api.MetricLeasesRevoked, string(reason))

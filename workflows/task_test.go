@@ -370,6 +370,33 @@ func (s *taskSuite) TestWorkerLostOfALaterIncarnationRevokes() {
 	s.Equal(string(lease.ReasonWorkerLost), atRetry.Leases[0].EndReason)
 }
 
+// A lease revoked before its launch answered (the worker went STALE while
+// the launch waited for its agent) waits a lock-delay even when the
+// worker's attempts are otherwise dead by then: the launch sees the
+// revocation only once the workflow task that decided it completes, and
+// may start its command before that.
+func (s *taskSuite) TestRevokedBeforeItsLaunchAnsweredWaitsTheLockDelay() {
+	ttl := 40 * time.Second
+	s.env = s.NewTestWorkflowEnvironment()
+	s.SetupTestWith(func(env *testsuite.TestWorkflowEnvironment) {
+		env.OnActivity(agentActs.LaunchAttempt, mock.Anything, mock.Anything).After(5*time.Second).Return(api.LaunchResult{TaskDir: "/tmp/x"}, nil)
+	})
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(api.SignalWorkerLost, api.WorkerLostSignal{WorkerID: "worker-a", Incarnation: 1, TaskID: "t1", Fence: 1,
+			State: "STALE", LivenessFenced: true})
+	}, 2*time.Second)
+	var atRevoke api.TaskView
+	s.env.RegisterDelayedCallback(func() { atRevoke = s.lastView() }, 3*time.Second)
+	s.submit(60*time.Second, "t1/2/2", s.claim("worker-b", 2))
+	res := s.execute(api.TaskOptions{LeaseTTL: ttl})
+	s.Equal(api.TaskCompleted, res.State)
+	s.Require().NotEmpty(atRevoke.Directives)
+	until := atRevoke.Directives[0].LockDelayUntil
+	s.Equal(atRevoke.Leases[0].EndedAt.Add(ttl), until)
+	s.Require().Len(s.grantTimes, 2)
+	s.False(s.grantTimes[1].Before(until), "attempt 2 selected at %s, before the lock-delay ends at %s", s.grantTimes[1], until)
+}
+
 // A lost reservation whose attempt may still run (a cluster or hand-off
 // worker's, whose executor runs on without it; or a forced
 // deregistration) revokes the lease at once, but the next attempt is

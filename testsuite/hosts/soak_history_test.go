@@ -243,6 +243,18 @@ func storeBlobs(t *testing.T, dir string) ([]string, map[string]time.Time) {
 	return blobs, times
 }
 
+// lockDelayOf is how long after l ended its command may still run by the
+// task's own account: the lock-delay of the retry directive its end issued
+// (the next grant waits it out; README guarantee 9), zero without one.
+func lockDelayOf(ds []lease.RetryDirective, l lease.Lease) time.Duration {
+	for _, d := range ds {
+		if d.NextFence == l.Fence+1 && d.NextAttempt == l.Attempt+1 && d.LockDelayUntil.After(l.EndedAt) {
+			return d.LockDelayUntil.Sub(l.EndedAt)
+		}
+	}
+	return 0
+}
+
 // history turns what record read into the checker's history: each lease
 // a grant and, once ended, an acceptance, expiry or revocation at its
 // workflow times; each traced command with its first and last line.
@@ -281,6 +293,9 @@ func (r soakHistory) history() soak.History {
 				accepted[fmt.Sprintf("%s/%d", v.TaskID, l.Fence)] = true
 			case l.EndReason == string(lease.ReasonLeaseExpired):
 				end.Kind = soak.OpExpire
+			}
+			if end.Kind != soak.OpSubmit {
+				end.Grace = lockDelayOf(v.Directives, l)
 			}
 			h.Ops = append(h.Ops, end)
 		}
