@@ -185,15 +185,12 @@ func hostname() string {
 	return h
 }
 
-// sdkLogger keeps the SDK to errors, unless --log-level is debug: then
-// the SDK's and the workflows' info lines show too.
+// sdkLogger is the Temporal SDK's logger: the workflows' and activities'
+// own lines at --log-level, the SDK's internals as errors only unless
+// --log-level is debug.
 func (a *app) sdkLogger() *slog.Logger {
 	lvl, _ := parseLogLevel(a.global.logLevel)
-	sdkLevel := slog.LevelError
-	if lvl <= slog.LevelDebug {
-		sdkLevel = slog.LevelInfo
-	}
-	return slog.New(telemetry.NewLogHandler(a.deps.Stderr, a.global.logFormat, sdkLevel))
+	return slog.New(telemetry.NewSDKLogHandler(a.deps.Stderr, a.global.logFormat, lvl))
 }
 
 func (g *globalOptions) tlsConfig() (*tls.Config, error) {

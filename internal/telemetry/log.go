@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -36,3 +37,54 @@ func NewLogHandler(w io.Writer, format string, level slog.Leveler) slog.Handler 
 	}
 	return slog.NewTextHandler(w, opts)
 }
+
+// NewSDKLogHandler returns the handler for the Temporal SDK's logger at
+// level: a line logged by wdc's workflow or activity code (the SDK tags it
+// WorkflowType or ActivityType) shows from level up, the SDK's own lines
+// only as errors unless level is debug.
+func NewSDKLogHandler(w io.Writer, format string, level slog.Level) slog.Handler {
+	h := NewLogHandler(w, format, level)
+	if level <= slog.LevelDebug {
+		return h
+	}
+	return &sdkHandler{h: h}
+}
+
+// sdkHandler drops the SDK's own lines below error; tagged is whether its
+// attributes (from With) carry a workflow or activity type.
+type sdkHandler struct {
+	h      slog.Handler
+	tagged bool
+}
+
+func (s *sdkHandler) Enabled(ctx context.Context, l slog.Level) bool { return s.h.Enabled(ctx, l) }
+
+func (s *sdkHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level < slog.LevelError && !s.tagged {
+		tagged := false
+		r.Attrs(func(a slog.Attr) bool {
+			tagged = isCodeTag(a.Key)
+			return !tagged
+		})
+		if !tagged {
+			return nil
+		}
+	}
+	return s.h.Handle(ctx, r)
+}
+
+func (s *sdkHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	tagged := s.tagged
+	for _, a := range attrs {
+		tagged = tagged || isCodeTag(a.Key)
+	}
+	return &sdkHandler{h: s.h.WithAttrs(attrs), tagged: tagged}
+}
+
+func (s *sdkHandler) WithGroup(name string) slog.Handler {
+	return &sdkHandler{h: s.h.WithGroup(name), tagged: s.tagged}
+}
+
+// isCodeTag reports whether key is the SDK's tag of a workflow's or an
+// activity's own logger.
+func isCodeTag(key string) bool { return key == "WorkflowType" || key == "ActivityType" }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdklog "go.temporal.io/sdk/log"
 )
 
 func get(t *testing.T, url string) (int, string) {
@@ -97,4 +98,26 @@ func TestLogFormats(t *testing.T) {
 	slog.New(NewLogHandler(&buf, LogText, slog.LevelWarn)).Warn("shown", "task", "t1")
 	assert.NotContains(t, buf.String(), "hidden")
 	assert.Contains(t, buf.String(), "msg=shown task=t1")
+}
+
+func TestSDKLogHandlerShowsWorkflowLinesAndSDKErrors(t *testing.T) {
+	var buf bytes.Buffer
+	l := sdklog.NewStructuredLogger(slog.New(NewSDKLogHandler(&buf, LogText, slog.LevelInfo)))
+	l.Info("Started Worker", "Namespace", "default")
+	l.Warn("poll failed", "Namespace", "default")
+	l.Error("workflow task failed", "Namespace", "default")
+	sdklog.With(l, "WorkflowType", "WdcWorker").Info("worker lost reservation", "task", "t1")
+	l.Info("activity line", "ActivityType", "Launch")
+	sdklog.With(l, "WorkflowType", "WdcTask").Debug("hidden debug")
+	out := buf.String()
+	assert.NotContains(t, out, "Started Worker")
+	assert.NotContains(t, out, "poll failed")
+	assert.NotContains(t, out, "hidden debug")
+	assert.Contains(t, out, "workflow task failed")
+	assert.Contains(t, out, "worker lost reservation")
+	assert.Contains(t, out, "activity line")
+
+	buf.Reset()
+	sdklog.NewStructuredLogger(slog.New(NewSDKLogHandler(&buf, LogText, slog.LevelDebug))).Info("Started Worker")
+	assert.Contains(t, buf.String(), "Started Worker")
 }
