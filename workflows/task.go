@@ -351,7 +351,7 @@ func (t *taskWorkflow) grant(ctx workflow.Context, sel api.SelectWorkerResult) e
 	cur := t.ledger.Current()
 	cur.IdentityIssuedAt, cur.Incarnation = sel.IdentityIssuedAt, sel.Incarnation
 	l.IdentityIssuedAt, l.Incarnation = sel.IdentityIssuedAt, sel.Incarnation
-	workflow.GetLogger(ctx).Info("lease granted", "task", l.TaskID, "worker", l.WorkerID, "attempt", l.Attempt, "fence", l.Fence)
+	workflow.GetLogger(ctx).Info("lease granted", "task", l.TaskID, "worker", l.WorkerID, "incarnation", l.Incarnation, "attempt", l.Attempt, "fence", l.Fence)
 	count(ctx, api.MetricLeasesGranted, "")
 	t.attemptDir = ""
 	t.lease.granted()

@@ -470,6 +470,8 @@ func (w *workerWorkflow) sendLost(ctx workflow.Context) {
 	}
 	futures := make([]workflow.Future, 0, len(w.lost))
 	for _, l := range w.lost {
+		workflow.GetLogger(ctx).Info("reservation lost", "worker", w.id, "incarnation", l.Incarnation, "task", l.TaskID, "fence", l.Fence,
+			"state", l.State, "liveness_fenced", l.LivenessFenced)
 		futures = append(futures, workflow.SignalExternalWorkflow(ctx, api.TaskWorkflowID(l.TaskID), "", api.SignalWorkerLost, l))
 	}
 	w.lost = nil
@@ -611,10 +613,8 @@ func (w *workerWorkflow) register(ctx workflow.Context, in api.RegisterInput) (a
 	for _, r := range w.rec.Reservations {
 		res.Adopted = append(res.Adopted, api.ReservationRef{TaskID: r.TaskID, Fence: r.Fence})
 	}
-	if len(in.Adopt) > 0 {
-		workflow.GetLogger(ctx).Info("registered with adoptions", "worker", w.id, "incarnation", w.rec.Incarnation,
-			"claimed", len(in.Adopt), "adopted", len(res.Adopted), "lost", len(lost))
-	}
+	workflow.GetLogger(ctx).Info("worker registered", "worker", w.id, "incarnation", w.rec.Incarnation, "previous", prev.Incarnation,
+		"claimed", len(in.Adopt), "adopted", len(res.Adopted), "lost", len(lost))
 	return res, nil
 }
 
