@@ -51,7 +51,7 @@ func (s *soakRun) record() soakHistory {
 	wg.Wait()
 	for i, task := range s.tasks {
 		if errs[i] != nil {
-			s.t.Errorf("soak: status of %s: %v", task.ID, errs[i])
+			s.errorf("soak: status of %s: %v", task.ID, errs[i])
 		}
 		h.Tasks = append(h.Tasks, soakTaskRecord{Task: task, View: views[i], Runs: runs[i]})
 		h.Commands = append(h.Commands, readSoakTrace(s.t, task.ID, filepath.Join(s.traces, task.ID))...)
@@ -502,7 +502,7 @@ func (s *soakRun) check(r soakHistory) {
 	require.NoError(s.t, os.WriteFile(filepath.Join(s.out, "figures.txt"), []byte(table.String()), 0o644))
 	s.t.Logf("soak figures:\n%s", table.String())
 	for _, v := range rep.Violations {
-		s.t.Errorf("soak: violation %s", v)
+		s.errorf("soak: violation %s", v)
 	}
 }
 

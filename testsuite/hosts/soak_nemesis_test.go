@@ -121,13 +121,13 @@ func (s *soakRun) nemesis(stop <-chan struct{}) {
 			case faultSkewClock:
 				off, err := s.skewClock(h, short, long)
 				if err != nil {
-					s.t.Errorf("soak: %s: %v", kind, err)
+					s.errorf("soak: %s: %v", kind, err)
 				}
 				f.Offset = off.String()
 			case faultRestartPostgres:
 				stopped, err := s.c.restartPostgres(short)
 				if err != nil {
-					s.t.Errorf("soak: %s: %v", kind, err)
+					s.errorf("soak: %s: %v", kind, err)
 				}
 				if !stopped {
 					f.Kind = ""
@@ -147,7 +147,7 @@ func (s *soakRun) nemesis(stop <-chan struct{}) {
 			case faultStoreDown, faultBlackholeShort, faultBlackholeLong, faultRefuseShort, faultRefuseLong:
 				rules, d := partitionFault(kind, short, long, s.intn)
 				if err := h.partition(rules); err != nil {
-					s.t.Errorf("soak: %s: %v", kind, err)
+					s.errorf("soak: %s: %v", kind, err)
 					f.Kind = ""
 					break
 				}
@@ -303,7 +303,7 @@ func (s *soakRun) heal(h *host) {
 		}
 		time.Sleep(time.Second)
 	}
-	s.t.Errorf("soak: host %s stays partitioned: %v", h.name, err)
+	s.errorf("soak: host %s stays partitioned: %v", h.name, err)
 }
 
 // perm is a seeded permutation of [0, n).

@@ -81,7 +81,18 @@ func TestNemesisSoak(t *testing.T) {
 	t.Logf("soak: seed %d, nemesis for %s, %s server (its choices again: make soak-nemesis SEED=%d DURATION=%s SOAK_SERVER=%s); history in %s",
 		seed, duration, server, seed, duration, server, out)
 
-	s := newSoak(t, seed, out, official)
+	var s *soakRun
+	// Registered first, so it runs after every process's cleanup has
+	// printed its log: the reasons come last, where a truncated log
+	// shows them.
+	t.Cleanup(func() {
+		if t.Failed() && s != nil {
+			s.failMu.Lock()
+			defer s.failMu.Unlock()
+			t.Logf("soak: FAILED (seed %d), its errors:\n  %s\nlogs and history in %s", seed, strings.Join(s.failures, "\n  "), out)
+		}
+	})
+	s = newSoak(t, seed, out, official)
 	s.start()
 	s.run(duration)
 	s.quiesce()
@@ -131,6 +142,20 @@ type soakRun struct {
 	// execution of their workflows.
 	touched map[string]bool
 	log     *os.File
+	// failures are the errors reported through errorf, for the summary
+	// the test prints last.
+	failMu   sync.Mutex
+	failures []string
+}
+
+// errorf reports a soak failure (t.Errorf) and keeps it for the summary.
+func (s *soakRun) errorf(format string, args ...any) {
+	s.t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	s.failMu.Lock()
+	s.failures = append(s.failures, msg)
+	s.failMu.Unlock()
+	s.t.Error(msg)
 }
 
 // storeProc is the key in soakRun.procs of start-dev when it serves the
@@ -432,7 +457,7 @@ func (s *soakRun) submit(name, path string, ttl time.Duration) []byte {
 		}
 		s.t.Logf("soak: %s (try %d): %v", name, try, err)
 		if time.Now().After(deadline) {
-			s.t.Errorf("soak: %s not submitted after %d tries in %s", name, try, submitPatience)
+			s.errorf("soak: %s not submitted after %d tries in %s", name, try, submitPatience)
 			return nil
 		}
 		time.Sleep(time.Second)
@@ -565,7 +590,7 @@ func (s *soakRun) quiesce() {
 			break
 		}
 		if time.Now().After(deadline) {
-			s.t.Errorf("soak: %d tasks still open %s after the nemesis stopped", open, quiesceTimeout)
+			s.errorf("soak: %d tasks still open %s after the nemesis stopped", open, quiesceTimeout)
 			for _, run := range s.runs {
 				if v, err := s.runView(run); err != nil {
 					s.t.Logf("soak: run %s: status: %v", run, err)
@@ -591,9 +616,9 @@ func (s *soakRun) quiesce() {
 		v, err := s.runView(run)
 		switch {
 		case err != nil:
-			s.t.Errorf("soak: run %s: status after the last commits: %v", run, err)
+			s.errorf("soak: run %s: status after the last commits: %v", run, err)
 		case len(uncommitted(v)) > 0:
-			s.t.Errorf("soak: run %s: %d results never committed (events %v)", run, len(uncommitted(v)), uncommitted(v))
+			s.errorf("soak: run %s: %d results never committed (events %v)", run, len(uncommitted(v)), uncommitted(v))
 		}
 	}
 }
