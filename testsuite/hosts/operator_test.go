@@ -11,11 +11,14 @@ import (
 
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/wdc-runtime/wdc/api"
 	temporaltest "github.com/wdc-runtime/wdc/internal/testenv/temporal"
+	"github.com/wdc-runtime/wdc/lease"
 )
 
 // envRunOperator makes this test binary an operator with Temporal's own
@@ -34,6 +37,9 @@ type operatorRun struct {
 	Start  time.Time    `json:"start"`
 	Close  time.Time    `json:"close,omitzero"`
 	View   api.TaskView `json:"view"`
+	// FromHistory: the run answered no query; View holds only the leases
+	// its launches carried, as granted (launchedLeases).
+	FromHistory bool `json:"from_history,omitempty"`
 }
 
 // operatorMain runs one operator command and returns the exit code.
@@ -145,11 +151,22 @@ func taskRuns(ctx context.Context, c client.Client, wfID string) ([]operatorRun,
 				r.Close = e.GetCloseTime().AsTime()
 			}
 			q, err := c.QueryWorkflow(ctx, wfID, r.RunID, api.QueryLease)
-			if err != nil {
+			var notReady *serviceerror.WorkflowNotReady
+			switch {
+			case errors.As(err, &notReady) && !r.Close.IsZero():
+				// Closed while its workflow task was failing (an
+				// operator's reset of a run cut off from the server):
+				// Temporal never answers its queries.
+				if r.View.Leases, err = launchedLeases(ctx, c, wfID, r.RunID); err != nil {
+					return nil, fmt.Errorf("run %s: %w", r.RunID, err)
+				}
+				r.FromHistory = true
+			case err != nil:
 				return nil, fmt.Errorf("query run %s: %w", r.RunID, err)
-			}
-			if err := q.Get(&r.View); err != nil {
-				return nil, err
+			default:
+				if err := q.Get(&r.View); err != nil {
+					return nil, err
+				}
 			}
 			runs = append(runs, r)
 		}
@@ -159,6 +176,30 @@ func taskRuns(ctx context.Context, c client.Client, wfID string) ([]operatorRun,
 	}
 	slices.SortFunc(runs, func(a, b operatorRun) int { return a.Start.Compare(b.Start) })
 	return runs, nil
+}
+
+// launchedLeases are the leases run of wfID launched, as granted: the
+// input of each LaunchAttempt activity its history schedules. How each
+// ended is not in the history but in the workflow's state.
+func launchedLeases(ctx context.Context, c client.Client, wfID, run string) ([]lease.Lease, error) {
+	var out []lease.Lease
+	iter := c.GetWorkflowHistory(ctx, wfID, run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for iter.HasNext() {
+		ev, err := iter.Next()
+		if err != nil {
+			return nil, err
+		}
+		attrs := ev.GetActivityTaskScheduledEventAttributes()
+		if attrs.GetActivityType().GetName() != "LaunchAttempt" {
+			continue
+		}
+		var in api.LaunchInput
+		if err := converter.GetDefaultDataConverter().FromPayloads(attrs.GetInput(), &in); err != nil {
+			return nil, fmt.Errorf("event %d: %w", ev.GetEventId(), err)
+		}
+		out = append(out, in.Lease)
+	}
+	return out, nil
 }
 
 // operator runs `operator cmd ADDRESS arg` on h and returns its stdout,
