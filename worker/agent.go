@@ -177,18 +177,18 @@ func (a *Agent) Incarnation() int64 { return a.hb.Incarnation() }
 // Launcher is the agent's launcher: Local, or external with HandOff.
 func (a *Agent) Launcher() AgentLauncher { return a.launcher }
 
-// giveWay stops this agent's polling and attempts after another agent took
-// its worker ID over; Lost then reports why.
+// giveWay stops this agent's polling and kills its attempts after another
+// registration of its worker ID took over (their reservations are lost);
+// Lost then reports why. The kill comes first: a process that exits on
+// Lost must not leave its attempts running.
 func (a *Agent) giveWay(why error) {
 	a.log.Error("giving way", "error", why)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a.launcher.Shutdown(ctx, "another registration took over this worker")
+	go a.worker.Stop()
 	a.lostErr = why
 	close(a.lost)
-	go func() {
-		a.worker.Stop()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		a.launcher.Shutdown(ctx, "another agent took over this worker")
-	}()
 }
 
 // Lost is closed when the agent stopped itself because another agent took

@@ -55,6 +55,8 @@ type Launcher struct {
 	mu       sync.Mutex
 	attempts map[lease.Claim]*executor.Execution
 	starting map[lease.Claim]*start
+	// shutDown is why Shutdown ran: Submit then starts nothing.
+	shutDown string
 }
 
 // start is an attempt whose executor is starting (staging its inputs).
@@ -130,6 +132,10 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 		case <-ctx.Done():
 			return launchers.Submission{}, ctx.Err()
 		}
+	}
+	if l.shutDown != "" {
+		l.mu.Unlock()
+		return launchers.Submission{}, fmt.Errorf("attempt %s not started: agent shutting down (%s)", claim, l.shutDown)
 	}
 	// Staging is stopped by a Cancel; the launch deadline is BeforeExec's.
 	sctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
@@ -222,9 +228,10 @@ func (l *Launcher) Running() int {
 
 // Shutdown kills every running attempt, reporting each as infra_killed
 // (its task retries elsewhere at once), and waits for their reports, or
-// for ctx.
+// for ctx. Submit starts nothing after it.
 func (l *Launcher) Shutdown(ctx context.Context, reason string) {
 	l.mu.Lock()
+	l.shutDown = reason
 	running := make([]*executor.Execution, 0, len(l.attempts))
 	for _, ex := range l.attempts {
 		running = append(running, ex)

@@ -153,6 +153,18 @@ func TestSubmitRefusesALaunchPastItsDeadline(t *testing.T) {
 	f.assertNothingStarted(t)
 }
 
+// After Shutdown (the agent gave way or stops) a launch starts nothing and
+// asks nothing, even for a current lease.
+func TestSubmitAfterShutdownStartsNothing(t *testing.T) {
+	f := newLaunchFixture(t)
+	f.launcher.Shutdown(context.Background(), "another registration took over this worker")
+	_, err := f.launcher.Submit(context.Background(), f.attempt)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "not started: agent shutting down (another registration took over this worker)")
+	assert.Zero(t, f.ctl.queryCount())
+	f.assertNothingStarted(t)
+}
+
 // The current lease: the command starts (after one lease query).
 func TestSubmitStartsACurrentAttempt(t *testing.T) {
 	f := newLaunchFixture(t)
