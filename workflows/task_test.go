@@ -317,19 +317,30 @@ func (s *taskSuite) TestSecondSubmissionDuringIngestIsRefused() {
 
 // A liveness-fenced worker's attempt is dead by the time the worker goes
 // STALE: its lease is revoked before the TTL and the retry follows at
-// once (after its backoff), with no lock-delay.
+// once (after its backoff), with no lock-delay. So is a later
+// incarnation's loss (a cluster agent that registered again adopted the
+// attempt's reservation).
 func (s *taskSuite) TestWorkerLostRevokesBeforeTTL() {
-	s.env.RegisterDelayedCallback(func() {
-		s.env.SignalWorkflow(api.SignalWorkerLost, api.WorkerLostSignal{WorkerID: "worker-a", TaskID: "t1", Fence: 1, State: "STALE", LivenessFenced: true})
-	}, 2*time.Second)
-	var atRetry api.TaskView
-	s.env.RegisterDelayedCallback(func() { atRetry = s.lastView() }, 5*time.Second)
-	s.submit(10*time.Second, "t1/2/2", s.claim("worker-b", 2))
-	res := s.execute(api.TaskOptions{LeaseTTL: time.Hour})
-	s.Equal(api.TaskCompleted, res.State)
-	s.Require().NotEmpty(atRetry.Directives)
-	s.Equal(lease.ReasonWorkerLost, atRetry.Directives[0].Reason)
-	s.Equal(lease.Revoked, atRetry.Leases[0].State)
+	for name, lostIncarnation := range map[string]int64{"the lease's incarnation": 2, "a later incarnation": 3} {
+		s.Run(name, func() {
+			s.SetupTest()
+			s.waits = []api.SelectWorkerResult{{WorkerID: "worker-a", Incarnation: 2}}
+			s.env.RegisterDelayedCallback(func() {
+				s.env.SignalWorkflow(api.SignalWorkerLost, api.WorkerLostSignal{WorkerID: "worker-a", Incarnation: lostIncarnation, TaskID: "t1", Fence: 1,
+					State: "STALE", LivenessFenced: true})
+			}, 2*time.Second)
+			var atRetry api.TaskView
+			s.env.RegisterDelayedCallback(func() { atRetry = s.lastView() }, 5*time.Second)
+			s.submit(10*time.Second, "t1/2/2", s.claim("worker-b", 2))
+			res := s.execute(api.TaskOptions{LeaseTTL: time.Hour})
+			s.Equal(api.TaskCompleted, res.State)
+			s.Require().NotEmpty(atRetry.Directives)
+			s.Equal(lease.ReasonWorkerLost, atRetry.Directives[0].Reason)
+			s.True(atRetry.Directives[0].LockDelayUntil.IsZero(), "no lock-delay")
+			s.Equal(lease.Revoked, atRetry.Leases[0].State)
+			s.Equal(string(lease.ReasonWorkerLost), atRetry.Leases[0].EndReason)
+		})
+	}
 }
 
 // A lost reservation of another incarnation of the lease's worker — one a
@@ -350,24 +361,6 @@ func (s *taskSuite) TestWorkerLostOfAnotherIncarnationKeepsTheLease() {
 	s.Equal(int64(1), res.Attempts)
 	s.Require().Len(s.launches, 1)
 	s.Equal(int64(2), s.launches[0].Lease.Incarnation)
-}
-
-// A later incarnation's loss is the lease's: a cluster agent that
-// registered again adopted the attempt's reservation.
-func (s *taskSuite) TestWorkerLostOfALaterIncarnationRevokes() {
-	s.waits = []api.SelectWorkerResult{{WorkerID: "worker-a", Incarnation: 2}}
-	s.env.RegisterDelayedCallback(func() {
-		s.env.SignalWorkflow(api.SignalWorkerLost, api.WorkerLostSignal{WorkerID: "worker-a", Incarnation: 3, TaskID: "t1", Fence: 1,
-			State: "STALE", LivenessFenced: true})
-	}, 2*time.Second)
-	var atRetry api.TaskView
-	s.env.RegisterDelayedCallback(func() { atRetry = s.lastView() }, 5*time.Second)
-	s.submit(10*time.Second, "t1/2/2", s.claim("worker-b", 2))
-	res := s.execute(api.TaskOptions{LeaseTTL: time.Hour})
-	s.Equal(api.TaskCompleted, res.State)
-	s.Require().NotEmpty(atRetry.Leases)
-	s.Equal(lease.Revoked, atRetry.Leases[0].State)
-	s.Equal(string(lease.ReasonWorkerLost), atRetry.Leases[0].EndReason)
 }
 
 // A lease revoked before its launch answered (the worker went STALE while
