@@ -313,22 +313,15 @@ func (c *cluster) startServerOnce(t *testing.T, name string) (*proc, error) {
 			Env map[string]string `json:"env"`
 		} `json:"s3"`
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	err := srv.waitReady("start-dev", 200*time.Millisecond, func() error {
 		b, _ := os.ReadFile(srv.out)
-		if json.Unmarshal(b, &info) == nil && info.Address != "" {
-			break
+		if json.Unmarshal(b, &info) != nil || info.Address == "" {
+			return errors.New("no address printed yet")
 		}
-		select {
-		case <-srv.exited:
-			return srv, fmt.Errorf("start-dev exited: %s", srv.tail())
-		default:
-		}
-		if time.Now().After(deadline) {
-			srv.stop()
-			return srv, fmt.Errorf("start-dev not ready within 2m: %s", srv.tail())
-		}
-		time.Sleep(200 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		return srv, err
 	}
 	if want := c.a.addr + ":" + c.devPort(); info.Address != want || info.S3.Env["WDC_BLOB_URL"] == "" {
 		srv.stop()
@@ -412,6 +405,29 @@ func (h *host) startCmd(t *testing.T, name string, cmd *exec.Cmd) *proc {
 		}
 	})
 	return p
+}
+
+// waitReady polls ready every poll until it returns nil, for up to two
+// minutes; it stops the process and says why when it exits or the time
+// runs out (name names the process in the error).
+func (p *proc) waitReady(name string, poll time.Duration, ready func() error) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		err := ready()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-p.exited:
+			return fmt.Errorf("%s exited: %s", name, p.tail())
+		default:
+		}
+		if time.Now().After(deadline) {
+			p.stop()
+			return fmt.Errorf("%s not ready within 2m (%v): %s", name, err, p.tail())
+		}
+		time.Sleep(poll)
+	}
 }
 
 // stop kills the process (SIGKILL, by PID) and waits for it.

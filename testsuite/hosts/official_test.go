@@ -2,7 +2,6 @@ package hosts
 
 import (
 	"context"
-	"fmt"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -73,23 +72,10 @@ func (c *cluster) startTemporalOnce(t *testing.T, name string) (*proc, error) {
 		filepath.Join(o.tools, "bin", "temporal-server"), temporaltest.ServerArgs(o.root)...)
 	cmd.Dir = o.root
 	srv := c.a.startCmd(t, name, cmd)
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	return srv, srv.waitReady("temporal-server", 500*time.Millisecond, func() error {
 		_, err := c.a.operator("health", temporaltest.Namespace)
-		if err == nil {
-			return srv, nil
-		}
-		select {
-		case <-srv.exited:
-			return srv, fmt.Errorf("temporal-server exited: %s", srv.tail())
-		default:
-		}
-		if time.Now().After(deadline) {
-			srv.stop()
-			return srv, fmt.Errorf("temporal-server not serving within 2m (%v): %s", err, srv.tail())
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		return err
+	})
 }
 
 // restartPostgres stops PostgreSQL at once (a crash: it recovers on
