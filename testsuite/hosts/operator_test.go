@@ -38,8 +38,13 @@ type operatorRun struct {
 	Close  time.Time    `json:"close,omitzero"`
 	View   api.TaskView `json:"view"`
 	// FromHistory: the run answered no query; View holds only the leases
-	// its launches carried, as granted (launchedLeases).
+	// its launches carried, as granted (closedRunFacts).
 	FromHistory bool `json:"from_history,omitempty"`
+	// UndecidedFrom, of a closed run that closed with events no workflow
+	// task completed on: the start of its last completed workflow task.
+	// The query replays those events too, so a lease end it shows from
+	// then on may never have happened.
+	UndecidedFrom time.Time `json:"undecided_from,omitzero"`
 }
 
 // operatorMain runs one operator command and returns the exit code.
@@ -150,6 +155,12 @@ func taskRuns(ctx context.Context, c client.Client, wfID string) ([]operatorRun,
 			if e.GetCloseTime() != nil {
 				r.Close = e.GetCloseTime().AsTime()
 			}
+			var launched []lease.Lease
+			if !r.Close.IsZero() {
+				if launched, r.UndecidedFrom, err = closedRunFacts(ctx, c, wfID, r.RunID); err != nil {
+					return nil, fmt.Errorf("run %s: %w", r.RunID, err)
+				}
+			}
 			q, err := c.QueryWorkflow(ctx, wfID, r.RunID, api.QueryLease)
 			var notReady *serviceerror.WorkflowNotReady
 			switch {
@@ -157,10 +168,7 @@ func taskRuns(ctx context.Context, c client.Client, wfID string) ([]operatorRun,
 				// Closed while its workflow task was failing (an
 				// operator's reset of a run cut off from the server):
 				// Temporal never answers its queries.
-				if r.View.Leases, err = launchedLeases(ctx, c, wfID, r.RunID); err != nil {
-					return nil, fmt.Errorf("run %s: %w", r.RunID, err)
-				}
-				r.FromHistory = true
+				r.View.Leases, r.FromHistory = launched, true
 			case err != nil:
 				return nil, fmt.Errorf("query run %s: %w", r.RunID, err)
 			default:
@@ -178,28 +186,49 @@ func taskRuns(ctx context.Context, c client.Client, wfID string) ([]operatorRun,
 	return runs, nil
 }
 
-// launchedLeases are the leases run of wfID launched, as granted: the
-// input of each LaunchAttempt activity its history schedules. How each
-// ended is not in the history but in the workflow's state.
-func launchedLeases(ctx context.Context, c client.Client, wfID, run string) ([]lease.Lease, error) {
-	var out []lease.Lease
+// closedRunFacts reads a closed run's history: the leases it launched,
+// as granted (each LaunchAttempt activity's input; how each ended is in
+// the workflow's state only), and undecidedFrom (operatorRun).
+func closedRunFacts(ctx context.Context, c client.Client, wfID, run string) (launched []lease.Lease, undecidedFrom time.Time, err error) {
+	var started, lastDecided time.Time
+	undecided := false
 	iter := c.GetWorkflowHistory(ctx, wfID, run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for iter.HasNext() {
 		ev, err := iter.Next()
 		if err != nil {
-			return nil, err
+			return nil, time.Time{}, err
 		}
-		attrs := ev.GetActivityTaskScheduledEventAttributes()
-		if attrs.GetActivityType().GetName() != "LaunchAttempt" {
-			continue
+		switch ev.GetEventType() {
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+			started = ev.GetEventTime().AsTime()
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+			lastDecided, undecided = started, false
+		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ADMITTED,
+			enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED, enumspb.EVENT_TYPE_TIMER_FIRED,
+			enumspb.EVENT_TYPE_ACTIVITY_TASK_COMPLETED, enumspb.EVENT_TYPE_ACTIVITY_TASK_FAILED,
+			enumspb.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT, enumspb.EVENT_TYPE_ACTIVITY_TASK_CANCELED,
+			enumspb.EVENT_TYPE_EXTERNAL_WORKFLOW_EXECUTION_SIGNALED, enumspb.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED,
+			enumspb.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED, enumspb.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED,
+			enumspb.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_FAILED, enumspb.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_TERMINATED,
+			enumspb.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_FAILED:
+			// An input a later workflow task decides on (the commands a
+			// completed one made come after its completion event).
+			undecided = true
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+			attrs := ev.GetActivityTaskScheduledEventAttributes()
+			if attrs.GetActivityType().GetName() == "LaunchAttempt" {
+				var in api.LaunchInput
+				if err := converter.GetDefaultDataConverter().FromPayloads(attrs.GetInput(), &in); err != nil {
+					return nil, time.Time{}, fmt.Errorf("event %d: %w", ev.GetEventId(), err)
+				}
+				launched = append(launched, in.Lease)
+			}
 		}
-		var in api.LaunchInput
-		if err := converter.GetDefaultDataConverter().FromPayloads(attrs.GetInput(), &in); err != nil {
-			return nil, fmt.Errorf("event %d: %w", ev.GetEventId(), err)
-		}
-		out = append(out, in.Lease)
 	}
-	return out, nil
+	if undecided {
+		undecidedFrom = lastDecided
+	}
+	return launched, undecidedFrom, nil
 }
 
 // operator runs `operator cmd ADDRESS arg` on h and returns its stdout,

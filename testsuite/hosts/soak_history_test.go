@@ -134,6 +134,11 @@ func (rec soakTaskRecord) leases() []grantedLease {
 		closedBy := run.Status != "WORKFLOW_EXECUTION_STATUS_RUNNING" && run.Status != "WORKFLOW_EXECUTION_STATUS_COMPLETED" &&
 			run.Status != "WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW"
 		for _, l := range run.View.Leases {
+			if closedBy && !run.UndecidedFrom.IsZero() && !l.EndedAt.Before(run.UndecidedFrom) {
+				// Its end may be the query's replay of an event the run
+				// never decided on: the run held it until it closed.
+				l.State, l.EndedAt, l.EndReason = lease.Active, time.Time{}, ""
+			}
 			g := grantedLease{Lease: l}
 			if closedBy && l.EndedAt.IsZero() {
 				g.byOperator = run.Close
