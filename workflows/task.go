@@ -309,6 +309,7 @@ func (t *taskWorkflow) selectAndGrant(ctx workflow.Context) error {
 		t.selectInterval = t.opts.SelectInterval
 		return t.grant(ctx, res)
 	}
+	was := t.waiting
 	switch {
 	case err != nil:
 		t.waiting = "cannot select a worker: " + errorMessage(err)
@@ -317,7 +318,10 @@ func (t *taskWorkflow) selectAndGrant(ctx workflow.Context) error {
 	default:
 		t.waiting = "no eligible worker: " + res.Waiting
 	}
-	workflow.GetLogger(ctx).Info("no worker yet", "task", t.env.TaskID, "reason", t.waiting)
+	if t.waiting != was {
+		// Once per reason: a task waits through many selections.
+		workflow.GetLogger(ctx).Info("no worker yet", "task", t.env.TaskID, "reason", t.waiting)
+	}
 	// The control plane spaces the looks of many waiting tasks
 	// (RetryAfter, recorded with the selection's result).
 	t.showDetails(ctx)
