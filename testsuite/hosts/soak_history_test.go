@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wdc-runtime/wdc/api"
@@ -575,4 +576,27 @@ func percentile(ds []time.Duration, q float64) string {
 	i := int(q*float64(len(ds)) + 0.5)
 	i = min(max(i-1, 0), len(ds)-1)
 	return ds[i].Round(10 * time.Millisecond).String()
+}
+
+// A closed run's lease ended at or after the start of the run's last
+// decided workflow task, when events came in after it, is held until the
+// run closed (its query may have replayed an end that never happened); an
+// end before it, and every end of a run with nothing undecided, stands.
+func TestLeasesOfAClosedRunHoldUndecidedEnds(t *testing.T) {
+	at := func(s int) time.Time { return time.Date(2026, 12, 4, 21, 14, s, 0, time.UTC) }
+	ended := func(fence int64, end time.Time) lease.Lease {
+		return lease.Lease{TaskID: "t", Fence: fence, Attempt: fence, State: lease.Revoked, GrantedAt: end.Add(-time.Second), EndedAt: end, EndReason: "worker_lost"}
+	}
+	run := operatorRun{RunID: "r1", Status: "WORKFLOW_EXECUTION_STATUS_TERMINATED", Close: at(50), UndecidedFrom: at(20),
+		View: api.TaskView{Leases: []lease.Lease{ended(1, at(10)), ended(2, at(20))}}}
+	got := soakTaskRecord{Runs: []operatorRun{run}}.leases()
+	require.Len(t, got, 2)
+	assert.Equal(t, at(10), got[0].EndedAt, "ended before the undecided events: stands")
+	assert.True(t, got[0].byOperator.IsZero())
+	assert.True(t, got[1].EndedAt.IsZero(), "ended by an undecided event: held")
+	assert.Equal(t, at(50), got[1].byOperator)
+
+	run.UndecidedFrom = time.Time{}
+	got = soakTaskRecord{Runs: []operatorRun{run}}.leases()
+	assert.Equal(t, at(20), got[1].EndedAt, "nothing undecided: every end stands")
 }
