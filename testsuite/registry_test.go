@@ -193,20 +193,29 @@ func TestServerRestartKeepsTheRegistry(t *testing.T) {
 
 // Two agents started with the same worker ID do not fight: the older one
 // sees a newer incarnation and stops, instead of both re-registering in
-// turn (and revoking each other's leases).
+// turn (and revoking each other's leases). It has killed its attempts by
+// the time it reports Lost (a process exits then), and their task runs
+// again on the new incarnation.
 func TestSecondAgentWithTheSameIDTakesOver(t *testing.T) {
 	fast := func(o *worker.AgentOptions) {
 		o.Registration.StaleAfter, o.Registration.OfflineAfter = 3*time.Second, 30*time.Second
 	}
-	first := startAgent(t, "dup-a", fast)
-	second := startAgent(t, "dup-a", fast)
+	first := startAgent(t, "dup-a", fast, func(o *worker.AgentOptions) { o.WorkDir = filepath.Join(t.TempDir(), "first") })
+	env := taskEnvelope(t, "dup-a-task", `if [ "$WDC_ATTEMPT" = 1 ]; then exec sleep 60; fi; echo ok > outputs/ok`)
+	submit(t, env, api.TaskOptions{})
+	waitFor(t, 20*time.Second, "the first agent runs the attempt", func() bool { return first.Launcher().Running() == 1 })
+	second := startAgent(t, "dup-a", fast, func(o *worker.AgentOptions) { o.WorkDir = filepath.Join(t.TempDir(), "second") })
 	assert.Equal(t, int64(2), second.Incarnation())
 	select {
 	case <-first.Lost():
 		assert.ErrorContains(t, first.LostErr(), "another agent registered worker dup-a (incarnation 2")
+		assert.Zero(t, first.Launcher().Running(), "attempts still running when the agent reported Lost")
 	case <-time.After(10 * time.Second):
 		t.Fatal("the first agent did not give way")
 	}
+	out, _ := waitOutcome(t, env.TaskID)
+	assert.Equal(t, api.TaskCompleted, out.State)
+	assert.Equal(t, int64(2), out.Attempts)
 	time.Sleep(2 * time.Second)
 	v, err := suite.wdc.Worker(context.Background(), "dup-a")
 	require.NoError(t, err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -95,6 +96,9 @@ type Agent struct {
 	lost     chan struct{}
 	lostErr  error
 	stopOnce sync.Once
+	// givingWay is set when giveWay begins: Stop then leaves the
+	// worker's entry, which another registration owns, undrained.
+	givingWay atomic.Bool
 }
 
 // StartAgent registers the worker (a new incarnation), starts its Temporal
@@ -177,11 +181,11 @@ func (a *Agent) Incarnation() int64 { return a.hb.Incarnation() }
 // Launcher is the agent's launcher: Local, or external with HandOff.
 func (a *Agent) Launcher() AgentLauncher { return a.launcher }
 
-// giveWay stops this agent's polling and kills its attempts after another
-// registration of its worker ID took over (their reservations are lost);
-// Lost then reports why. The kill comes first: a process that exits on
-// Lost must not leave its attempts running.
+// giveWay stops the launcher (a Local attempt is killed first, so a
+// process exiting on Lost leaves none running) and polling after another
+// registration of the worker ID took over; Lost then reports why.
 func (a *Agent) giveWay(why error) {
+	a.givingWay.Store(true)
 	a.log.Error("giving way", "error", why)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -212,7 +216,7 @@ func (a *Agent) LostErr() error {
 // registers a new incarnation, which is ACTIVE again.
 func (a *Agent) Stop(ctx context.Context) {
 	a.stopOnce.Do(func() {
-		if a.LostErr() != nil {
+		if a.givingWay.Load() {
 			a.StopHeartbeats()
 			return // another agent owns the worker now: do not drain it
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -165,11 +166,13 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 	if err == nil {
 		st.sub = launchers.Submission{TaskDir: ex.Dir(), PID: ex.PID()}
 		l.attempts[claim] = ex
+		if l.shutDown != "" {
+			// Shutdown ran while it started: it waits for this kill.
+			ex.Kill(l.shutDown)
+		}
 		go func() {
 			<-ex.Done()
-			l.mu.Lock()
-			delete(l.attempts, claim)
-			l.mu.Unlock()
+			l.forget(claim, ex)
 		}()
 	}
 	st.err = err
@@ -226,9 +229,9 @@ func (l *Launcher) Running() int {
 	return len(l.attempts) + len(l.starting)
 }
 
-// Shutdown kills every running attempt, reporting each as infra_killed
-// (its task retries elsewhere at once), and waits for their reports, or
-// for ctx. Submit starts nothing after it.
+// Shutdown kills every running or starting attempt, reporting each as
+// infra_killed (its task retries elsewhere at once), and waits for their
+// reports, or for ctx. Submit starts nothing after it.
 func (l *Launcher) Shutdown(ctx context.Context, reason string) {
 	l.mu.Lock()
 	l.shutDown = reason
@@ -236,18 +239,41 @@ func (l *Launcher) Shutdown(ctx context.Context, reason string) {
 	for _, ex := range l.attempts {
 		running = append(running, ex)
 	}
+	starting := make([]*start, 0, len(l.starting))
 	for _, st := range l.starting {
 		st.cancel(errors.New("agent shutting down: " + reason))
+		starting = append(starting, st)
 	}
 	l.mu.Unlock()
 	for _, ex := range running {
 		ex.Kill(reason)
 	}
-	for _, ex := range running {
+	// A start past its cancel check runs its command; Submit kills it.
+	for _, st := range starting {
+		select {
+		case <-st.done:
+		case <-ctx.Done():
+			return
+		}
+	}
+	l.mu.Lock()
+	all := maps.Clone(l.attempts)
+	l.mu.Unlock()
+	for claim, ex := range all {
 		select {
 		case <-ex.Done():
 		case <-ctx.Done():
 			return
 		}
+		l.forget(claim, ex)
+	}
+}
+
+// forget drops ex, once done, from the running attempts.
+func (l *Launcher) forget(claim lease.Claim, ex *executor.Execution) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.attempts[claim] == ex {
+		delete(l.attempts, claim)
 	}
 }
