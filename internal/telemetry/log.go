@@ -38,29 +38,32 @@ func NewLogHandler(w io.Writer, format string, level slog.Leveler) slog.Handler 
 	return slog.NewTextHandler(w, opts)
 }
 
-// NewSDKLogHandler returns the handler for the Temporal SDK's logger at
-// level: a line logged by wdc's workflow or activity code (the SDK tags it
-// WorkflowType or ActivityType) shows from level up, the SDK's own lines
-// only as errors unless level is debug.
+// NewSDKLogHandler returns the handler for the Temporal SDK's logger: a
+// line the SDK tags WorkflowType or ActivityType (a workflow's or an
+// activity's own, or the SDK's about one, such as a failed workflow task)
+// shows from level up; the SDK's other lines from error up, or from info
+// when level is debug. Tags are looked for in With attributes and in a
+// record's top-level attributes.
 func NewSDKLogHandler(w io.Writer, format string, level slog.Level) slog.Handler {
-	h := NewLogHandler(w, format, level)
+	internal := slog.LevelError
 	if level <= slog.LevelDebug {
-		return h
+		internal = slog.LevelInfo
 	}
-	return &sdkHandler{h: h}
+	return &sdkHandler{h: NewLogHandler(w, format, level), internal: internal}
 }
 
-// sdkHandler drops the SDK's own lines below error; tagged is whether its
-// attributes (from With) carry a workflow or activity type.
+// sdkHandler applies internal, the level of the SDK's untagged lines;
+// tagged is whether its With attributes carry a tag.
 type sdkHandler struct {
-	h      slog.Handler
-	tagged bool
+	h        slog.Handler
+	internal slog.Level
+	tagged   bool
 }
 
 func (s *sdkHandler) Enabled(ctx context.Context, l slog.Level) bool { return s.h.Enabled(ctx, l) }
 
 func (s *sdkHandler) Handle(ctx context.Context, r slog.Record) error {
-	if r.Level < slog.LevelError && !s.tagged {
+	if r.Level < s.internal && !s.tagged {
 		tagged := false
 		r.Attrs(func(a slog.Attr) bool {
 			tagged = isCodeTag(a.Key)
@@ -78,11 +81,11 @@ func (s *sdkHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	for _, a := range attrs {
 		tagged = tagged || isCodeTag(a.Key)
 	}
-	return &sdkHandler{h: s.h.WithAttrs(attrs), tagged: tagged}
+	return &sdkHandler{h: s.h.WithAttrs(attrs), internal: s.internal, tagged: tagged}
 }
 
 func (s *sdkHandler) WithGroup(name string) slog.Handler {
-	return &sdkHandler{h: s.h.WithGroup(name), tagged: s.tagged}
+	return &sdkHandler{h: s.h.WithGroup(name), internal: s.internal, tagged: s.tagged}
 }
 
 // isCodeTag reports whether key is the SDK's tag of a workflow's or an

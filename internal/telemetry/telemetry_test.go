@@ -118,6 +118,12 @@ func TestSDKLogHandlerShowsWorkflowLinesAndSDKErrors(t *testing.T) {
 	assert.Contains(t, out, "activity line")
 
 	buf.Reset()
-	sdklog.NewStructuredLogger(slog.New(NewSDKLogHandler(&buf, LogText, slog.LevelDebug))).Info("Started Worker")
-	assert.Contains(t, buf.String(), "Started Worker")
+	l = sdklog.NewStructuredLogger(slog.New(NewSDKLogHandler(&buf, LogText, slog.LevelDebug)))
+	l.Info("Started Worker")
+	l.Debug("poll request")
+	sdklog.With(l, "WorkflowType", "WdcTask").Debug("selection detail")
+	out = buf.String()
+	assert.Contains(t, out, "Started Worker", "the SDK's info lines at debug")
+	assert.NotContains(t, out, "poll request", "the SDK's own debug lines never")
+	assert.Contains(t, out, "selection detail")
 }
