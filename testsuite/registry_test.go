@@ -193,9 +193,8 @@ func TestServerRestartKeepsTheRegistry(t *testing.T) {
 
 // Two agents started with the same worker ID do not fight: the older one
 // sees a newer incarnation and stops, instead of both re-registering in
-// turn (and revoking each other's leases). It has killed its attempts by
-// the time it reports Lost (a process exits then), and their task runs
-// again on the new incarnation.
+// turn (and revoking each other's leases). The task of an attempt it ran
+// runs again on the new incarnation.
 func TestSecondAgentWithTheSameIDTakesOver(t *testing.T) {
 	fast := func(o *worker.AgentOptions) {
 		o.Registration.StaleAfter, o.Registration.OfflineAfter = 3*time.Second, 30*time.Second
@@ -209,7 +208,6 @@ func TestSecondAgentWithTheSameIDTakesOver(t *testing.T) {
 	select {
 	case <-first.Lost():
 		assert.ErrorContains(t, first.LostErr(), "another agent registered worker dup-a (incarnation 2")
-		assert.Zero(t, first.Launcher().Running(), "attempts still running when the agent reported Lost")
 	case <-time.After(10 * time.Second):
 		t.Fatal("the first agent did not give way")
 	}
