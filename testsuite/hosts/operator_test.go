@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
@@ -24,8 +25,10 @@ import (
 // envRunOperator makes this test binary an operator with Temporal's own
 // client calls (what `temporal workflow terminate`, `reset` and `list`
 // and the Web UI make), run on a host like the wdc CLI: `operator
-// terminate|reset-first|reset-last|runs ADDRESS TASK`, or for the official
-// server `operator health|register-namespace ADDRESS NAMESPACE`.
+// terminate|reset-first|reset-last|runs ADDRESS TASK`, `operator
+// terminate-worker|reset-worker-first|reset-worker-last ADDRESS WORKER`
+// (its registry entry), or for the official server `operator
+// health|register-namespace ADDRESS NAMESPACE`.
 const envRunOperator = "WDC_HOSTS_OPERATOR"
 
 // operatorRun is one execution of a task's workflow, as `operator runs`
@@ -40,17 +43,16 @@ type operatorRun struct {
 	// FromHistory: the run answered no query; View holds only the leases
 	// its launches carried, as granted (closedRunFacts).
 	FromHistory bool `json:"from_history,omitempty"`
-	// UndecidedFrom, of a closed run that closed with events no workflow
-	// task completed on: the start of its last completed workflow task.
-	// The query replays those events too, so a lease end it shows from
-	// then on may never have happened.
+	// UndecidedFrom: the start of the last completed workflow task of a
+	// run closed with input events after it, which its query replays as
+	// if decided (a lease end from then on may never have happened).
 	UndecidedFrom time.Time `json:"undecided_from,omitzero"`
 }
 
 // operatorMain runs one operator command and returns the exit code.
 func operatorMain(args []string) int {
 	if len(args) != 3 {
-		fmt.Fprintln(os.Stderr, "usage: operator terminate|reset-first|reset-last|runs ADDRESS TASK, or health|register-namespace ADDRESS NAMESPACE")
+		fmt.Fprintln(os.Stderr, "usage: operator terminate|reset-first|reset-last|runs ADDRESS TASK, terminate-worker|reset-worker-first|reset-worker-last ADDRESS WORKER, or health|register-namespace ADDRESS NAMESPACE")
 		return 2
 	}
 	timeout := 30 * time.Second
@@ -74,10 +76,19 @@ func operatorMain(args []string) int {
 	defer c.Close()
 	wfID := api.TaskWorkflowID(args[2])
 	switch args[0] {
+	case "terminate-worker", "reset-worker-first", "reset-worker-last":
+		// The worker's registry entry.
+		wfID, args[0] = api.WorkerWorkflowID(args[2]), strings.Replace(args[0], "-worker", "", 1)
+	}
+	switch args[0] {
 	case "health":
 		_, err = c.CheckHealth(ctx, &client.CheckHealthRequest{})
 	case "terminate":
 		err = c.TerminateWorkflow(ctx, wfID, "", "soak nemesis: operator terminate")
+		var nf *serviceerror.NotFound
+		if errors.As(err, &nf) {
+			err = errNotRunning
+		}
 	case "reset-first", "reset-last":
 		err = resetRunning(ctx, c, wfID, args[0] == "reset-first")
 	case "runs":
@@ -139,7 +150,9 @@ func resetRunning(ctx context.Context, c client.Client, wfID string, first bool)
 }
 
 // taskRuns lists every execution of wfID from visibility, oldest first,
-// each with its lease query (a closed one's replays to its last state).
+// each with its lease query (a closed one's replays its whole history);
+// one closed by an operator also with its history's facts
+// (closedRunFacts).
 func taskRuns(ctx context.Context, c client.Client, wfID string) ([]operatorRun, error) {
 	var runs []operatorRun
 	var token []byte
@@ -155,25 +168,31 @@ func taskRuns(ctx context.Context, c client.Client, wfID string) ([]operatorRun,
 			if e.GetCloseTime() != nil {
 				r.Close = e.GetCloseTime().AsTime()
 			}
-			var launched []lease.Lease
-			if !r.Close.IsZero() {
-				if launched, r.UndecidedFrom, err = closedRunFacts(ctx, c, wfID, r.RunID); err != nil {
-					return nil, fmt.Errorf("run %s: %w", r.RunID, err)
-				}
-			}
 			q, err := c.QueryWorkflow(ctx, wfID, r.RunID, api.QueryLease)
 			var notReady *serviceerror.WorkflowNotReady
+			refused := errors.As(err, &notReady) && !r.Close.IsZero()
 			switch {
-			case errors.As(err, &notReady) && !r.Close.IsZero():
+			case refused:
 				// Closed while its workflow task was failing (an
 				// operator's reset of a run cut off from the server):
 				// Temporal never answers its queries.
-				r.View.Leases, r.FromHistory = launched, true
 			case err != nil:
 				return nil, fmt.Errorf("query run %s: %w", r.RunID, err)
 			default:
 				if err := q.Get(&r.View); err != nil {
 					return nil, err
+				}
+			}
+			switch e.GetStatus() {
+			case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED,
+				enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
+			default:
+				var launched []lease.Lease
+				if launched, r.UndecidedFrom, err = closedRunFacts(ctx, c, wfID, r.RunID, refused); err != nil {
+					return nil, fmt.Errorf("run %s: %w", r.RunID, err)
+				}
+				if refused {
+					r.View.Leases, r.FromHistory = launched, true
 				}
 			}
 			runs = append(runs, r)
@@ -186,10 +205,10 @@ func taskRuns(ctx context.Context, c client.Client, wfID string) ([]operatorRun,
 	return runs, nil
 }
 
-// closedRunFacts reads a closed run's history: the leases it launched,
-// as granted (each LaunchAttempt activity's input; how each ended is in
-// the workflow's state only), and undecidedFrom (operatorRun).
-func closedRunFacts(ctx context.Context, c client.Client, wfID, run string) (launched []lease.Lease, undecidedFrom time.Time, err error) {
+// closedRunFacts reads a closed run's history for undecidedFrom
+// (operatorRun) and, with leases, the leases it launched as granted (its
+// LaunchAttempt inputs; how each ended is in the workflow's state only).
+func closedRunFacts(ctx context.Context, c client.Client, wfID, run string, leases bool) (launched []lease.Lease, undecidedFrom time.Time, err error) {
 	var started, lastDecided time.Time
 	undecided := false
 	iter := c.GetWorkflowHistory(ctx, wfID, run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
@@ -210,13 +229,18 @@ func closedRunFacts(ctx context.Context, c client.Client, wfID, run string) (lau
 			enumspb.EVENT_TYPE_EXTERNAL_WORKFLOW_EXECUTION_SIGNALED, enumspb.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED,
 			enumspb.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED, enumspb.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED,
 			enumspb.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_FAILED, enumspb.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_TERMINATED,
-			enumspb.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_FAILED:
+			enumspb.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_FAILED, enumspb.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_CANCELED,
+			enumspb.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_TIMED_OUT, enumspb.EVENT_TYPE_EXTERNAL_WORKFLOW_EXECUTION_CANCEL_REQUESTED,
+			enumspb.EVENT_TYPE_REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_FAILED, enumspb.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED_EXTERNALLY,
+			enumspb.EVENT_TYPE_NEXUS_OPERATION_STARTED, enumspb.EVENT_TYPE_NEXUS_OPERATION_COMPLETED,
+			enumspb.EVENT_TYPE_NEXUS_OPERATION_FAILED, enumspb.EVENT_TYPE_NEXUS_OPERATION_CANCELED,
+			enumspb.EVENT_TYPE_NEXUS_OPERATION_TIMED_OUT:
 			// An input a later workflow task decides on (the commands a
 			// completed one made come after its completion event).
 			undecided = true
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
 			attrs := ev.GetActivityTaskScheduledEventAttributes()
-			if attrs.GetActivityType().GetName() == "LaunchAttempt" {
+			if leases && attrs.GetActivityType().GetName() == "LaunchAttempt" {
 				var in api.LaunchInput
 				if err := converter.GetDefaultDataConverter().FromPayloads(attrs.GetInput(), &in); err != nil {
 					return nil, time.Time{}, fmt.Errorf("event %d: %w", ev.GetEventId(), err)

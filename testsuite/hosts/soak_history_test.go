@@ -134,10 +134,15 @@ func (rec soakTaskRecord) leases() []grantedLease {
 	for _, run := range rec.Runs {
 		closedBy := run.Status != "WORKFLOW_EXECUTION_STATUS_RUNNING" && run.Status != "WORKFLOW_EXECUTION_STATUS_COMPLETED" &&
 			run.Status != "WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW"
-		for _, l := range run.View.Leases {
-			if closedBy && !run.UndecidedFrom.IsZero() && !l.EndedAt.Before(run.UndecidedFrom) {
-				// Its end may be the query's replay of an event the run
-				// never decided on: the run held it until it closed.
+		for i, l := range run.View.Leases {
+			last := i == len(run.View.Leases)-1
+			switch {
+			case run.FromHistory && !last:
+				// Ended by the next grant at the latest.
+				l.State, l.EndedAt, l.EndReason = lease.Revoked, run.View.Leases[i+1].GrantedAt, "next_grant"
+			case closedBy && last && !run.UndecidedFrom.IsZero() && !l.EndedAt.Before(run.UndecidedFrom):
+				// The query's replay of events the run never decided on
+				// may have ended it (it cannot grant): held until the close.
 				l.State, l.EndedAt, l.EndReason = lease.Active, time.Time{}, ""
 			}
 			g := grantedLease{Lease: l}
@@ -578,25 +583,36 @@ func percentile(ds []time.Duration, q float64) string {
 	return ds[i].Round(10 * time.Millisecond).String()
 }
 
-// A closed run's lease ended at or after the start of the run's last
-// decided workflow task, when events came in after it, is held until the
-// run closed (its query may have replayed an end that never happened); an
-// end before it, and every end of a run with nothing undecided, stands.
+// Of a run an operator closed with undecided events, the last lease's end
+// from UndecidedFrom on is held until the close; earlier leases' ends
+// stand, and a run read from history ends each lease at the next grant.
 func TestLeasesOfAClosedRunHoldUndecidedEnds(t *testing.T) {
 	at := func(s int) time.Time { return time.Date(2026, 12, 4, 21, 14, s, 0, time.UTC) }
-	ended := func(fence int64, end time.Time) lease.Lease {
-		return lease.Lease{TaskID: "t", Fence: fence, Attempt: fence, State: lease.Revoked, GrantedAt: end.Add(-time.Second), EndedAt: end, EndReason: "worker_lost"}
+	ended := func(fence int64, granted, end time.Time) lease.Lease {
+		return lease.Lease{TaskID: "t", Fence: fence, Attempt: fence, State: lease.Revoked, GrantedAt: granted, EndedAt: end, EndReason: "worker_lost"}
 	}
+	// Fence 1 revoked and fence 2 granted in the workflow task that
+	// began at 20 s; fence 2's end at 30 s is the query's.
 	run := operatorRun{RunID: "r1", Status: "WORKFLOW_EXECUTION_STATUS_TERMINATED", Close: at(50), UndecidedFrom: at(20),
-		View: api.TaskView{Leases: []lease.Lease{ended(1, at(10)), ended(2, at(20))}}}
+		View: api.TaskView{Leases: []lease.Lease{ended(1, at(5), at(20)), ended(2, at(21), at(30))}}}
 	got := soakTaskRecord{Runs: []operatorRun{run}}.leases()
 	require.Len(t, got, 2)
-	assert.Equal(t, at(10), got[0].EndedAt, "ended before the undecided events: stands")
+	assert.Equal(t, at(20), got[0].EndedAt, "an earlier fence's end stands")
 	assert.True(t, got[0].byOperator.IsZero())
-	assert.True(t, got[1].EndedAt.IsZero(), "ended by an undecided event: held")
+	assert.True(t, got[1].EndedAt.IsZero(), "the last fence's end from UndecidedFrom on is held")
 	assert.Equal(t, at(50), got[1].byOperator)
 
 	run.UndecidedFrom = time.Time{}
 	got = soakTaskRecord{Runs: []operatorRun{run}}.leases()
-	assert.Equal(t, at(20), got[1].EndedAt, "nothing undecided: every end stands")
+	assert.Equal(t, at(30), got[1].EndedAt, "nothing undecided: every end stands")
+
+	granted := func(fence int64, t time.Time) lease.Lease {
+		return lease.Lease{TaskID: "t", Fence: fence, Attempt: fence, State: lease.Active, GrantedAt: t}
+	}
+	run = operatorRun{RunID: "r2", Status: "WORKFLOW_EXECUTION_STATUS_TERMINATED", Close: at(50), FromHistory: true,
+		View: api.TaskView{Leases: []lease.Lease{granted(1, at(5)), granted(2, at(21))}}}
+	got = soakTaskRecord{Runs: []operatorRun{run}}.leases()
+	require.Len(t, got, 2)
+	assert.Equal(t, at(21), got[0].EndedAt, "read from history: ended by the next grant")
+	assert.Equal(t, at(50), got[1].byOperator)
 }

@@ -89,7 +89,11 @@ func TestNemesisSoak(t *testing.T) {
 		if t.Failed() && s != nil {
 			s.failMu.Lock()
 			defer s.failMu.Unlock()
-			t.Logf("soak: FAILED (seed %d), its errors:\n  %s\nlogs and history in %s", seed, strings.Join(s.failures, "\n  "), out)
+			errs := strings.Join(s.failures, "\n  ")
+			if errs == "" {
+				errs = "(a failed assertion: see its Error Trace above)"
+			}
+			t.Logf("soak: FAILED (seed %d), its errors:\n  %s\nlogs and history in %s", seed, errs, out)
 		}
 	})
 	s = newSoak(t, seed, out, official)
@@ -157,6 +161,9 @@ func (s *soakRun) errorf(format string, args ...any) {
 	s.failMu.Unlock()
 	s.t.Error(msg)
 }
+
+// workerIDOf is the fleet worker ID of host h's agent.
+func workerIDOf(h *host) string { return "soak-" + h.name }
 
 // storeProc is the key in soakRun.procs of start-dev when it serves the
 // S3 store only (beside the official server, "a").
@@ -250,7 +257,7 @@ func (s *soakRun) start() {
 		require.NoError(s.t, err)
 		svidDir := filepath.Join(h.dir, "svid")
 		require.NoError(s.t, identity.WriteSVID(svidDir, svid, iss.Bundle()))
-		s.procs[h.name] = &soakProc{h: h, role: "agent", args: []string{"agent", "--worker-id", "soak-" + h.name,
+		s.procs[h.name] = &soakProc{h: h, role: "agent", args: []string{"agent", "--worker-id", workerIDOf(h),
 			"--cpu", "4", "--memory", "4Gi", "--label", "soak=1", "--data-dir", filepath.Join(h.dir, "data"),
 			"--address", c.address, "--log-level", "info", "--svid-dir", svidDir}}
 	}
