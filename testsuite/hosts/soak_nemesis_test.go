@@ -35,6 +35,10 @@ const (
 	faultRefuseLong       = "refuse-long"
 	faultTerminateTask    = "terminate-task" // then submitted again
 	faultResetTask        = "reset-task"     // to its first or last workflow task
+	// An agent's registry entry (WdcWorker) terminated, or reset to its
+	// first or last workflow task.
+	faultTerminateWorker = "terminate-worker"
+	faultResetWorker     = "reset-worker"
 )
 
 // operatorHost is the "host" of an operator's faults (they run on a): one
@@ -44,7 +48,8 @@ const operatorHost = "operator"
 // nemesisKinds weighs the faults: each appears as often as it is listed.
 var nemesisKinds = []string{faultKillAgent, faultKillAgent, faultKillControlPlane, faultKillCommand, faultKillCommand,
 	faultPauseAgent, faultPauseAgent, faultBlackholeShort, faultBlackholeShort, faultBlackholeLong, faultRefuseShort,
-	faultRefuseLong, faultRestartServer, faultStoreDown, faultTerminateTask, faultResetTask, faultSkewClock}
+	faultRefuseLong, faultRestartServer, faultStoreDown, faultTerminateTask, faultResetTask, faultSkewClock,
+	faultTerminateWorker, faultResetWorker}
 
 // kinds are the faults the nemesis draws from: nemesisKinds, and with
 // the official server a restart of PostgreSQL.
@@ -69,7 +74,7 @@ func (s *soakRun) nemesis(stop <-chan struct{}) {
 		}
 		kinds := s.kinds()
 		kind := kinds[s.intn(len(kinds))]
-		if kind == faultTerminateTask || kind == faultResetTask {
+		if kind == faultTerminateTask || kind == faultResetTask || kind == faultTerminateWorker || kind == faultResetWorker {
 			s.mu.Lock()
 			busy := s.busy[operatorHost]
 			s.busy[operatorHost] = true
@@ -226,20 +231,17 @@ func (s *soakRun) operatorFault(kind string, pause time.Duration) {
 		s.busy[operatorHost] = false
 		s.mu.Unlock()
 	}()
+	if kind == faultTerminateWorker || kind == faultResetWorker {
+		s.workerEntryFault(kind)
+		return
+	}
 	task, ok := s.leasedTask()
 	if !ok {
 		s.t.Logf("soak: %s: no task's lease seen held", kind)
 		return
 	}
-	f := soakFault{Kind: kind, Host: operatorHost, Task: task.ID, At: time.Now()}
-	cmd := "terminate"
-	if kind == faultResetTask {
-		cmd = "reset-first"
-		if s.intn(2) == 0 {
-			cmd = "reset-last"
-		}
-		f.Kind = kind + "-" + strings.TrimPrefix(cmd, "reset-")
-	}
+	cmd, recorded := s.operatorCommand(kind, "")
+	f := soakFault{Kind: recorded, Host: operatorHost, Task: task.ID, At: time.Now()}
 	s.mu.Lock()
 	s.touched[task.ID] = true // its executions are all recorded
 	s.mu.Unlock()
@@ -253,6 +255,41 @@ func (s *soakRun) operatorFault(kind string, pause time.Duration) {
 		require.NoError(s.t, os.WriteFile(path, []byte(s.envelope(task)+"\n"), 0o644))
 		out := s.submit("again "+task.ID, path, task.TTL)
 		s.t.Logf("soak: %s terminated and submitted again: %s", task.ID, bytes.TrimSpace(out))
+	}
+	f.Healed = time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.logFault(f)
+}
+
+// operatorCommand is the operator's command for kind on a task (entry
+// "") or a worker's registry entry ("worker"), and the kind to record: a
+// reset's names its point, its first or last workflow task, drawn here.
+func (s *soakRun) operatorCommand(kind, entry string) (cmd, recorded string) {
+	target := ""
+	if entry != "" {
+		target = "-" + entry
+	}
+	if kind == faultTerminateTask || kind == faultTerminateWorker {
+		return "terminate" + target, kind
+	}
+	point := "first"
+	if s.intn(2) == 0 {
+		point = "last"
+	}
+	return "reset" + target + "-" + point, kind + "-" + point
+}
+
+// workerEntryFault is an operator's terminate, or reset to its first or
+// last workflow task, of one agent's registry entry (WdcWorker).
+func (s *soakRun) workerEntryFault(kind string) {
+	agents := s.c.all[3:]
+	h := agents[s.intn(len(agents))]
+	cmd, recorded := s.operatorCommand(kind, "worker")
+	f := soakFault{Kind: recorded, Host: h.name, At: time.Now()}
+	if _, err := s.c.a.operator(cmd, workerIDOf(h)); err != nil {
+		s.t.Logf("soak: %s of %s: %v", cmd, workerIDOf(h), err)
+		return
 	}
 	f.Healed = time.Now()
 	s.mu.Lock()
