@@ -348,13 +348,12 @@ func (t *taskWorkflow) lostWorkers() []string {
 // grant issues the lease to the reserved worker and launches the attempt.
 func (t *taskWorkflow) grant(ctx workflow.Context, sel api.SelectWorkerResult) error {
 	t.ledger.RaiseFence(sel.Fence - 1)
-	l, err := t.ledger.Grant(sel.WorkerID, t.opts.LeaseTTL, workflow.Now(ctx))
-	if err != nil {
+	if _, err := t.ledger.Grant(sel.WorkerID, t.opts.LeaseTTL, workflow.Now(ctx)); err != nil {
 		return err // a broken invariant: fail loudly
 	}
 	cur := t.ledger.Current()
 	cur.IdentityIssuedAt, cur.Incarnation = sel.IdentityIssuedAt, sel.Incarnation
-	l.IdentityIssuedAt, l.Incarnation = sel.IdentityIssuedAt, sel.Incarnation
+	l := *cur
 	workflow.GetLogger(ctx).Info("lease granted", "task", l.TaskID, "worker", l.WorkerID, "incarnation", l.Incarnation, "attempt", l.Attempt, "fence", l.Fence)
 	count(ctx, api.MetricLeasesGranted, "")
 	t.attemptDir = ""
