@@ -185,9 +185,9 @@ func hostname() string {
 	return h
 }
 
-// sdkLogger is the Temporal SDK's logger: the workflows' and activities'
-// own lines at --log-level, the SDK's internals as errors only unless
-// --log-level is debug.
+// sdkLogger is the Temporal SDK's logger (telemetry.NewSDKLogHandler at
+// --log-level): lines about a workflow or activity at that level, the
+// SDK's others as errors, or from info at debug.
 func (a *app) sdkLogger() *slog.Logger {
 	lvl, _ := parseLogLevel(a.global.logLevel)
 	return slog.New(telemetry.NewSDKLogHandler(a.deps.Stderr, a.global.logFormat, lvl))
