@@ -87,7 +87,9 @@ a result is reported infra_killed with the last lines of its log.
 
 With --launcher k8s each attempt is a Kubernetes Job in --k8s-namespace
 whose pod runs ` + "`wdc exec`" + ` (image --k8s-image, binary --exec-binary), plus a
-Lease the agent renews; see docs/launchers.md, "Running on Kubernetes". Cluster
+Lease the agent renews (with --svid-dir or --spiffe-socket, also a Secret
+holding the key delegated to that attempt, owned by its Job); see
+docs/launchers.md, "Running on Kubernetes". Cluster
 writes are off unless --k8s-apply is given. The worker declares capability
 launcher/k8s (tasks with "launcher": "k8s" need it), takes its capacity
 from --cpu/--memory/--gpus or else the namespace's ResourceQuota, and
@@ -136,8 +138,8 @@ an earlier agent of this work directory left behind.`,
 			if launcher == launcherLocal && (spoolDir != "" || c.Flags().Changed("exec-binary")) {
 				return usagef("--spool-dir and --exec-binary go with --launcher %s (--exec-binary also with %s or %s)", launcherExternal, launcherRay, launcherK8s)
 			}
-			if svid.signed() && launcher != launcherLocal && launcher != launcherExternal {
-				return usagef("--svid-dir and --spiffe-socket go with --launcher %s or %s: the %s launcher's executors cannot sign their results yet", launcherLocal, launcherExternal, launcher)
+			if svid.signed() && launcher == launcherRay {
+				return usagef("--svid-dir and --spiffe-socket go with --launcher %s, %s or %s: the %s launcher's executors cannot sign their results yet", launcherLocal, launcherExternal, launcherK8s, launcher)
 			}
 			signer, closeSigner, err := svid.signer(c.Context(), isWorker(r.WorkerID))
 			if err != nil {
@@ -240,7 +242,7 @@ an earlier agent of this work directory left behind.`,
 					}
 					return u, err
 				}
-				if where, err = a.k8sAgentSetup(ctx, c, &k8sf, &r, tc, store, storeURL, execBin, &opts); err != nil {
+				if where, err = a.k8sAgentSetup(ctx, c, &k8sf, &r, tc, store, storeURL, execBin, signer, &opts); err != nil {
 					return err
 				}
 			}

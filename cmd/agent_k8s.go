@@ -17,6 +17,7 @@ import (
 
 	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/fleet"
+	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/executor"
 	"github.com/wdc-runtime/wdc/launchers/k8s"
@@ -158,11 +159,12 @@ var _ worker.Adopter = (*k8s.Launcher)(nil)
 // k8sAgentSetup builds the agent's Kubernetes launcher: it connects to
 // the cluster, fills the worker's capacity from the namespace's
 // ResourceQuota when --cpu/--memory/--gpus were not given, adds the
-// launcher capability, and gates heartbeats on the API server's
+// launcher capability, gives each attempt a key delegated by signer (when
+// set), and gates heartbeats on the API server's
 // readiness. The launcher answers lease queries, so that a restarted
 // agent adopts the Jobs still running (worker.Adopter).
 func (a *app) k8sAgentSetup(ctx context.Context, c *cobra.Command, k *k8sFlags, reg *fleet.Registration, tc client.Client,
-	store *blobstore.Store, storeURL func() (string, error), execBin string, opts *worker.AgentOptions) (string, error) {
+	store *blobstore.Store, storeURL func() (string, error), execBin string, signer *identity.Signer, opts *worker.AgentOptions) (string, error) {
 	cfg, ns, err := a.k8sRESTConfig(k)
 	if err != nil {
 		return "", err
@@ -193,7 +195,7 @@ func (a *app) k8sAgentSetup(ctx context.Context, c *cobra.Command, k *k8sFlags, 
 	}
 	declareLauncher(reg, envelope.LauncherK8s)
 	l, err := k8s.New(sctx, k8s.Options{WorkerID: reg.WorkerID, Client: cs, Spec: spec, Apply: k.apply, Blobs: store,
-		Reporter: &executor.TemporalControl{Client: tc}, Control: &executor.TemporalControl{Client: tc}, PendingBound: k.pendingBound, Logger: a.logger()})
+		Reporter: &executor.TemporalControl{Client: tc}, Control: &executor.TemporalControl{Client: tc}, PendingBound: k.pendingBound, Logger: a.logger(), Signer: signer})
 	if err != nil {
 		return "", err
 	}

@@ -27,10 +27,13 @@ type execOptions struct {
 	taskID, attempt, fence, workerID, digest string
 	workDir                                  string
 	attemptKey                               string
-	keep                                     bool
-	dataDir, blobURL                         string
-	limits                                   outputLimitFlags
-	runAs                                    runAsFlags
+	// attemptKeyData is external.EnvAttemptKeyData: the key itself, never
+	// a flag (argv is public).
+	attemptKeyData   string
+	keep             bool
+	dataDir, blobURL string
+	limits           outputLimitFlags
+	runAs            runAsFlags
 }
 
 func (o *execOptions) bind(c *cobra.Command, getenv func(string) string) {
@@ -42,6 +45,7 @@ func (o *execOptions) bind(c *cobra.Command, getenv func(string) string) {
 	f.StringVar(&o.digest, "envelope-digest", getenv(external.EnvEnvelopeDigest), "the lease's envelope digest, sha256:<64 hex> (env "+external.EnvEnvelopeDigest+"; required)")
 	f.StringVar(&o.workDir, "work-dir", getenv(external.EnvWorkDir), "root of the task directory <work-dir>/<task>/<attempt>-<fence>, kept afterwards (env "+external.EnvWorkDir+"; default: a new directory under the OS temp dir, removed at exit unless --keep)")
 	f.StringVar(&o.attemptKey, "attempt-key", getenv(external.EnvAttemptKey), "file with the key the worker delegated to this attempt (the agent spools it, mode 0600); read and removed before the command starts, it signs the result (env "+external.EnvAttemptKey+"; default: unsigned)")
+	o.attemptKeyData = getenv(external.EnvAttemptKeyData)
 	f.BoolVar(&o.keep, "keep", false, "keep the default work directory (and so the task directory) after the attempt ends")
 	f.StringVar(&o.dataDir, "data-dir", "", dataDirHelp)
 	f.StringVar(&o.blobURL, "blob-url", "", blobURLHelp)
@@ -133,6 +137,12 @@ its own user cannot read its environment, memory or open files through
 --run-as-user runs the command as another user, which also keeps it from
 this process's files. A command run as root on a host can read everything.
 
+With a worker identity the result is signed by a key the worker delegated
+to this attempt alone: --attempt-key names its file (the external
+launcher spools it; the file is removed before the command starts), or
+WDC_EXEC_ATTEMPT_KEY_DATA holds it (a Kubernetes Job's pod takes it from
+the attempt's Secret; it is unset before the command starts).
+
 Every claim flag can be given as an environment variable instead
 (WDC_EXEC_TASK_ID, WDC_EXEC_ATTEMPT, WDC_EXEC_FENCE, WDC_EXEC_WORKER_ID,
 WDC_EXEC_ENVELOPE_DIGEST, WDC_EXEC_WORK_DIR); the connection comes from the
@@ -194,13 +204,18 @@ func (a *app) runExec(ctx context.Context, o *execOptions) error {
 	// Non-dumpable before any credential is used; the root warning only
 	// once there is an attempt to start.
 	a.protectProcess(false)
-	tc, store, err := a.connectExecutor(ctx, o.dataDir, o.blobURL)
-	if err != nil {
-		return err
-	}
-	defer tc.Close()
-	defer store.Close()
 	var key *identity.AttemptKey
+	if o.attemptKeyData != "" {
+		if o.attemptKey != "" {
+			return usagef("--attempt-key: the key is in %s already; give one or the other", external.EnvAttemptKeyData)
+		}
+		if key, err = external.ParseAttemptKey([]byte(o.attemptKeyData), claim, external.EnvAttemptKeyData); err != nil {
+			return usagef("%v", err)
+		}
+		// Gone from this process's environment (the command gets only its
+		// envelope's, and this process is not dumpable).
+		_ = os.Unsetenv(external.EnvAttemptKeyData)
+	}
 	if o.attemptKey != "" {
 		if key, err = external.ReadAttemptKey(o.attemptKey, claim); err != nil {
 			return usagef("--attempt-key: %v", err)
@@ -210,6 +225,12 @@ func (a *app) runExec(ctx context.Context, o *execOptions) error {
 			fmt.Fprintf(a.deps.Stderr, "wdc exec: warning: could not remove the attempt key %s: %v\n", o.attemptKey, err)
 		}
 	}
+	tc, store, err := a.connectExecutor(ctx, o.dataDir, o.blobURL)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	defer store.Close()
 	// The attempt's key signs its result and failure reports.
 	var ctl executor.Control = &executor.TemporalControl{Client: tc}
 	if key != nil {

@@ -62,6 +62,11 @@ func TestExecRefusesBadClaimsWithExitTwo(t *testing.T) {
 		{"negative output limit", nil, nil, []string{"--max-output-files", "-1"}, "--max-output-files: must not be negative"},
 		{"positional argument", nil, nil, []string{"extra"}, `unknown command "extra"`},
 		{"bad output format", nil, nil, []string{"-o", "yaml"}, "--output"},
+		{"key given twice", nil, map[string]string{"WDC_EXEC_ATTEMPT_KEY_DATA": "{}"}, []string{"--attempt-key", "/no/such/key"},
+			"--attempt-key: the key is in WDC_EXEC_ATTEMPT_KEY_DATA already; give one or the other"},
+		{"malformed key", nil, map[string]string{"WDC_EXEC_ATTEMPT_KEY_DATA": "not json"}, nil, "WDC_EXEC_ATTEMPT_KEY_DATA: invalid character"},
+		{"key for another attempt", nil, map[string]string{"WDC_EXEC_ATTEMPT_KEY_DATA": "{}"}, nil, "WDC_EXEC_ATTEMPT_KEY_DATA is for attempt"},
+		{"missing key file", nil, nil, []string{"--attempt-key", "/no/such/key"}, "--attempt-key: open /no/such/key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append(execArgs(tc.override), tc.extra...)
@@ -106,6 +111,8 @@ func TestAgentLauncherAndRenderLaunchFlagsAreChecked(t *testing.T) {
 		{"kubeconfig with external", []string{"agent", "--worker-id", "w1", "--launcher", "external", "--kubeconfig", "x"}, "--kubeconfig goes with --launcher k8s"},
 		{"kubeconfig with ray", []string{"agent", "--worker-id", "w1", "--launcher", "ray", "--ray-address", "http://127.0.0.1:8265", "--kubeconfig", "x"}, "--kubeconfig goes with --launcher k8s"},
 		{"spool dir with k8s", []string{"agent", "--worker-id", "w1", "--launcher", "k8s", "--spool-dir", "/tmp/x"}, "--spool-dir goes with --launcher external"},
+		{"svid with ray", []string{"agent", "--worker-id", "w1", "--launcher", "ray", "--ray-address", "http://127.0.0.1:8265", "--svid-dir", "/tmp/x"},
+			"--svid-dir and --spiffe-socket go with --launcher local, external or k8s: the ray launcher's executors cannot sign their results yet"},
 		{"spool dir with ray", []string{"agent", "--worker-id", "w1", "--launcher", "ray", "--ray-address", "http://127.0.0.1:8265", "--spool-dir", "/tmp/x"}, "--spool-dir goes with --launcher external"},
 		{"work dir with k8s", []string{"agent", "--worker-id", "w1", "--launcher", "k8s", "--work-dir", "/tmp/w"}, "--work-dir: applies to attempts run here, not with --launcher k8s"},
 		{"bad k8s ttl", []string{"agent", "--worker-id", "w1", "--launcher", "k8s", "--k8s-ttl-after-finished", "-2"}, "--k8s-ttl-after-finished -2: want -1"},

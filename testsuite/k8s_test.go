@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -39,6 +40,7 @@ import (
 	"github.com/wdc-runtime/wdc/cmd"
 	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/fleet"
+	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	kubetest "github.com/wdc-runtime/wdc/internal/testenv/kube"
 	s3test "github.com/wdc-runtime/wdc/internal/testenv/s3"
@@ -72,6 +74,9 @@ type k8sEnv struct {
 	kubeconfig string
 	// spawned counts the agents started per worker ID.
 	spawned map[string]int
+	// iss enrolls the agents: the control plane requires signed
+	// registrations and results, so every pod signs with its attempt's key.
+	iss *identity.Issuer
 }
 
 // k8sWorker is the agent's worker ID.
@@ -85,8 +90,20 @@ func startK8sEnv(t *testing.T) *k8sEnv {
 	ctx := context.Background()
 	e := &k8sEnv{ns: "wdc-jobs", spawned: map[string]int{}}
 	e.s = newS3Setup(t, nsK8s)
-	e.s.startControlPlane(t)
 	var err error
+	e.iss, err = identity.NewIssuer(spiffeid.RequireTrustDomainFromString(identity.DefaultTrustDomain))
+	require.NoError(t, err)
+	bundle, err := e.iss.Bundle().Marshal()
+	require.NoError(t, err)
+	bundlePath := filepath.Join(t.TempDir(), "bundle.pem")
+	require.NoError(t, os.WriteFile(bundlePath, bundle, 0o644))
+	e.s.startControlPlane(t, "--trust-bundle", bundlePath)
+	subID, err := identity.SubmitterID(e.iss.TrustDomain(), "k8s-test")
+	require.NoError(t, err)
+	sub, err := e.iss.Issue(subID, time.Hour)
+	require.NoError(t, err)
+	e.s.wc.Signer, err = identity.NewSigner(sub)
+	require.NoError(t, err)
 	e.blobs, err = blobstore.Open(ctx, e.s.url)
 	require.NoError(t, err)
 	t.Cleanup(func() { e.blobs.Close() })
@@ -133,7 +150,11 @@ func startK8sEnv(t *testing.T) *k8sEnv {
 func (e *k8sEnv) spawnAgent(t *testing.T, id, kubeconfig, label string, extra ...string) *exec.Cmd {
 	t.Helper()
 	e.spawned[id]++ // a restarted agent gets a data directory of its own
-	args := append([]string{"agent", "--worker-id", id, "--launcher", "k8s", "--kubeconfig", kubeconfig,
+	svid, err := e.iss.IssueWorker(id, time.Hour)
+	require.NoError(t, err)
+	svidDir := filepath.Join(t.TempDir(), "svid-"+id)
+	require.NoError(t, identity.WriteSVID(svidDir, svid, e.iss.Bundle()))
+	args := append([]string{"agent", "--worker-id", id, "--launcher", "k8s", "--kubeconfig", kubeconfig, "--svid-dir", svidDir,
 		"--k8s-apply", "--k8s-image", "wdc:test", "--exec-binary", os.Args[0], "--k8s-executor-secret", "wdc-executor",
 		"--k8s-pending-bound", "4s", "--blob-url", e.s.url, "--data-dir", e.s.dir(t, id+"-"+strconv.Itoa(e.spawned[id])),
 		"--label", "suite-test=" + label, "--cpu", "4", "--memory", "4Gi",
@@ -291,6 +312,30 @@ func TestKubernetesLauncher(t *testing.T) {
 		assert.Equal(t, int32(10), *leaseObj.Spec.LeaseDurationSeconds)
 		require.Len(t, leaseObj.OwnerReferences, 1)
 		assert.Equal(t, "Job", leaseObj.OwnerReferences[0].Kind)
+		// The attempt's key: in a Secret the Job owns, delegated to this
+		// attempt alone, given to the pod by reference only.
+		claim := waitLaunched(t, e.s.wc, env.TaskID, 1)
+		keySecret, err := e.admin.CoreV1().Secrets(e.ns).Get(context.Background(), k8s.KeySecretName(claim), metav1.GetOptions{})
+		require.NoError(t, err)
+		require.Len(t, keySecret.OwnerReferences, 1)
+		assert.Equal(t, "Job", keySecret.OwnerReferences[0].Kind)
+		assert.Equal(t, pod.Labels[k8s.LabelLease], keySecret.OwnerReferences[0].Name)
+		assert.True(t, *keySecret.Immutable)
+		_, err = external.ParseAttemptKey(keySecret.Data[k8s.KeySecretKey], claim, "the key Secret")
+		require.NoError(t, err)
+		other := claim
+		other.Fence++
+		_, err = external.ParseAttemptKey(keySecret.Data[k8s.KeySecretKey], other, "the key Secret")
+		require.Error(t, err, "delegated to this attempt only")
+		var keyVar *corev1.EnvVar
+		for i, v := range pod.Spec.Containers[0].Env {
+			if v.Name == external.EnvAttemptKeyData {
+				keyVar = &pod.Spec.Containers[0].Env[i]
+			}
+		}
+		require.NotNil(t, keyVar, "the pod takes its key from the Secret")
+		assert.Empty(t, keyVar.Value, "the key is not in the pod's spec")
+		assert.Equal(t, keySecret.Name, keyVar.ValueFrom.SecretKeyRef.Name)
 
 		out, view := e.outcome(t, env.TaskID)
 		require.Equal(t, api.TaskCompleted, out.State, "%+v", view)
@@ -305,6 +350,7 @@ func TestKubernetesLauncher(t *testing.T) {
 				assert.NotContains(t, envTxt, v)
 			}
 		}
+		assert.NotContains(t, envTxt, external.EnvAttemptKeyData, "the attempt's key reached the task")
 		assert.Contains(t, envTxt, "WDC_TASK_ID=k8s-ok\n")
 		assert.Contains(t, envTxt, "PATH=/usr/bin:/bin\n")
 		// The process submits its result before it exits.
@@ -368,11 +414,12 @@ func TestKubernetesLauncher(t *testing.T) {
 		require.GreaterOrEqual(t, len(view.Directives), 1)
 		assert.Equal(t, lease.ReasonLeaseExpired, view.Directives[0].Reason)
 		ctx := context.Background()
-		waitFor(t, 30*time.Second, "attempt 1's Job, Lease and pod deleted", func() bool {
+		waitFor(t, 30*time.Second, "attempt 1's Job, Lease, key Secret and pod deleted", func() bool {
 			_, jerr := e.admin.BatchV1().Jobs(e.ns).Get(ctx, "wdc-k8s-freeze-a1-f1", metav1.GetOptions{})
 			_, lerr := e.admin.CoordinationV1().Leases(e.ns).Get(ctx, "wdc-k8s-freeze-a1-f1", metav1.GetOptions{})
+			_, serr := e.admin.CoreV1().Secrets(e.ns).Get(ctx, "wdc-k8s-freeze-a1-f1-key", metav1.GetOptions{})
 			_, perr := e.admin.CoreV1().Pods(e.ns).Get(ctx, pod.Name, metav1.GetOptions{})
-			return apierrors.IsNotFound(jerr) && apierrors.IsNotFound(lerr) && apierrors.IsNotFound(perr)
+			return apierrors.IsNotFound(jerr) && apierrors.IsNotFound(lerr) && apierrors.IsNotFound(serr) && apierrors.IsNotFound(perr)
 		})
 		assert.True(t, e.kubelet.Exited(pod.Name), "the frozen process was killed with its pod")
 
@@ -496,6 +543,23 @@ func TestKubernetesLauncher(t *testing.T) {
 		require.NoError(t, err, "the rendered Job")
 		_, err = e.admin.CoordinationV1().Leases(e.ns).Create(ctx, l, dry)
 		require.NoError(t, err, "the rendered Lease")
+		keyed := spec
+		keyed.AttemptKeys = true
+		keyedJob, _, err := k8s.Render(keyed, a, time.Now())
+		require.NoError(t, err)
+		_, err = e.admin.BatchV1().Jobs(e.ns).Create(ctx, keyedJob, dry)
+		require.NoError(t, err, "the rendered Job that takes its key from a Secret")
+		svid, err := e.iss.IssueWorker("k8s-direct", time.Hour)
+		require.NoError(t, err)
+		signer, err := identity.NewSigner(svid)
+		require.NoError(t, err)
+		key, err := signer.Delegate(a.Claim(), time.Time{})
+		require.NoError(t, err)
+		keyedJob.UID = "5f0c6c3e-0000-4000-8000-000000000001"
+		keySecret, err := k8s.RenderKeySecret(keyed, a, key, keyedJob)
+		require.NoError(t, err)
+		_, err = e.admin.CoreV1().Secrets(e.ns).Create(ctx, keySecret, dry)
+		require.NoError(t, err, "the rendered key Secret")
 
 		reports := &kubetest.Reports{}
 		spec.TaskPVC = ""

@@ -103,11 +103,11 @@ func (s *s3Setup) spawn(t *testing.T, name string, args ...string) (*exec.Cmd, s
 	return c, logPath
 }
 
-// startControlPlane runs `wdc control-plane` with its own data dir and the
-// bucket, and waits until it polls.
-func (s *s3Setup) startControlPlane(t *testing.T) string {
+// startControlPlane runs `wdc control-plane` with its own data dir, the
+// bucket and the extra flags, and waits until it polls.
+func (s *s3Setup) startControlPlane(t *testing.T, extra ...string) string {
 	t.Helper()
-	_, log := s.spawn(t, "control-plane", "control-plane", "--data-dir", s.cpDir, "--blob-url", s.url)
+	_, log := s.spawn(t, "control-plane", append([]string{"control-plane", "--data-dir", s.cpDir, "--blob-url", s.url}, extra...)...)
 	waitFor(t, 20*time.Second, "the control plane polling wdc-control", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

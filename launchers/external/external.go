@@ -59,12 +59,19 @@ func ReadAttemptKey(path string, c lease.Claim) (*identity.AttemptKey, error) {
 	if err != nil {
 		return nil, err
 	}
+	return ParseAttemptKey(b, c, "attempt key "+path)
+}
+
+// ParseAttemptKey decodes a key as WriteAttemptKey (or EnvAttemptKeyData)
+// holds it and checks that it was delegated to claim c; errors start with
+// source.
+func ParseAttemptKey(b []byte, c lease.Claim, source string) (*identity.AttemptKey, error) {
 	var k identity.AttemptKey
 	if err := json.Unmarshal(b, &k); err != nil {
-		return nil, fmt.Errorf("attempt key %s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", source, err)
 	}
 	if k.Delegation.Claim != c {
-		return nil, fmt.Errorf("attempt key %s is for attempt %s, not %s", path, k.Delegation.Claim, c)
+		return nil, fmt.Errorf("%s is for attempt %s, not %s", source, k.Delegation.Claim, c)
 	}
 	return &k, nil
 }

@@ -21,6 +21,10 @@ const (
 	EnvEnvelopeDigest = "WDC_EXEC_ENVELOPE_DIGEST" // --envelope-digest
 	EnvWorkDir        = "WDC_EXEC_WORK_DIR"        // --work-dir
 	EnvAttemptKey     = "WDC_EXEC_ATTEMPT_KEY"     // --attempt-key
+	// EnvAttemptKeyData holds the attempt's key itself (as its key file
+	// does) where no file can be handed over: a Kubernetes launcher sets
+	// it from the attempt's Secret. `wdc exec` reads and unsets it.
+	EnvAttemptKeyData = "WDC_EXEC_ATTEMPT_KEY_DATA"
 )
 
 // Target is how a `wdc exec` reaches the control plane and the blob

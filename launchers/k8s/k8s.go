@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/executor"
 	"github.com/wdc-runtime/wdc/internal/logrepeat"
@@ -71,6 +72,11 @@ type Options struct {
 	// pull its image (default DefaultPendingBound).
 	PendingBound time.Duration
 	Logger       *slog.Logger
+	// Signer, when set, is the worker's identity: each attempt's pod
+	// signs with a key delegated to that attempt alone, handed over in a
+	// Secret the Job owns (Spec.AttemptKeys, RenderKeySecret), and the
+	// launcher signs its reports (launch_failed, infra_killed) likewise.
+	Signer *identity.Signer
 }
 
 // Launcher runs attempts as Jobs in one namespace.
@@ -122,6 +128,7 @@ func New(ctx context.Context, opts Options) (*Launcher, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	opts.Spec.AttemptKeys = opts.Signer != nil
 	selector := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue, LabelWorker: LabelValue(opts.WorkerID)}).String()
 	f := informers.NewSharedInformerFactoryWithOptions(opts.Client, 0, informers.WithNamespace(opts.Spec.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
@@ -161,7 +168,8 @@ func New(ctx context.Context, opts Options) (*Launcher, error) {
 	return l, nil
 }
 
-// Submit creates the attempt's Job and Lease and returns
+// Submit creates the attempt's Job, with a Signer its key Secret, and its
+// Lease, and returns
 // "k8s:<namespace>/jobs/<name>" as the Submission's TaskDir. Submitting
 // an attempt whose Job exists already (the same task, attempt and fence:
 // a retried launch) reads that Job instead of failing.
@@ -173,7 +181,7 @@ func New(ctx context.Context, opts Options) (*Launcher, error) {
 // (*NotAllowedError: its image, a toleration, its priority or runtime
 // class); no image; a named RuntimeClass, PriorityClass or the
 // task PVC does not exist (named in the error); the API server refused
-// the Job.
+// the Job, or the key Secret (the Job is then deleted).
 func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.Submission, error) {
 	if !l.opts.Apply {
 		return launchers.Submission{}, ErrWritesDisabled
@@ -204,6 +212,14 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 	if err != nil {
 		return launchers.Submission{}, fmt.Errorf("create job %s/%s: %w", ns, job.Name, err)
 	}
+	if err := l.createKeySecret(ctx, a, created); err != nil {
+		// Its pod would wait for the Secret for ever.
+		if derr := jobs.Delete(ctx, created.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground),
+			Preconditions: &metav1.Preconditions{UID: &created.UID}}); derr != nil && !apierrors.IsNotFound(derr) {
+			l.opts.Logger.Warn("could not delete a Job whose key Secret failed", "job", ns+"/"+created.Name, "error", derr)
+		}
+		return launchers.Submission{}, err
+	}
 	lz.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: created.Name, UID: created.UID}}
 	leases := l.opts.Client.CoordinationV1().Leases(ns)
 	gotLease, err := leases.Create(ctx, lz, metav1.CreateOptions{})
@@ -225,6 +241,30 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 		}
 	}
 	return launchers.Submission{TaskDir: "k8s:" + ns + "/jobs/" + created.Name}, nil
+}
+
+// createKeySecret delegates a key to attempt a and creates the Secret that
+// hands it to the attempt's pod, owned by its Job; nothing without a
+// Signer. A Secret that exists already (a retried launch) is kept: its key
+// is for the same attempt.
+func (l *Launcher) createKeySecret(ctx context.Context, a launchers.Attempt, job *batchv1.Job) error {
+	if l.opts.Signer == nil {
+		return nil
+	}
+	c := a.Claim()
+	key, err := l.opts.Signer.Delegate(c, time.Time{})
+	if err != nil {
+		return fmt.Errorf("delegate a key to attempt %s: %w", c, err)
+	}
+	secret, err := RenderKeySecret(l.opts.Spec, a, key, job)
+	if err != nil {
+		return err
+	}
+	_, err = l.opts.Client.CoreV1().Secrets(secret.Namespace).Create(ctx, secret, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create secret %s/%s (the attempt's key): %w", secret.Namespace, secret.Name, err)
+	}
+	return nil
 }
 
 // Preflight checks that the cluster objects job names exist: its
@@ -616,7 +656,7 @@ func (l *Launcher) fail(at *attempt, reason lease.RetryReason, detail string) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := l.opts.Reporter.ReportFailure(ctx, api.AttemptFailedSignal{Claim: c, Reason: reason, Detail: detail}); err != nil {
+		if err := l.report(ctx, api.AttemptFailedSignal{Claim: c, Reason: reason, Detail: detail}); err != nil {
 			l.opts.Logger.Warn("could not report the attempt's end", "task", c.TaskID, "fence", c.Fence, "error", err)
 		}
 		if reason == lease.ReasonLaunchFailed {
@@ -632,6 +672,19 @@ func (l *Launcher) fail(at *attempt, reason lease.RetryReason, detail string) {
 			at.stopFollowing()
 		}
 	}()
+}
+
+// report sends f, with a Signer signed by a key delegated to its attempt
+// (as the attempt's own executor would sign it).
+func (l *Launcher) report(ctx context.Context, f api.AttemptFailedSignal) error {
+	if l.opts.Signer != nil {
+		p, err := l.opts.Signer.ForAttempt(f.Claim).Sign(api.SignalAttemptFailed, f, time.Now())
+		if err != nil {
+			return fmt.Errorf("sign the report: %w", err)
+		}
+		f.Proof = p
+	}
+	return l.opts.Reporter.ReportFailure(ctx, f)
 }
 
 func finishedCondition(job *batchv1.Job) *batchv1.JobCondition {

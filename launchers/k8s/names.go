@@ -90,6 +90,10 @@ func JobName(c lease.Claim) string {
 	return "wdc-" + prefix + shortHash(task) + suffix
 }
 
+// KeySecretName is the name of the Secret that holds claim c's delegated
+// key: JobName(c) with "-key".
+func KeySecretName(c lease.Claim) string { return JobName(c) + "-key" }
+
 // HolderIdentity is the holder of claim c's Lease: "<worker>/<attempt>/<fence>".
 func HolderIdentity(c lease.Claim) string {
 	return c.WorkerID + "/" + strconv.FormatInt(c.Attempt, 10) + "/" + strconv.FormatInt(c.Fence, 10)

@@ -1,6 +1,7 @@
 package k8s
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/wdc-runtime/wdc/envelope"
+	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/launchers"
 	"github.com/wdc-runtime/wdc/launchers/external"
 	"github.com/wdc-runtime/wdc/lease"
@@ -31,6 +33,10 @@ const (
 	TaskMountPath  = "/wdc/work"
 	// GPUResource is the extended resource an envelope's gpus request.
 	GPUResource corev1.ResourceName = "nvidia.com/gpu"
+	// KeySecretKey is the key of an attempt's Secret (KeySecretName) that
+	// holds its delegated key, given to `wdc exec` as
+	// external.EnvAttemptKeyData.
+	KeySecretKey = "attempt-key"
 )
 
 // Spec is what every Job of one launcher shares: where it runs and how
@@ -65,6 +71,10 @@ type Spec struct {
 	// Allow is what the envelope's k8s section may set beyond Image
 	// (zero: no other image, no toleration, priority or runtime class).
 	Allow Allowlist
+	// AttemptKeys says that each attempt's `wdc exec` signs with a key
+	// delegated to that attempt alone, from the Secret KeySecretName
+	// (RenderKeySecret), which Submit creates beside the Job.
+	AttemptKeys bool
 }
 
 // Render builds claim a's Job and Lease exactly as Submit sends them,
@@ -113,6 +123,10 @@ func Render(s Spec, a launchers.Attempt, now time.Time) (*batchv1.Job, *coordina
 	}
 	if s.ExecutorConfigMap != "" {
 		container.EnvFrom = append(container.EnvFrom, corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: s.ExecutorConfigMap}}})
+	}
+	if s.AttemptKeys {
+		container.Env = append(container.Env, corev1.EnvVar{Name: external.EnvAttemptKeyData, ValueFrom: &corev1.EnvVarSource{
+			SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: KeySecretName(c)}, Key: KeySecretKey}}})
 	}
 	pod := corev1.PodSpec{
 		RestartPolicy:                 corev1.RestartPolicyNever,
@@ -182,6 +196,30 @@ func Render(s Spec, a launchers.Attempt, now time.Time) (*batchv1.Job, *coordina
 		},
 	}
 	return job, l, nil
+}
+
+// RenderKeySecret builds the Secret that hands claim c's delegated key to
+// its pod: named KeySecretName(c), immutable, labelled as the Job, and
+// owned by the Job (owner), so the garbage collector deletes it with the
+// Job. The key is in the Secret's data only, never in the Job.
+func RenderKeySecret(s Spec, a launchers.Attempt, key *identity.AttemptKey, owner *batchv1.Job) (*corev1.Secret, error) {
+	c := a.Claim()
+	if key.Delegation.Claim != c {
+		return nil, fmt.Errorf("k8s launcher: the key is for attempt %s, not %s", key.Delegation.Claim, c)
+	}
+	b, err := json.Marshal(key)
+	if err != nil {
+		return nil, fmt.Errorf("k8s launcher: encode the attempt key: %w", err)
+	}
+	name := JobName(c)
+	return &corev1.Secret{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: metav1.ObjectMeta{Name: KeySecretName(c), Namespace: s.Namespace, Labels: Labels(a.Envelope, c, name),
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: owner.Name, UID: owner.UID}}},
+		Immutable: ptr.To(true),
+		Type:      corev1.SecretTypeOpaque,
+		Data:      map[string][]byte{KeySecretKey: b},
+	}, nil
 }
 
 // PodFailurePolicy is every Job's: a pod with the DisruptionTarget

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
@@ -27,6 +28,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/wdc-runtime/wdc/envelope"
+	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	kubetest "github.com/wdc-runtime/wdc/internal/testenv/kube"
 	"github.com/wdc-runtime/wdc/launchers"
@@ -362,4 +364,78 @@ func TestPreflightNamesWhatIsMissing(t *testing.T) {
 	_, err = client.CoreV1().PersistentVolumeClaims("wdc-jobs").Create(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "tasks"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	assert.NoError(t, l.Preflight(ctx, job))
+}
+
+// testSigner is worker k8s-pool's signer, issued by a new root.
+func testSigner(t *testing.T) *identity.Signer {
+	t.Helper()
+	iss, err := identity.NewIssuer(spiffeid.RequireTrustDomainFromString(identity.DefaultTrustDomain))
+	require.NoError(t, err)
+	svid, err := iss.IssueWorker("k8s-pool", time.Hour)
+	require.NoError(t, err)
+	s, err := identity.NewSigner(svid)
+	require.NoError(t, err)
+	return s
+}
+
+func TestSubmitHandsTheAttemptItsKeyThroughASecretTheJobOwns(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset()
+	blobs, err := blobstore.OpenDir(ctx, t.TempDir())
+	require.NoError(t, err)
+	l, err := New(ctx, Options{WorkerID: "k8s-pool", Client: client, Spec: testSpec(), Apply: true, Blobs: blobs,
+		Reporter: &kubetest.Reports{}, Signer: testSigner(t)})
+	require.NoError(t, err)
+	defer l.Shutdown(ctx, "test")
+	a := testAttempt(t, nil)
+	_, err = l.Submit(ctx, a)
+	require.NoError(t, err)
+
+	job, err := client.BatchV1().Jobs("wdc-jobs").Get(ctx, JobName(a.Claim()), metav1.GetOptions{})
+	require.NoError(t, err)
+	secret, err := client.CoreV1().Secrets("wdc-jobs").Get(ctx, KeySecretName(a.Claim()), metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Len(t, secret.OwnerReferences, 1)
+	assert.Equal(t, metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID}, secret.OwnerReferences[0])
+	assert.True(t, *secret.Immutable)
+	key, err := external.ParseAttemptKey(secret.Data[KeySecretKey], a.Claim(), "secret")
+	require.NoError(t, err)
+	assert.Equal(t, a.Claim(), key.Delegation.Claim)
+
+	c := job.Spec.Template.Spec.Containers[0]
+	require.Len(t, c.Env, 1)
+	assert.Equal(t, corev1.EnvVar{Name: external.EnvAttemptKeyData, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: secret.Name}, Key: KeySecretKey}}}, c.Env[0])
+
+	// A retried launch keeps the Secret it made.
+	_, err = l.Submit(ctx, a)
+	require.NoError(t, err)
+}
+
+func TestSubmitDeletesTheJobWhenItsKeySecretFails(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset()
+	client.PrependReactor("create", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("secrets is forbidden")
+	})
+	blobs, err := blobstore.OpenDir(ctx, t.TempDir())
+	require.NoError(t, err)
+	l, err := New(ctx, Options{WorkerID: "k8s-pool", Client: client, Spec: testSpec(), Apply: true, Blobs: blobs,
+		Reporter: &kubetest.Reports{}, Signer: testSigner(t)})
+	require.NoError(t, err)
+	defer l.Shutdown(ctx, "test")
+	a := testAttempt(t, nil)
+	_, err = l.Submit(ctx, a)
+	require.ErrorContains(t, err, "create secret wdc-jobs/"+KeySecretName(a.Claim())+" (the attempt's key): secrets is forbidden")
+	jobs, err := client.BatchV1().Jobs("wdc-jobs").List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, jobs.Items, "no Job waits for a Secret that never comes")
+}
+
+func TestRenderWithoutAttemptKeysNamesNoSecret(t *testing.T) {
+	job, _, err := Render(testSpec(), testAttempt(t, nil), renderTime)
+	require.NoError(t, err)
+	for _, v := range job.Spec.Template.Spec.Containers[0].Env {
+		assert.NotEqual(t, external.EnvAttemptKeyData, v.Name)
+	}
 }

@@ -42,8 +42,8 @@ type KubeletOptions struct {
 // pods (a Binding, as the scheduler writes), runs each bound pod's one
 // container command as a local process (its own process group, working
 // directory <Dir>/<pod>/work) with exactly the environment the pod
-// declares — env and envFrom, Secrets and ConfigMaps resolved, nothing of
-// the test's own — and writes the pod's status: Running when it starts,
+// declares — env and envFrom, Secrets and ConfigMaps resolved (one that
+// does not exist yet is waited for), nothing of the test's own — and writes the pod's status: Running when it starts,
 // then Succeeded or Failed with the container's real exit code (128+n for
 // a signal). When the pod is deleted it kills the process and removes the
 // pod (grace period 0), as a kubelet confirms a deletion.
@@ -159,6 +159,19 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod) {
 
 	c := pod.Spec.Containers[0]
 	env, err := k.environ(ctx, pod.Namespace, c)
+	// As a kubelet: a container whose Secret or ConfigMap does not exist
+	// yet waits for it (CreateContainerConfigError, retried) while its pod
+	// exists.
+	for apierrors.IsNotFound(err) && k.podLive(ctx, pod) {
+		select {
+		case <-k.stop:
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+			env, err = k.environ(ctx, pod.Namespace, c)
+			continue
+		}
+		break
+	}
 	dir := filepath.Join(k.opts.Dir, pod.Name)
 	if err == nil {
 		err = os.MkdirAll(filepath.Join(dir, "work"), 0o755)
@@ -230,6 +243,12 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod) {
 		defer cancel()
 		k.writeStatus(ctx, pod, func(s *corev1.PodStatus) { terminated(s, c, p, int32(code)) })
 	}()
+}
+
+// podLive says whether pod still exists and is not being deleted.
+func (k *Kubelet) podLive(ctx context.Context, pod *corev1.Pod) bool {
+	cur, err := k.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	return err == nil && cur.UID == pod.UID && cur.DeletionTimestamp == nil
 }
 
 // terminated sets s to the pod's end with the container's exit code.
