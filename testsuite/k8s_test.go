@@ -361,6 +361,32 @@ func TestKubernetesLauncher(t *testing.T) {
 		})
 	})
 
+	// A hostile command in the pod hunts for its executor's credentials
+	// (the executor Secret's, the attempt's key) through /proc: the
+	// container holds no capability, so the non-dumpable `wdc exec` is out
+	// of its reach although both run as root, and so is the pod's parent.
+	t.Run("a hostile command in the pod finds no credential", func(t *testing.T) {
+		env := e.envelope(t, "k8s-hostile", hostileScript)
+		e.submit(t, env, api.TaskOptions{LeaseTTL: 20 * time.Second})
+		out, view := e.outcome(t, env.TaskID)
+		require.Equal(t, api.TaskCompleted, out.State, "%+v", view)
+		assert.Equal(t, "0", strings.TrimSpace(e.artifact(t, view.Result, "uid.txt")), "root in the container, as an image's default user")
+		tries := e.artifact(t, view.Result, "tries.txt")
+		for _, what := range []string{"environ", "mem", "fd", "parent-environ"} {
+			assert.Contains(t, tries, what+":", "the hunt ran")
+			assert.NotContains(t, tries, what+":0\n", "the command could read /proc/<executor>/%s: %s", what, tries)
+		}
+		found := e.artifact(t, view.Result, "found.txt")
+		for k, v := range e.secret {
+			assert.NotContains(t, found, k)
+			if len(v) > 8 {
+				assert.NotContains(t, found, v, "the command found the executor Secret's %s", k)
+			}
+		}
+		assert.NotContains(t, found, external.EnvAttemptKeyData)
+		assert.NotContains(t, found, `"delegation"`, "the command found the attempt's key")
+	})
+
 	// The program's own non-zero exit is its result: accepted, no retry.
 	t.Run("the program's own exit does not retry", func(t *testing.T) {
 		env := e.envelope(t, "k8s-exit", `echo failing > outputs/why.txt; exit 3`)

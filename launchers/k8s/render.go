@@ -117,6 +117,10 @@ func Render(s Spec, a launchers.Attempt, now time.Time) (*batchv1.Job, *coordina
 		Command:                  argv,
 		Resources:                resources(env),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		// Without CAP_SYS_PTRACE (or any other), the task's command cannot
+		// read the non-dumpable `wdc exec` through /proc, even as root.
+		SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false),
+			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
 	}
 	if s.ExecutorSecret != "" {
 		container.EnvFrom = append(container.EnvFrom, corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: s.ExecutorSecret}}})

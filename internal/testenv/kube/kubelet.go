@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"syscall"
@@ -43,7 +44,8 @@ type KubeletOptions struct {
 // container command as a local process (its own process group, working
 // directory <Dir>/<pod>/work) with exactly the environment the pod
 // declares — env and envFrom, Secrets and ConfigMaps resolved (one that
-// does not exist yet is waited for), nothing of the test's own — and writes the pod's status: Running when it starts,
+// does not exist yet is waited for), nothing of the test's own — with the
+// container's capabilities dropped as its securityContext says, and writes the pod's status: Running when it starts,
 // then Succeeded or Failed with the container's real exit code (128+n for
 // a signal). When the pod is deleted it kills the process and removes the
 // pod (grace period 0), as a kubelet confirms a deletion.
@@ -186,6 +188,7 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod) {
 		if len(argv) == 0 {
 			err = errors.New("the container has no command")
 		} else {
+			argv = withSecurityContext(c.SecurityContext, argv)
 			p.cmd = exec.Command(argv[0], argv[1:]...)
 			p.cmd.Env = env
 			p.cmd.Dir = filepath.Join(dir, "work")
@@ -243,6 +246,27 @@ func (k *Kubelet) run(ctx context.Context, pod *corev1.Pod) {
 		defer cancel()
 		k.writeStatus(ctx, pod, func(s *corev1.PodStatus) { terminated(s, c, p, int32(code)) })
 	}()
+}
+
+// withSecurityContext runs argv as a container runtime would under sc:
+// with its capabilities dropped (only "ALL" is supported: an empty
+// bounding set, so even root holds none) and no_new_privs, through
+// util-linux's setpriv.
+func withSecurityContext(sc *corev1.SecurityContext, argv []string) []string {
+	if sc == nil {
+		return argv
+	}
+	var opts []string
+	if sc.Capabilities != nil && slices.Contains(sc.Capabilities.Drop, "ALL") {
+		opts = append(opts, "--bounding-set=-all", "--inh-caps=-all")
+	}
+	if sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation {
+		opts = append(opts, "--no-new-privs")
+	}
+	if len(opts) == 0 {
+		return argv
+	}
+	return append(append(append([]string{"setpriv"}, opts...), "--"), argv...)
 }
 
 // podLive says whether pod still exists and is not being deleted.

@@ -53,6 +53,12 @@ func TestClusterRunsAJobsPodAsALocalProcess(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.Client.BatchV1().Jobs(ns).Create(ctx, job("fails", `exit 3`), metav1.CreateOptions{})
 	require.NoError(t, err)
+	// A container that drops every capability holds none, even as root.
+	nocaps := job("nocaps", `grep -E '^(CapEff|NoNewPrivs)' /proc/self/status`)
+	nocaps.Spec.Template.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
+	_, err = c.Client.BatchV1().Jobs(ns).Create(ctx, nocaps, metav1.CreateOptions{})
+	require.NoError(t, err)
 	finished := func(name string) *batchv1.JobCondition {
 		j, err := c.Client.BatchV1().Jobs(ns).Get(ctx, name, metav1.GetOptions{})
 		require.NoError(t, err)
@@ -63,9 +69,13 @@ func TestClusterRunsAJobsPodAsALocalProcess(t *testing.T) {
 		}
 		return nil
 	}
-	require.Eventually(t, func() bool { return finished("ok") != nil && finished("fails") != nil }, 60*time.Second, 100*time.Millisecond)
+	require.Eventually(t, func() bool { return finished("ok") != nil && finished("fails") != nil && finished("nocaps") != nil }, 60*time.Second, 100*time.Millisecond)
 	assert.Equal(t, batchv1.JobComplete, finished("ok").Type)
 	assert.Equal(t, batchv1.JobFailed, finished("fails").Type)
+	capPods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "job-name=nocaps"})
+	require.NoError(t, err)
+	require.Len(t, capPods.Items, 1)
+	assert.Equal(t, "CapEff:\t0000000000000000\nNoNewPrivs:\t1\n", k.Output(capPods.Items[0].Name))
 	pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "job-name=ok"})
 	require.NoError(t, err)
 	require.Len(t, pods.Items, 1)
