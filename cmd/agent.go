@@ -141,6 +141,8 @@ an earlier agent of this work directory left behind.`,
 			if svid.signed() && launcher == launcherRay {
 				return usagef("--svid-dir and --spiffe-socket go with --launcher %s, %s or %s: the %s launcher's executors cannot sign their results yet", launcherLocal, launcherExternal, launcherK8s, launcher)
 			}
+			// With --tls, the SVID is also the agent's client certificate.
+			a.global.svidDir = svid.dir
 			signer, closeSigner, err := svid.signer(c.Context(), isWorker(r.WorkerID))
 			if err != nil {
 				return err

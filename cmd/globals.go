@@ -24,6 +24,7 @@ import (
 	"github.com/wdc-runtime/wdc/api"
 	wdcclient "github.com/wdc-runtime/wdc/client"
 	"github.com/wdc-runtime/wdc/fleet"
+	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/telemetry"
 	"github.com/wdc-runtime/wdc/launchers/external"
@@ -45,6 +46,10 @@ type globalOptions struct {
 	logFormat     string
 	// controlPlaneTimeout bounds each call that waits on the control plane.
 	controlPlaneTimeout time.Duration
+	// svidDir is the command's --svid-dir, if any: with TLS and no
+	// --tls-cert-path, its SVID is the client certificate (read again at
+	// each handshake) and, without --tls-ca-path, its bundle the CA.
+	svidDir string
 	profileFlags
 }
 
@@ -218,6 +223,18 @@ func (g *globalOptions) tlsConfig() (*tls.Config, error) {
 			return nil, usagef("--tls-cert-path/--tls-key-path: %v", err)
 		}
 		cfg.Certificates = []tls.Certificate{cert}
+	}
+	if dir := g.svidDir; dir != "" && len(cfg.Certificates) == 0 {
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			cert, err := tls.LoadX509KeyPair(filepath.Join(dir, identity.SVIDCertFile), filepath.Join(dir, identity.SVIDKeyFile))
+			if err != nil {
+				return nil, fmt.Errorf("--svid-dir %s as the TLS client certificate: %w", dir, err)
+			}
+			return &cert, nil
+		}
+		if g.tlsCAPath == "" && g.tlsCAData == nil {
+			g.tlsCAPath = filepath.Join(dir, identity.BundleFile)
+		}
 	}
 	if g.tlsCAPath != "" {
 		pem, err := os.ReadFile(g.tlsCAPath)

@@ -96,7 +96,7 @@ func (f *trustFlags) verifier(ctx context.Context) (v *identity.Verifier, close 
 type svidFlags struct{ dir, socket string }
 
 func (f *svidFlags) bind(fs *pflag.FlagSet, getenv func(string) string) {
-	fs.StringVar(&f.dir, "svid-dir", getenv(envSVIDDir), "directory with the worker's X.509-SVID (svid.pem, svid.key, bundle.pem), as 'wdc workers enroll' writes it: the agent signs its registration with it and delegates a key to each attempt, and reads it again when it changes (enroll again to rotate; env "+envSVIDDir+"; default: unsigned)")
+	fs.StringVar(&f.dir, "svid-dir", getenv(envSVIDDir), "directory with the worker's X.509-SVID (svid.pem, svid.key, bundle.pem), as 'wdc workers enroll' writes it: the agent signs its registration with it and delegates a key to each attempt, and reads it again when it changes (enroll again to rotate); with --tls and no --tls-cert-path also the TLS client certificate (env "+envSVIDDir+"; default: unsigned)")
 	bindSocket(fs, &f.socket, getenv, "take the worker's X.509-SVID from a SPIRE agent's Workload API at this socket instead of --svid-dir, rotated as SPIRE renews it")
 }
 
@@ -182,10 +182,11 @@ type enrollment struct {
 func (a *app) newWorkersEnrollCommand() *cobra.Command {
 	var (
 		workerID, submitter, caDir, svidDir, domain string
+		controlPlane                                bool
 		ttl                                         time.Duration
 	)
 	c := &cobra.Command{
-		Use:   "enroll (--worker-id ID | --submitter NAME) --ca-dir DIR",
+		Use:   "enroll (--worker-id ID | --submitter NAME | --control-plane) --ca-dir DIR",
 		Short: "Issue a worker's or a submitter's X.509-SVID from a local issuer, for --svid-dir",
 		Long: `Issue an X.509-SVID (SPIFFE ID spiffe://<trust-domain>/wdc/worker/<id>) for a
 fleet worker from the issuer in --ca-dir (created there on first use: ca.pem is
@@ -200,7 +201,14 @@ the control planes its bundle.
 
 --submitter NAME issues spiffe://<trust-domain>/wdc/submitter/<name> instead:
 the identity 'wdc runs commit', 'runs close' and 'tasks cancel' sign with
-(--svid-dir); a run records who committed.`,
+(--svid-dir); a run records who committed. --control-plane issues
+spiffe://<trust-domain>/wdc/control-plane, a control plane's TLS client
+certificate for a frontend that requires one ('wdc server start-dev --tls').
+
+An SVID is also a TLS client certificate of the issuer: against
+'wdc server start-dev --tls', 'wdc agent --svid-dir DIR --tls' connects with
+it, and any other command with --tls-cert-path DIR/svid.pem --tls-key-path
+DIR/svid.key --tls-ca-path <ca-dir>/ca.pem.`,
 		Example: `  wdc workers enroll --worker-id worker-a --ca-dir /etc/wdc/ca --svid-dir /etc/wdc/worker-a
   wdc agent --worker-id worker-a --svid-dir /etc/wdc/worker-a --cpu 2 --memory 2Gi
   wdc workers enroll --submitter alice --ca-dir /etc/wdc/ca --svid-dir ~/.wdc/alice
@@ -208,13 +216,21 @@ the identity 'wdc runs commit', 'runs close' and 'tasks cancel' sign with
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			name, flag := workerID, "--worker-id"
+			given := 0
+			for _, set := range []bool{workerID != "", submitter != "", controlPlane} {
+				if set {
+					given++
+				}
+			}
 			switch {
-			case workerID != "" && submitter != "":
-				return usagef("--worker-id and --submitter: give one")
+			case given > 1:
+				return usagef("--worker-id, --submitter and --control-plane: give one")
 			case submitter != "":
 				name, flag = submitter, "--submitter"
+			case controlPlane:
+				name, flag = "control-plane", "--control-plane"
 			case workerID == "":
-				return usagef("--worker-id or --submitter: required")
+				return usagef("--worker-id, --submitter or --control-plane: required")
 			}
 			if err := fleet.ValidateID(flag, name); err != nil {
 				return usageError{err}
@@ -230,16 +246,19 @@ the identity 'wdc runs commit', 'runs close' and 'tasks cancel' sign with
 				return usagef("--trust-domain %q: %v", domain, err)
 			}
 			id, err := identity.WorkerID(td, workerID)
-			sub := "workers"
-			if submitter != "" {
+			dir := filepath.Join(caDir, "workers", name)
+			switch {
+			case submitter != "":
 				id, err = identity.SubmitterID(td, submitter)
-				sub = "submitters"
+				dir = filepath.Join(caDir, "submitters", name)
+			case controlPlane:
+				id, dir, err = identity.ControlPlaneID(td), filepath.Join(caDir, "control-plane"), nil
 			}
 			if err != nil {
 				return usagef("%s %q: %v", flag, name, err)
 			}
 			if svidDir == "" {
-				svidDir = filepath.Join(caDir, sub, name)
+				svidDir = dir
 			}
 			iss, err := identity.LoadOrCreateIssuer(caDir, td)
 			if err != nil {
@@ -255,8 +274,12 @@ the identity 'wdc runs commit', 'runs close' and 'tasks cancel' sign with
 			out := enrollment{WorkerID: workerID, Submitter: submitter, SPIFFEID: svid.ID.String(), SVIDDir: svidDir,
 				Bundle: filepath.Join(caDir, identity.CACertFile), NotAfter: svid.Certificates[0].NotAfter.UTC()}
 			use := fmt.Sprintf("agent:          wdc agent --worker-id %s --svid-dir %s", workerID, svidDir)
-			if submitter != "" {
+			switch {
+			case submitter != "":
 				use = "runs commit|close, tasks cancel: --svid-dir " + svidDir
+			case controlPlane:
+				use = fmt.Sprintf("TLS client:     --tls-cert-path %s --tls-key-path %s --tls-ca-path %s",
+					filepath.Join(svidDir, identity.SVIDCertFile), filepath.Join(svidDir, identity.SVIDKeyFile), filepath.Join(caDir, identity.CACertFile))
 			}
 			return a.emitf(out, "enrolled %s as %s until %s\n  %s\n  control planes: wdc control-plane --trust-bundle %s",
 				name, out.SPIFFEID, out.NotAfter.Format(time.RFC3339), use, out.Bundle)
@@ -264,8 +287,9 @@ the identity 'wdc runs commit', 'runs close' and 'tasks cancel' sign with
 	}
 	c.Flags().StringVar(&workerID, "worker-id", "", "the fleet worker to enroll")
 	c.Flags().StringVar(&submitter, "submitter", "", "the submitter to enroll instead of a worker (a person or a pipeline that commits, closes and cancels)")
+	c.Flags().BoolVar(&controlPlane, "control-plane", false, "enroll the control plane instead (its TLS client certificate; default --svid-dir <ca-dir>/control-plane)")
 	c.Flags().StringVar(&caDir, "ca-dir", a.deps.Getenv(envCADir), "the issuer's directory, created with a new root on first use (env "+envCADir+"; required)")
-	c.Flags().StringVar(&svidDir, "svid-dir", "", "where to write svid.pem, svid.key (0600) and bundle.pem (default <ca-dir>/workers/<worker-id> or <ca-dir>/submitters/<name>)")
+	c.Flags().StringVar(&svidDir, "svid-dir", "", "where to write svid.pem, svid.key (0600) and bundle.pem (default <ca-dir>/workers/<worker-id>, <ca-dir>/submitters/<name> or <ca-dir>/control-plane)")
 	c.Flags().DurationVar(&ttl, "ttl", identity.DefaultSVIDTTL, "how long the SVID is valid")
 	bindTrustDomain(c.Flags(), &domain, a.deps.Getenv)
 	return c

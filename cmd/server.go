@@ -6,13 +6,17 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/internal/devopts"
 )
 
@@ -38,6 +42,8 @@ type startDevOptions struct {
 	s3Bucket   string
 	s3Access   string
 	s3Secret   string
+	tls        bool
+	caDir      string
 }
 
 func (a *app) newStartDevCommand() *cobra.Command {
@@ -69,11 +75,19 @@ address. With --ip set to one address, they listen on that address only, not
 on 127.0.0.1: start-dev then prints the --address (and TEMPORAL_ADDRESS) every
 other wdc command needs, on this host too. --db-filename's directory is created
 if absent.
+
+With --tls the frontend serves TLS and requires a client certificate issued by
+wdc's own issuer in --ca-dir (default <db-filename>.ca/; in memory, a new one
+removed on exit): the one 'wdc workers enroll --ca-dir' uses, so an agent's
+SVID is also its TLS certificate ('wdc agent --svid-dir DIR --tls'). Its root
+key (ca.key, mode 0600) never leaves that directory. start-dev prints how each
+command and the temporal CLI connect.
 Stop with Ctrl-C (SIGINT) or SIGTERM.`,
 		Example: `  wdc server start-dev --db-filename wdc.db
   wdc server start-dev --port 7233 --ui-port 8233 --namespace science
   wdc server start-dev --headless --no-s3
-  wdc server start-dev --ip 0.0.0.0 --db-filename /var/lib/wdc/dev.db --s3-bucket artifacts -o json`,
+  wdc server start-dev --ip 0.0.0.0 --db-filename /var/lib/wdc/dev.db --s3-bucket artifacts -o json
+  wdc server start-dev --db-filename wdc.db --tls          # issuer in wdc.db.ca/`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if o.s3Access == "" {
@@ -101,6 +115,8 @@ Stop with Ctrl-C (SIGINT) or SIGTERM.`,
 	f.StringVar(&o.s3Bucket, "s3-bucket", "wdc", "bucket to create on the S3 endpoint")
 	f.StringVar(&o.s3Access, "s3-access-key", "", "S3 access key ID clients must use (env WDC_DEV_S3_ACCESS_KEY; default: generated, kept beside --db-filename)")
 	f.StringVar(&o.s3Secret, "s3-secret-key", "", "S3 secret access key (env WDC_DEV_S3_SECRET_KEY; default: generated, kept beside --db-filename)")
+	f.BoolVar(&o.tls, "tls", false, "serve the frontend with TLS, requiring client certificates from the issuer in --ca-dir")
+	f.StringVar(&o.caDir, "ca-dir", "", "with --tls: the issuer's directory, created on first use (default <db-filename>.ca; in memory: a new one, removed on exit)")
 	return c
 }
 
@@ -129,6 +145,9 @@ func (o *startDevOptions) validate() error {
 	case "debug", "info", "warn", "error", "off":
 	default:
 		return usagef("--server-log-level %q: want debug, info, warn, error or off", o.logLevel)
+	}
+	if o.caDir != "" && !o.tls {
+		return usagef("--ca-dir goes with --tls")
 	}
 	if o.noS3 {
 		return nil
@@ -170,6 +189,15 @@ func (a *app) runStartDev(ctx context.Context, o *startDevOptions) error {
 	if !o.noS3 {
 		opts.S3 = &devopts.S3Options{Port: o.s3Port, Bucket: o.s3Bucket, AccessKey: o.s3Access, SecretKey: o.s3Secret}
 	}
+	var devTLS *startDevTLS
+	if o.tls {
+		t, cleanup, err := o.issueTLS()
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		devTLS, opts.TLS = t, &t.files
+	}
 	srv, err := a.deps.StartDevServer(ctx, opts)
 	if err != nil {
 		return startDevError(err)
@@ -181,6 +209,9 @@ func (a *app) runStartDev(ctx context.Context, o *startDevOptions) error {
 	info := map[string]any{
 		"address": srv.FrontendHostPort(), "ui": srv.UIAddress(), "namespaces": append([]string{"default"}, o.namespaces...),
 		"store": store, "ready_seconds": srv.StartupDuration().Seconds(),
+	}
+	if devTLS != nil {
+		info["tls"] = map[string]any{"ca_dir": devTLS.caDir, "ca": devTLS.files.CAFile, "server_cert": devTLS.files.CertFile}
 	}
 	s3 := srv.S3()
 	if s3 != nil {
@@ -207,6 +238,9 @@ func (a *app) runStartDev(ctx context.Context, o *startDevOptions) error {
 			fmt.Fprintf(w, "  export WDC_BLOB_URL='%s'\n", s3.BlobURL)
 			fmt.Fprintf(w, "  export AWS_ACCESS_KEY_ID='%s' AWS_SECRET_ACCESS_KEY='%s' AWS_REGION=%s\n", s3.AccessKey, s3.SecretKey, s3.Region)
 		}
+		if devTLS != nil {
+			devTLS.explain(w, srv.FrontendHostPort())
+		}
 		fmt.Fprintf(w, "Stop with Ctrl-C.\n")
 		return nil
 	}); err != nil {
@@ -227,4 +261,72 @@ func startDevError(err error) error {
 		}
 	}
 	return err
+}
+
+// startDevTLS is start-dev's TLS: its issuer's directory and the frontend's
+// files.
+type startDevTLS struct {
+	caDir string
+	files devopts.TLSOptions
+}
+
+// issueTLS loads or creates the issuer in --ca-dir (or its default) and
+// issues the frontend's certificate for every address it may be dialed at;
+// cleanup removes an in-memory server's issuer.
+func (o *startDevOptions) issueTLS() (t *startDevTLS, cleanup func(), err error) {
+	cleanup = func() {}
+	dir := o.caDir
+	switch {
+	case dir == "" && o.dbFilename != "":
+		dir = o.dbFilename + ".ca"
+	case dir == "":
+		if dir, err = os.MkdirTemp("", "wdc-dev-ca-"); err != nil {
+			return nil, cleanup, err
+		}
+		cleanup = func() { os.RemoveAll(dir) }
+	}
+	iss, err := identity.LoadOrCreateIssuer(dir, spiffeid.RequireTrustDomainFromString(identity.DefaultTrustDomain))
+	if err != nil {
+		cleanup()
+		return nil, func() {}, fmt.Errorf("--ca-dir %s: %w", dir, err)
+	}
+	hosts := []string{"127.0.0.1", "::1", "localhost"}
+	if ip := net.ParseIP(o.ip); ip.IsUnspecified() {
+		if addrs, err := net.InterfaceAddrs(); err == nil {
+			for _, a := range addrs {
+				if n, ok := a.(*net.IPNet); ok {
+					hosts = append(hosts, n.IP.String())
+				}
+			}
+		}
+		if h, err := os.Hostname(); err == nil {
+			hosts = append(hosts, h)
+		}
+	} else {
+		hosts = append(hosts, o.ip)
+	}
+	svid, err := iss.IssueServer(hosts, identity.DefaultSVIDTTL)
+	if err == nil {
+		err = identity.WriteSVID(filepath.Join(dir, "server"), svid, iss.Bundle())
+	}
+	if err != nil {
+		cleanup()
+		return nil, func() {}, fmt.Errorf("the frontend's certificate in %s: %w", dir, err)
+	}
+	server := filepath.Join(dir, "server")
+	return &startDevTLS{caDir: dir, files: devopts.TLSOptions{CertFile: filepath.Join(server, identity.SVIDCertFile),
+		KeyFile: filepath.Join(server, identity.SVIDKeyFile), CAFile: filepath.Join(dir, identity.CACertFile)}}, cleanup, nil
+}
+
+// explain prints how each client connects to a TLS frontend at address.
+func (t *startDevTLS) explain(w io.Writer, address string) {
+	d := t.caDir
+	fmt.Fprintf(w, "TLS: the frontend requires a client certificate of the issuer in %s (ca.pem):\n", d)
+	fmt.Fprintf(w, "  wdc workers enroll --ca-dir %s --worker-id worker-a      # the agent's SVID is its TLS certificate too\n", d)
+	fmt.Fprintf(w, "  wdc agent --worker-id worker-a --svid-dir %s/workers/worker-a --tls\n", d)
+	fmt.Fprintf(w, "  wdc workers enroll --ca-dir %s --control-plane\n", d)
+	fmt.Fprintf(w, "  wdc control-plane --trust-bundle %[1]s/ca.pem --tls-cert-path %[1]s/control-plane/svid.pem --tls-key-path %[1]s/control-plane/svid.key --tls-ca-path %[1]s/ca.pem\n", d)
+	fmt.Fprintf(w, "  wdc workers enroll --ca-dir %s --submitter me               # other wdc commands and the temporal CLI:\n", d)
+	fmt.Fprintf(w, "  export TEMPORAL_TLS_CERT=%[1]s/submitters/me/svid.pem TEMPORAL_TLS_KEY=%[1]s/submitters/me/svid.key TEMPORAL_TLS_CA=%[1]s/ca.pem\n", d)
+	fmt.Fprintf(w, "  temporal workflow list --address %[2]s --tls-cert-path %[1]s/submitters/me/svid.pem --tls-key-path %[1]s/submitters/me/svid.key --tls-ca-path %[1]s/ca.pem\n", d, address)
 }

@@ -21,6 +21,12 @@ func ControlPlaneID(td spiffeid.TrustDomain) spiffeid.ID {
 	return spiffeid.RequireFromSegments(td, "wdc", "control-plane")
 }
 
+// TemporalServerID is the SPIFFE ID of a Temporal frontend's serving
+// certificate (IssueServer): spiffe://<td>/wdc/temporal-server.
+func TemporalServerID(td spiffeid.TrustDomain) spiffeid.ID {
+	return spiffeid.RequireFromSegments(td, "wdc", "temporal-server")
+}
+
 // SubmitterID is a submitter's SPIFFE ID: spiffe://<td>/wdc/submitter/<name>.
 func SubmitterID(td spiffeid.TrustDomain, name string) (spiffeid.ID, error) {
 	return spiffeid.FromSegments(td, "wdc", "submitter", name)

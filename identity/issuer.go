@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io/fs"
 	"math/big"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -144,6 +145,36 @@ func (i *Issuer) Issue(id spiffeid.ID, ttl time.Duration) (*x509svid.SVID, error
 		NotAfter:     now.Add(ttl),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
+	}
+	cert, key, err := certify(tmpl, i.cert, i.key)
+	if err != nil {
+		return nil, err
+	}
+	return &x509svid.SVID{ID: id, Certificates: []*x509.Certificate{cert}, PrivateKey: key}, nil
+}
+
+// IssueServer is Issue for TemporalServerID, also naming hosts (IP
+// addresses or DNS names) as the certificate's subject alternative names:
+// a Temporal frontend's serving certificate, which its own system worker
+// also presents as a client.
+func (i *Issuer) IssueServer(hosts []string, ttl time.Duration) (*x509svid.SVID, error) {
+	id := TemporalServerID(i.td)
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{Organization: []string{"wdc"}, CommonName: "temporal frontend"},
+		URIs:         []*urlT{id.URL()},
+		NotBefore:    now.Add(-Backdate),
+		NotAfter:     now.Add(ttl),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
 	}
 	cert, key, err := certify(tmpl, i.cert, i.key)
 	if err != nil {

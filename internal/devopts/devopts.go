@@ -44,6 +44,19 @@ type Options struct {
 	// S3, when set, also serves an S3 endpoint (the embedded VersityGW
 	// gateway) for the artifact store. Nil serves none.
 	S3 *S3Options
+	// TLS, when set, serves the frontend with TLS and requires a client
+	// certificate issued by its ClientCAFile. Nil serves plain gRPC.
+	TLS *TLSOptions
+}
+
+// TLSOptions are the dev server's frontend TLS files (PEM).
+type TLSOptions struct {
+	// CertFile and KeyFile are the frontend's serving certificate, which
+	// the server's own system worker and Web UI also present as clients.
+	CertFile, KeyFile string
+	// CAFile holds the CA that issued CertFile and that every client
+	// certificate must chain to.
+	CAFile string
 }
 
 // bucketName is S3's bucket naming rule (3-63 of [a-z0-9.-], starting

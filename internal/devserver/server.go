@@ -2,6 +2,8 @@ package devserver
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -144,7 +146,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	if opts.EnableUI {
-		ui, err := startUI(opts.IP, opts.UIPort, s.frontend)
+		ui, err := startUI(opts.IP, opts.UIPort, s.frontend, opts.TLS)
 		if err != nil {
 			_ = srv.Stop()
 			return nil, err
@@ -208,7 +210,15 @@ func (s *Server) waitReady(ctx context.Context) error {
 	defer cancel()
 	var lastErr error
 	for {
-		c, err := client.DialContext(ctx, client.Options{HostPort: s.frontend, Namespace: DefaultNamespace, Logger: quietSDKLogger{}})
+		copts := client.Options{HostPort: s.frontend, Namespace: DefaultNamespace, Logger: quietSDKLogger{}}
+		if s.opts.TLS != nil {
+			cfg, err := ClientTLS(s.opts.TLS.CertFile, s.opts.TLS.KeyFile, s.opts.TLS.CAFile)
+			if err != nil {
+				return err
+			}
+			copts.ConnectionOptions.TLS = cfg
+		}
+		c, err := client.DialContext(ctx, copts)
 		if err == nil {
 			lastErr = s.ensureSearchAttributes(ctx, c)
 			c.Close()
@@ -326,10 +336,21 @@ func serverConfig(opts Options, sqlCfg *config.SQL) (*config.Config, error) {
 		services[name] = config.Service{RPC: config.RPC{GRPCPort: ports[i], BindOnIP: "127.0.0.1"}}
 	}
 	frontend := net.JoinHostPort(dialIP(opts.IP), strconv.Itoa(opts.Port))
+	global := config.Global{Membership: config.Membership{MaxJoinDuration: 30 * time.Second, BroadcastAddress: opts.IP}}
+	if t := opts.TLS; t != nil {
+		// Clients must present a certificate of t.CAFile; the system worker
+		// presents the server's own.
+		ca := []string{t.CAFile}
+		global.TLS = config.RootTLS{
+			Frontend: config.GroupTLS{
+				Server: config.ServerTLS{CertFile: t.CertFile, KeyFile: t.KeyFile, ClientCAFiles: ca, RequireClientAuth: true},
+				Client: config.ClientTLS{RootCAFiles: ca},
+			},
+			SystemWorker: config.WorkerTLS{CertFile: t.CertFile, KeyFile: t.KeyFile, Client: config.ClientTLS{RootCAFiles: ca}},
+		}
+	}
 	return &config.Config{
-		Global: config.Global{
-			Membership: config.Membership{MaxJoinDuration: 30 * time.Second, BroadcastAddress: opts.IP},
-		},
+		Global: global,
 		Persistence: config.Persistence{
 			DefaultStore:     sqliteplugin.PluginName,
 			VisibilityStore:  sqliteplugin.PluginName,
@@ -357,6 +378,25 @@ func serverConfig(opts Options, sqlCfg *config.SQL) (*config.Config, error) {
 		}},
 		PublicClient: config.PublicClient{HostPort: frontend},
 	}, nil
+}
+
+// ClientTLS is the TLS configuration of a client of a dev server started
+// with TLSOptions: the client certificate certFile/keyFile and the server
+// verified against caFile (PEM files).
+func ClientTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("client certificate: %w", err)
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: no PEM certificate", caFile)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }
 
 func newLogger(level string) (log.Logger, error) {

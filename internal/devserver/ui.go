@@ -10,6 +10,8 @@ import (
 	uiserver "github.com/temporalio/ui-server/v2/server"
 	uiconfig "github.com/temporalio/ui-server/v2/server/config"
 	"github.com/temporalio/ui-server/v2/server/server_options"
+
+	"github.com/wdc-runtime/wdc/internal/devopts"
 )
 
 // uiServer is the Temporal Web UI served in-process.
@@ -24,7 +26,7 @@ func (s staticUIConfig) GetConfig() (*uiconfig.Config, error) { return s.cfg, ni
 
 // startUI serves the Web UI on ip:port for the frontend at grpcAddr and
 // returns once it answers HTTP.
-func startUI(ip string, port int, grpcAddr string) (*uiServer, error) {
+func startUI(ip string, port int, grpcAddr string, tlsOpts *devopts.TLSOptions) (*uiServer, error) {
 	cfg := &uiconfig.Config{
 		Host:                ip,
 		Port:                port,
@@ -34,6 +36,11 @@ func startUI(ip string, port int, grpcAddr string) (*uiServer, error) {
 		HideLogs:            true,
 		DisableNewsFetch:    true,
 		CORS:                uiconfig.CORS{CookieInsecure: true},
+	}
+	if tlsOpts != nil {
+		// The UI reaches the frontend as a client with the server's own
+		// certificate.
+		cfg.TLS = uiconfig.TLS{CaFile: tlsOpts.CAFile, CertFile: tlsOpts.CertFile, KeyFile: tlsOpts.KeyFile, EnableHostVerification: true}
 	}
 	srv := uiserver.NewServer(server_options.WithConfigProvider(staticUIConfig{cfg}))
 	go func() { _ = srv.Start() }()

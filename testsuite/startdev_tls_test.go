@@ -1,0 +1,122 @@
+package testsuite
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+
+	"github.com/wdc-runtime/wdc/api"
+	wdcclient "github.com/wdc-runtime/wdc/client"
+	"github.com/wdc-runtime/wdc/cmd"
+	"github.com/wdc-runtime/wdc/fleet"
+	"github.com/wdc-runtime/wdc/internal/devserver"
+)
+
+// start-dev --tls serves the frontend with TLS and requires a client
+// certificate of its own issuer (kept beside the database): plain gRPC, a
+// client without a certificate and one of another root are refused; an
+// agent enrolled by `workers enroll` connects with its SVID alone
+// (--svid-dir --tls) and runs a task, the control plane with its
+// enrolled certificate, identity required.
+func TestStartDevTLSRequiresACertificateOfItsIssuer(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "dev.db")
+	srv := startDevProcess(t, "--db-filename", db, "--no-s3", "--tls", "-o", "json")
+	info := srv.readJSON(t)
+	var address string
+	require.NoError(t, json.Unmarshal(info["address"], &address))
+	var tlsInfo struct {
+		CADir string `json:"ca_dir"`
+		CA    string `json:"ca"`
+	}
+	require.NoError(t, json.Unmarshal(info["tls"], &tlsInfo), "%s", info)
+	caDir := db + ".ca"
+	require.Equal(t, caDir, tlsInfo.CADir)
+	require.Equal(t, filepath.Join(caDir, "ca.pem"), tlsInfo.CA)
+	st, err := os.Stat(filepath.Join(caDir, "ca.key"))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), st.Mode().Perm(), "the root key")
+
+	run := func(args ...string) (int, string) {
+		var out, errb bytes.Buffer
+		code := cmd.Main(cmd.Deps{Stdout: &out, Stderr: &errb, Getenv: cliGetenv}, append(args, "--address", address))
+		return code, out.String() + errb.String()
+	}
+	for _, enroll := range [][]string{{"--worker-id", "tls-a"}, {"--control-plane"}, {"--submitter", "me"}} {
+		code, out := run(append([]string{"workers", "enroll", "--ca-dir", caDir}, enroll...)...)
+		require.Equal(t, cmd.ExitOK, code, out)
+	}
+	other := t.TempDir()
+	code, out := run("workers", "enroll", "--ca-dir", other, "--submitter", "me")
+	require.Equal(t, cmd.ExitOK, code, out)
+	me := filepath.Join(caDir, "submitters", "me")
+	creds := func(svidDir string) []string {
+		return []string{"--tls-cert-path", filepath.Join(svidDir, "svid.pem"), "--tls-key-path", filepath.Join(svidDir, "svid.key"), "--tls-ca-path", tlsInfo.CA}
+	}
+
+	for name, args := range map[string][]string{
+		"plain gRPC":             {"workers", "list"},
+		"no client certificate":  {"workers", "list", "--tls-ca-path", tlsInfo.CA},
+		"another root's SVID":    append([]string{"workers", "list"}, creds(filepath.Join(other, "submitters", "me"))...),
+		"the server not checked": {"workers", "list", "--tls"}, // its root is not the system's
+	} {
+		code, out := run(args...)
+		assert.NotEqual(t, cmd.ExitOK, code, "%s: %s", name, out)
+		assert.Contains(t, out, "connect to Temporal at "+address, name)
+	}
+	code, out = run(append([]string{"workers", "list"}, creds(me)...)...)
+	require.Equal(t, cmd.ExitOK, code, out)
+
+	data := filepath.Join(dir, "data")
+	spawnTLS := func(name string, args ...string) {
+		logPath := filepath.Join(t.TempDir(), name+".log")
+		logFile, err := os.Create(logPath)
+		require.NoError(t, err)
+		c := exec.Command(os.Args[0], append(args, "--address", address, "--data-dir", data, "--log-level", "info")...)
+		c.Env = append(os.Environ(), envRunCLI+"=1")
+		c.Stdout, c.Stderr = logFile, logFile
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		require.NoError(t, c.Start())
+		stopAtCleanup(t, c, 10*time.Second, func() {
+			logFile.Close()
+			if t.Failed() {
+				b, _ := os.ReadFile(logPath)
+				t.Logf("%s log:\n%s", name, b)
+			}
+		})
+	}
+	spawnTLS("control-plane", append([]string{"control-plane", "--trust-bundle", tlsInfo.CA}, creds(filepath.Join(caDir, "control-plane"))...)...)
+	spawnTLS("agent", "agent", "--worker-id", "tls-a", "--svid-dir", filepath.Join(caDir, "workers", "tls-a"), "--tls",
+		"--cpu", "1", "--memory", "1Gi")
+
+	cfg, err := devserver.ClientTLS(filepath.Join(me, "svid.pem"), filepath.Join(me, "svid.key"), tlsInfo.CA)
+	require.NoError(t, err)
+	c, err := client.Dial(client.Options{HostPort: address, Logger: quietLogger{}, ConnectionOptions: client.ConnectionOptions{TLS: cfg}})
+	require.NoError(t, err)
+	defer c.Close()
+	wc := &wdcclient.Client{C: c}
+	waitFor(t, 30*time.Second, "tls-a ACTIVE", func() bool {
+		v, err := wc.Worker(context.Background(), "tls-a")
+		return err == nil && v.State == fleet.Active
+	})
+	e := taskEnvelope(t, "tls-task", `echo over tls > outputs/out.txt`)
+	e.Selector = nil
+	_, err = wc.SubmitTask(context.Background(), e, api.TaskOptions{LeaseTTL: 20 * time.Second})
+	require.NoError(t, err)
+	outcome, err := waitTaskIn(t, wc, e.TaskID)
+	require.NoError(t, err)
+	require.Equal(t, api.TaskCompleted, outcome.State)
+	v, err := wc.Task(context.Background(), e.TaskID)
+	require.NoError(t, err)
+	assert.Equal(t, "tls-a", v.Result.WorkerID, "the result was signed by tls-a's attempt key")
+}
