@@ -23,11 +23,12 @@ const (
 	envSVIDDir          = "WDC_SVID_DIR"
 	envCADir            = "WDC_CA_DIR"
 	envSubmitterSVIDDir = "WDC_SUBMITTER_SVID_DIR"
+	envRevocations      = "WDC_REVOCATIONS"
 )
 
 // trustFlags are the control plane's identity flags.
 type trustFlags struct {
-	mode, bundle, domain, socket string
+	mode, bundle, domain, socket, revocations string
 }
 
 func (f *trustFlags) bind(fs *pflag.FlagSet, getenv func(string) string) {
@@ -35,6 +36,7 @@ func (f *trustFlags) bind(fs *pflag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&f.bundle, "trust-bundle", getenv(envTrustBundle), "PEM file of the trust domain's X.509 authorities: the issuer's ca.pem ('wdc workers enroll') or a SPIRE bundle (env "+envTrustBundle+")")
 	bindSocket(fs, &f.socket, getenv, "the trust bundle comes from a SPIRE agent's Workload API at this socket, kept current as SPIRE rotates it")
 	bindTrustDomain(fs, &f.domain, getenv)
+	fs.StringVar(&f.revocations, "revocations", getenv(envRevocations), "revocation list (JSON lines, as 'wdc workers revoke --revocations FILE' appends them), read again when it changes: a certificate it revokes is refused whatever the registry remembers (env "+envRevocations+")")
 }
 
 func bindSocket(fs *pflag.FlagSet, p *string, getenv func(string) string, what string) {
@@ -65,6 +67,9 @@ func (f *trustFlags) verifier(ctx context.Context) (v *identity.Verifier, close 
 		return nil, close, usagef("--identity: %v", err)
 	}
 	if m == identity.ModeOff {
+		if f.revocations != "" {
+			return nil, close, usagef("--revocations: needs --identity optional or required (and --trust-bundle or --spiffe-socket)")
+		}
 		return nil, close, nil
 	}
 	td, err := spiffeid.TrustDomainFromString(f.domain)
@@ -80,6 +85,9 @@ func (f *trustFlags) verifier(ctx context.Context) (v *identity.Verifier, close 
 			return nil, close, fmt.Errorf("--spiffe-socket: %w", err)
 		}
 		v, err := identity.NewVerifier(m, td, src)
+		if err == nil {
+			err = f.addRevocations(v)
+		}
 		return v, func() { src.Close() }, err
 	case f.bundle == "":
 		return nil, close, usagef("--identity %s: --trust-bundle (or %s) or --spiffe-socket is required", m, envTrustBundle)
@@ -89,7 +97,23 @@ func (f *trustFlags) verifier(ctx context.Context) (v *identity.Verifier, close 
 		return nil, close, usagef("--trust-bundle %s: %v", f.bundle, err)
 	}
 	v, err = identity.NewVerifier(m, td, b)
-	return v, close, err
+	if err != nil {
+		return nil, close, err
+	}
+	return v, close, f.addRevocations(v)
+}
+
+// addRevocations gives v the --revocations list, if any.
+func (f *trustFlags) addRevocations(v *identity.Verifier) error {
+	if f.revocations == "" {
+		return nil
+	}
+	list, err := identity.OpenRevocationFile(f.revocations)
+	if err != nil {
+		return usagef("--revocations: %v", err)
+	}
+	v.Revocations = list
+	return nil
 }
 
 // svidFlags are the identity flags of an agent or a submitter.

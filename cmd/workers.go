@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,11 +11,13 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/wdc-runtime/wdc/api"
 	wdcclient "github.com/wdc-runtime/wdc/client"
 	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/fleet"
+	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/executor"
 	"github.com/wdc-runtime/wdc/launchers/external"
@@ -312,8 +315,8 @@ registers again.`,
 
 func (a *app) newWorkersRevokeCommand() *cobra.Command {
 	var (
-		reason string
-		svid   svidFlags
+		reason, revocations, domain string
+		svid                        svidFlags
 	)
 	c := a.workerUpdateCommand(&cobra.Command{
 		Use:   "revoke",
@@ -324,24 +327,58 @@ agent's next heartbeat is refused and its attempts fence themselves; their tasks
 retry on other workers. From then on the worker registers only with a
 certificate issued after the revoke: enroll it again ('wdc workers enroll',
 then restart its agent). With SPIRE, evict or re-attest its node first (see
-docs/security.md). The revocation outlives incarnations.
+docs/security.md). The revocation outlives incarnations, but not the registry
+entry's termination, reset or deletion by a namespace client: --revocations FILE
+also appends it to a revocation list that control planes given the same list
+(wdc control-plane --revocations FILE) consult whatever the registry remembers.
 
 Needs a control plane with --identity optional or required, and is signed with
 your submitter SVID (--svid-dir or --spiffe-socket).`,
-		Example: `  wdc workers revoke gpu-01 --reason "key leaked" --svid-dir ~/.wdc/submitter`,
+		Example: `  wdc workers revoke gpu-01 --reason "key leaked" --svid-dir ~/.wdc/submitter
+  wdc workers revoke gpu-01 --reason "key leaked" --revocations /shared/wdc/revoked.jsonl`,
 	}, func(ctx context.Context, wc *wdcclient.Client, id string) (v api.WorkerView, err error) {
+		td, err := spiffeid.TrustDomainFromString(domain)
+		if err != nil {
+			return v, usagef("--trust-domain %q: %v", domain, err)
+		}
+		sid, err := identity.WorkerID(td, id)
+		if err != nil {
+			return v, usagef("worker %q: %v", id, err)
+		}
 		err = svid.withSigner(ctx, wc, func() error {
 			v, err = wc.RevokeWorker(ctx, id, reason)
 			return err
 		})
-		return v, err
+		if err != nil || revocations == "" {
+			return v, err
+		}
+		return v, appendRevocation(revocations, identity.Revocation{SPIFFEID: sid.String(), RevokedThrough: v.RevokedThrough, Reason: reason})
 	}, func(v api.WorkerView) string {
 		return fmt.Sprintf("worker %s revoked: incarnation %d is %s; certificates issued through %s are refused",
 			v.WorkerID, v.Incarnation, v.State, v.RevokedThrough.Format(time.RFC3339))
 	})
 	c.Flags().StringVar(&reason, "reason", "", "why, kept in the worker's record")
+	c.Flags().StringVar(&revocations, "revocations", a.deps.Getenv(envRevocations), "also append the revocation to this revocation list (JSON lines, created if absent), for control planes' --revocations (env "+envRevocations+")")
+	bindTrustDomain(c.Flags(), &domain, a.deps.Getenv)
 	svid.bindSubmitter(c.Flags(), a.deps.Getenv)
 	return c
+}
+
+// appendRevocation appends r to the revocation list at path as one line.
+func appendRevocation(path string, r identity.Revocation) error {
+	line, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("--revocations: %w (the registry's revocation is in place)", err)
+	}
+	if _, err := f.Write(append(line, '\n')); err != nil {
+		f.Close()
+		return fmt.Errorf("--revocations %s: %w (the registry's revocation is in place)", path, err)
+	}
+	return f.Close()
 }
 
 func (a *app) newWorkersSweepCommand() *cobra.Command {

@@ -428,3 +428,83 @@ func TestClockOffsetDatesWhatTheSignerSigns(t *testing.T) {
 		require.WithinDuration(t, now.Add(tc.offset), p.SignedAt, time.Millisecond, "an attempt's key, offset %s", tc.offset)
 	}
 }
+
+func TestRevocationListRefusesWhatItRevokes(t *testing.T) {
+	td := spiffeid.RequireTrustDomainFromString(DefaultTrustDomain)
+	iss, err := NewIssuer(td)
+	require.NoError(t, err)
+	old := signerFor(t, iss, "worker-a", time.Hour)
+	other := signerFor(t, iss, "worker-b", time.Hour)
+	path := filepath.Join(t.TempDir(), "revoked.jsonl")
+	require.NoError(t, os.WriteFile(path, []byte("# revocations\n\n"), 0o644))
+	list, err := OpenRevocationFile(path)
+	require.NoError(t, err)
+	v, err := NewVerifier(ModeRequired, td, iss.Bundle())
+	require.NoError(t, err)
+	v.Revocations = list
+
+	now := time.Now()
+	claim := lease.Claim{TaskID: "t", WorkerID: "worker-a", Attempt: 1, Fence: 1, EnvelopeDigest: "sha256:x"}
+	key, err := old.Delegate(claim, now.Add(time.Hour))
+	require.NoError(t, err)
+	judge := func(s *Signer) (*lease.Rejection, *lease.Rejection) {
+		m := msg{WorkerID: "worker-a", N: 1}
+		p, err := s.Sign("register", m, time.Now())
+		require.NoError(t, err)
+		_, own := v.Worker(time.Now(), s.ID().Path()[len("/wdc/worker/"):], "register", m, p)
+		p, err = key.Sign("submit-result", m, time.Now())
+		require.NoError(t, err)
+		_, att := v.Attempt(time.Now(), "submit-result", claim, time.Time{}, m, p)
+		return own, att
+	}
+	own, att := judge(old)
+	require.Nil(t, own)
+	require.Nil(t, att)
+
+	id, err := WorkerID(td, "worker-a")
+	require.NoError(t, err)
+	// As `workers revoke` writes it: through the backdate of a certificate
+	// issued now.
+	line, err := json.Marshal(Revocation{SPIFFEID: id.String(), RevokedThrough: time.Now().Add(-Backdate), Reason: "key leaked"})
+	require.NoError(t, err)
+	time.Sleep(10 * time.Millisecond) // a new modification time
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.Write(append(line, '\n'))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	own, att = judge(old)
+	require.Equal(t, lease.RejectUnauthenticated, reasonOf(own), "the worker's own certificate")
+	require.Contains(t, own.Message, "was revoked through")
+	require.Equal(t, lease.RejectUnauthenticated, reasonOf(att), "a key it delegated")
+	own, _ = judge(other)
+	require.Nil(t, own, "another worker is not revoked")
+
+	// A malformed list keeps the revocations it had.
+	require.NoError(t, os.WriteFile(path, []byte("{not json\n"), 0o644))
+	own, _ = judge(old)
+	require.Equal(t, lease.RejectUnauthenticated, reasonOf(own))
+	require.ErrorContains(t, list.LastError(), "line 1")
+
+	// A certificate issued after the revocation is believed.
+	time.Sleep(1100 * time.Millisecond) // certificate times have whole seconds
+	own, _ = judge(signerFor(t, iss, "worker-a", time.Hour))
+	require.Nil(t, own, "enrolled again")
+}
+
+func TestParseRevocationsNamesTheBadLine(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`{"spiffe_id":"spiffe://wdc.local/wdc/worker/a"}`, "line 1: revoked_through: required"},
+		{"\n" + `{"spiffe_id":"not an id","revoked_through":"2026-01-01T00:00:00Z"}`, `line 2: spiffe_id "not an id"`},
+		{`{"spiffe_id":"spiffe://wdc.local/wdc/worker/a","revoked_through":"2026-01-01T00:00:00Z","extra":1}`, `line 1: json: unknown field "extra"`},
+	} {
+		_, err := ParseRevocations([]byte(tc.in))
+		require.ErrorContains(t, err, tc.want)
+	}
+	list, err := ParseRevocations([]byte(`{"spiffe_id":"spiffe://wdc.local/wdc/worker/a","revoked_through":"2026-02-01T00:00:00Z"}
+{"spiffe_id":"spiffe://wdc.local/wdc/worker/a","revoked_through":"2026-01-01T00:00:00Z"}`))
+	require.NoError(t, err)
+	require.Equal(t, 2026, list[spiffeid.RequireFromString("spiffe://wdc.local/wdc/worker/a")].RevokedThrough.Year())
+	require.Equal(t, time.February, list[spiffeid.RequireFromString("spiffe://wdc.local/wdc/worker/a")].RevokedThrough.Month(), "the latest revocation counts")
+}

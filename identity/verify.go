@@ -30,6 +30,10 @@ type Verifier struct {
 	// or a Workload API source that SPIRE keeps current); required unless
 	// Mode is off.
 	Bundle x509bundle.Source
+	// Revocations, when set, refuses certificates it revokes
+	// (RejectUnauthenticated) whatever a workflow remembers: a revocation
+	// there outlives the registry entry's termination, reset or deletion.
+	Revocations Revocations
 }
 
 // Verdict is what a Verifier found about an accepted message.
@@ -84,7 +88,14 @@ func (v *Verifier) signer(now time.Time, kind string, p *Proof) (id spiffeid.ID,
 	if !id.MemberOf(v.TrustDomain) {
 		return id, nil, Verdict{}, reject(lease.RejectWrongIdentity, "%s is not in trust domain %s", id, v.TrustDomain), true
 	}
-	return id, chains[0][0].PublicKey, Verdict{}, nil, false
+	leaf := chains[0][0]
+	if v.Revocations != nil {
+		if r, ok := v.Revocations.Revoked(id); ok && r.Refuses(leaf.NotBefore) {
+			return id, nil, Verdict{}, reject(lease.RejectUnauthenticated, "%s was revoked through %s on the revocation list (%s): its certificate issued %s is refused; enroll it again",
+				id, r.RevokedThrough.UTC().Format(time.RFC3339), r.Reason, leaf.NotBefore.UTC().Format(time.RFC3339)), true
+		}
+	}
+	return id, leaf.PublicKey, Verdict{}, nil, false
 }
 
 // unsigned decides an unsigned message: accepted in ModeOptional, else

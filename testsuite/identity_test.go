@@ -17,6 +17,7 @@ import (
 
 	"github.com/wdc-runtime/wdc/api"
 	wdcclient "github.com/wdc-runtime/wdc/client"
+	"github.com/wdc-runtime/wdc/cmd"
 	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/fleet"
 	"github.com/wdc-runtime/wdc/identity"
@@ -87,6 +88,10 @@ func TestIdentityRequired(t *testing.T) {
 	impostor, err := identity.NewIssuer(td) // same trust domain, a root nobody trusts
 	require.NoError(t, err)
 	v, err := identity.NewVerifier(identity.ModeRequired, iss.TrustDomain(), iss.Bundle())
+	require.NoError(t, err)
+	revocations := filepath.Join(t.TempDir(), "revoked.jsonl")
+	require.NoError(t, os.WriteFile(revocations, nil, 0o644))
+	v.Revocations, err = identity.OpenRevocationFile(revocations)
 	require.NoError(t, err)
 	c := dialNamespace(t, nsIdentity)
 	cp := worker.NewControlPlaneWith(c, suite.blobs, worker.ControlPlaneOptions{Identity: v})
@@ -446,6 +451,55 @@ func TestIdentityRequired(t *testing.T) {
 		out2, err := waitTaskIn(t, wc, env2.TaskID)
 		require.NoError(t, err)
 		require.Equal(t, api.TaskCompleted, out2.State, "the worker's own attempt is accepted")
+	})
+
+	// An operator (or an attacker with namespace access) terminates a
+	// revoked worker's registry entry: the entry's revocation is gone, but
+	// the control plane's revocation list still refuses the certificate.
+	t.Run("a listed revocation outlives the registry entry's termination", func(t *testing.T) {
+		ctx := context.Background()
+		const id = "id-crl"
+		leaked := issueSigner(t, iss, id)
+		register := func(s *identity.Signer) error {
+			reg := fleet.Registration{WorkerID: id, Capacity: resource.List{CPUMillis: 1000, MemoryBytes: 1 << 30}}
+			var err error
+			reg.Proof, err = s.Sign(api.UpdateRegister, reg, time.Now())
+			require.NoError(t, err)
+			_, err = wc.RegisterWorker(ctx, reg)
+			return err
+		}
+		require.NoError(t, register(leaked))
+		subID, err := identity.SubmitterID(iss.TrustDomain(), "ops")
+		require.NoError(t, err)
+		svid, err := iss.Issue(subID, time.Hour)
+		require.NoError(t, err)
+		opsDir := filepath.Join(t.TempDir(), "ops")
+		require.NoError(t, identity.WriteSVID(opsDir, svid, iss.Bundle()))
+		// The operator's command: the registry's revocation, and a line
+		// on the list the control plane reads.
+		code, stdout, stderr := cli(t, "workers", "revoke", id, "--reason", "key leaked", "-n", nsIdentity,
+			"--svid-dir", opsDir, "--revocations", revocations)
+		require.Equal(t, cmd.ExitOK, code, "%s%s", stdout, stderr)
+		list, err := os.ReadFile(revocations)
+		require.NoError(t, err)
+		parsed, err := identity.ParseRevocations(list)
+		require.NoError(t, err)
+		sid, err := identity.WorkerID(iss.TrustDomain(), id)
+		require.NoError(t, err)
+		require.Contains(t, parsed, sid, "%s", list)
+		require.Equal(t, "key leaked", parsed[sid].Reason)
+
+		require.NoError(t, c.TerminateWorkflow(ctx, api.WorkerWorkflowID(id), "", "operator: terminate the revoked entry"))
+		err = register(leaked)
+		requireRefused(t, err, lease.RejectUnauthenticated)
+		require.ErrorContains(t, err, "revocation list")
+		wv, err := wc.Worker(ctx, id)
+		if err == nil {
+			require.NotEqual(t, fleet.Active, wv.State, "the leaked certificate registered nothing")
+		}
+
+		time.Sleep(time.Second) // certificate times have whole seconds
+		require.NoError(t, register(issueSigner(t, iss, id)), "enrolled again, it registers")
 	})
 
 	t.Run("commit and close are believed only from a submitter", func(t *testing.T) {
