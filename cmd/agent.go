@@ -17,6 +17,7 @@ import (
 	wdcclient "github.com/wdc-runtime/wdc/client"
 	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/fleet"
+	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/internal/executor"
 	"github.com/wdc-runtime/wdc/internal/telemetry"
 	"github.com/wdc-runtime/wdc/launchers/external"
@@ -143,6 +144,9 @@ an earlier agent of this work directory left behind.`,
 			}
 			// With --tls, the SVID is also the agent's client certificate.
 			a.global.svidDir = svid.dir
+			if svid.dir != "" && a.global.tls && a.global.tlsCertPath == "" && launcher != launcherLocal {
+				fmt.Fprintf(a.deps.Stderr, "wdc: warning: --launcher %s: its executors do not present the agent's SVID; against a server that requires client certificates, give --tls-cert-path and --tls-key-path for them\n", launcher)
+			}
 			signer, closeSigner, err := svid.signer(c.Context(), isWorker(r.WorkerID))
 			if err != nil {
 				return err
@@ -375,6 +379,16 @@ holder delegated to that attempt (unauthenticated, wrong_identity, replayed);
 				return err
 			}
 			defer closeVerifier()
+			if list, ok := revocationFile(verifier); ok {
+				log := a.logger()
+				go list.Watch(ctx, time.Second, func(err error) {
+					if err != nil {
+						log.Error("revocation list not read again; keeping what it held", "file", trust.revocations, "error", err)
+					} else {
+						log.Info("revocation list read again", "file", trust.revocations)
+					}
+				})
+			}
 			msrv, stopMetrics, err := a.startMetrics(metrics)
 			if err != nil {
 				return err
@@ -474,4 +488,13 @@ func (a *app) warnLocalStore(u, launcher string) {
 	if strings.HasPrefix(u, "file://") {
 		a.notice(fmt.Sprintf("warning: with --launcher %s the attempts run on other machines, but the blob store is %s on this one; give --blob-url s3://... (or mount that path on every node)", launcher, u))
 	}
+}
+
+// revocationFile is v's revocation list when it is a file to watch.
+func revocationFile(v *identity.Verifier) (*identity.RevocationFile, bool) {
+	if v == nil {
+		return nil, false
+	}
+	f, ok := v.Revocations.(*identity.RevocationFile)
+	return f, ok
 }

@@ -225,6 +225,7 @@ func (g *globalOptions) tlsConfig() (*tls.Config, error) {
 		cfg.Certificates = []tls.Certificate{cert}
 	}
 	if dir := g.svidDir; dir != "" && len(cfg.Certificates) == 0 {
+		// Presented only to a server that asks for a client certificate.
 		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 			cert, err := tls.LoadX509KeyPair(filepath.Join(dir, identity.SVIDCertFile), filepath.Join(dir, identity.SVIDKeyFile))
 			if err != nil {
@@ -233,7 +234,21 @@ func (g *globalOptions) tlsConfig() (*tls.Config, error) {
 			return &cert, nil
 		}
 		if g.tlsCAPath == "" && g.tlsCAData == nil {
-			g.tlsCAPath = filepath.Join(dir, identity.BundleFile)
+			// The issuer's root beside the system's: a server of a public
+			// CA (Temporal Cloud) still verifies.
+			pool, err := x509.SystemCertPool()
+			if err != nil || pool == nil {
+				pool = x509.NewCertPool()
+			}
+			bundle := filepath.Join(dir, identity.BundleFile)
+			pem, err := os.ReadFile(bundle)
+			if err != nil {
+				return nil, usagef("--svid-dir: %v", err)
+			}
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, usagef("--svid-dir: %s holds no PEM certificate", bundle)
+			}
+			cfg.RootCAs = pool
 		}
 	}
 	if g.tlsCAPath != "" {

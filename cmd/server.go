@@ -285,10 +285,17 @@ func (o *startDevOptions) issueTLS() (t *startDevTLS, cleanup func(), err error)
 		}
 		cleanup = func() { os.RemoveAll(dir) }
 	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs // printed for commands run elsewhere
+	}
 	iss, err := identity.LoadOrCreateIssuer(dir, spiffeid.RequireTrustDomainFromString(identity.DefaultTrustDomain))
 	if err != nil {
 		cleanup()
-		return nil, func() {}, fmt.Errorf("--ca-dir %s: %w", dir, err)
+		what := "--ca-dir " + dir
+		if o.caDir == "" {
+			what = "the issuer beside --db-filename, " + dir
+		}
+		return nil, func() {}, fmt.Errorf("%s: %w", what, err)
 	}
 	hosts := []string{"127.0.0.1", "::1", "localhost"}
 	if ip := net.ParseIP(o.ip); ip.IsUnspecified() {
@@ -326,7 +333,8 @@ func (t *startDevTLS) explain(w io.Writer, address string) {
 	fmt.Fprintf(w, "  wdc agent --worker-id worker-a --svid-dir %s/workers/worker-a --tls\n", d)
 	fmt.Fprintf(w, "  wdc workers enroll --ca-dir %s --control-plane\n", d)
 	fmt.Fprintf(w, "  wdc control-plane --trust-bundle %[1]s/ca.pem --tls-cert-path %[1]s/control-plane/svid.pem --tls-key-path %[1]s/control-plane/svid.key --tls-ca-path %[1]s/ca.pem\n", d)
-	fmt.Fprintf(w, "  wdc workers enroll --ca-dir %s --submitter me               # other wdc commands and the temporal CLI:\n", d)
-	fmt.Fprintf(w, "  export TEMPORAL_TLS_CERT=%[1]s/submitters/me/svid.pem TEMPORAL_TLS_KEY=%[1]s/submitters/me/svid.key TEMPORAL_TLS_CA=%[1]s/ca.pem\n", d)
+	fmt.Fprintf(w, "  wdc workers enroll --ca-dir %s --submitter me\n", d)
+	fmt.Fprintf(w, "  export TEMPORAL_TLS_CERT=%[1]s/submitters/me/svid.pem TEMPORAL_TLS_KEY=%[1]s/submitters/me/svid.key TEMPORAL_TLS_CA=%[1]s/ca.pem   # other wdc commands (not in the agents' shell)\n", d)
 	fmt.Fprintf(w, "  temporal workflow list --address %[2]s --tls-cert-path %[1]s/submitters/me/svid.pem --tls-key-path %[1]s/submitters/me/svid.key --tls-ca-path %[1]s/ca.pem\n", d, address)
+	fmt.Fprintf(w, "  The Web UI uses the server's certificate: it listens on 127.0.0.1 only.\n")
 }

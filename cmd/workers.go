@@ -352,7 +352,13 @@ your submitter SVID (--svid-dir or --spiffe-socket).`,
 		if err != nil || revocations == "" {
 			return v, err
 		}
-		return v, appendRevocation(revocations, identity.Revocation{SPIFFEID: sid.String(), RevokedThrough: v.RevokedThrough, Reason: reason})
+		listed := sid.String()
+		if v.Identity != "" {
+			// The ID it registered with (SPIRE's trust domain, say), not
+			// one --trust-domain made up.
+			listed = v.Identity
+		}
+		return v, appendRevocation(revocations, identity.Revocation{SPIFFEID: listed, RevokedThrough: v.RevokedThrough, Reason: reason})
 	}, func(v api.WorkerView) string {
 		return fmt.Sprintf("worker %s revoked: incarnation %d is %s; certificates issued through %s are refused",
 			v.WorkerID, v.Incarnation, v.State, v.RevokedThrough.Format(time.RFC3339))

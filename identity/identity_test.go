@@ -1,6 +1,7 @@
 package identity
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -467,13 +468,15 @@ func TestRevocationListRefusesWhatItRevokes(t *testing.T) {
 	// issued now.
 	line, err := json.Marshal(Revocation{SPIFFEID: id.String(), RevokedThrough: time.Now().Add(-Backdate), Reason: "key leaked"})
 	require.NoError(t, err)
-	time.Sleep(10 * time.Millisecond) // a new modification time
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
 	require.NoError(t, err)
 	_, err = f.Write(append(line, '\n'))
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 
+	own, _ = judge(old)
+	require.Nil(t, own, "not read again yet")
+	require.NoError(t, list.Refresh())
 	own, att = judge(old)
 	require.Equal(t, lease.RejectUnauthenticated, reasonOf(own), "the worker's own certificate")
 	require.Contains(t, own.Message, "was revoked through")
@@ -481,11 +484,24 @@ func TestRevocationListRefusesWhatItRevokes(t *testing.T) {
 	own, _ = judge(other)
 	require.Nil(t, own, "another worker is not revoked")
 
+	// Optional identity accepts unsigned messages, but not a listed
+	// worker's.
+	optional, err := NewVerifier(ModeOptional, td, iss.Bundle())
+	require.NoError(t, err)
+	optional.Revocations = list
+	_, rej := optional.Worker(time.Now(), "worker-a", "register", msg{WorkerID: "worker-a"}, nil)
+	require.Equal(t, lease.RejectUnauthenticated, reasonOf(rej))
+	require.Contains(t, rej.Message, "on the revocation list")
+	_, rej = optional.Attempt(time.Now(), "submit-result", claim, time.Time{}, msg{}, nil)
+	require.Equal(t, lease.RejectUnauthenticated, reasonOf(rej))
+	_, rej = optional.Worker(time.Now(), "worker-b", "register", msg{WorkerID: "worker-b"}, nil)
+	require.Nil(t, rej)
+
 	// A malformed list keeps the revocations it had.
 	require.NoError(t, os.WriteFile(path, []byte("{not json\n"), 0o644))
+	require.ErrorContains(t, list.Refresh(), "line 1")
 	own, _ = judge(old)
 	require.Equal(t, lease.RejectUnauthenticated, reasonOf(own))
-	require.ErrorContains(t, list.LastError(), "line 1")
 
 	// A certificate issued after the revocation is believed.
 	time.Sleep(1100 * time.Millisecond) // certificate times have whole seconds
@@ -507,4 +523,25 @@ func TestParseRevocationsNamesTheBadLine(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2026, list[spiffeid.RequireFromString("spiffe://wdc.local/wdc/worker/a")].RevokedThrough.Year())
 	require.Equal(t, time.February, list[spiffeid.RequireFromString("spiffe://wdc.local/wdc/worker/a")].RevokedThrough.Month(), "the latest revocation counts")
+}
+
+func TestRevocationFileWatchReadsChangesAndSaysWhatFails(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "revoked.jsonl")
+	require.NoError(t, os.WriteFile(path, nil, 0o644))
+	list, err := OpenRevocationFile(path)
+	require.NoError(t, err)
+	errs := make(chan error, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go list.Watch(ctx, 5*time.Millisecond, func(err error) { errs <- err })
+
+	id := spiffeid.RequireFromString("spiffe://wdc.local/wdc/worker/a")
+	require.NoError(t, os.WriteFile(path, []byte(`{"spiffe_id":"spiffe://wdc.local/wdc/worker/a","revoked_through":"2026-01-01T00:00:00Z"}`+"\n"), 0o644))
+	require.Eventually(t, func() bool { _, ok := list.Revoked(id); return ok }, 5*time.Second, 5*time.Millisecond)
+	require.NoError(t, os.WriteFile(path, []byte("oops\n"), 0o644))
+	require.ErrorContains(t, <-errs, "line 1")
+	_, ok := list.Revoked(id)
+	require.True(t, ok, "kept")
+	require.NoError(t, os.WriteFile(path, nil, 0o644))
+	require.NoError(t, <-errs, "read again")
 }

@@ -3,6 +3,7 @@ package identity
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -32,17 +33,17 @@ type Revocations interface {
 }
 
 // RevocationFile is a revocation list kept in a file of JSON lines
-// (Revocation), read again whenever its size or modification time
-// changes. A file that becomes unreadable or malformed keeps the list last
-// read (a revocation is never forgotten) and LastError says why. Safe for
-// concurrent use.
+// (Revocation). Revoked reads memory only (it runs in workflow
+// validators); Refresh, or Watch in the background, reads the file again
+// when its size or modification time changed. A file that becomes
+// unreadable or malformed keeps the list last read: a revocation is
+// never forgotten. Safe for concurrent use.
 type RevocationFile struct {
 	path string
 
-	mu      sync.Mutex
-	stamp   [2]int64 // size, mtime in ns
-	byID    map[spiffeid.ID]Revocation
-	lastErr error
+	mu    sync.RWMutex
+	stamp [2]int64 // size, mtime in ns
+	byID  map[spiffeid.ID]Revocation
 }
 
 // OpenRevocationFile reads the list at path. Errors: the file cannot be
@@ -50,43 +51,34 @@ type RevocationFile struct {
 // by its number).
 func OpenRevocationFile(path string) (*RevocationFile, error) {
 	f := &RevocationFile{path: path}
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if err := f.load(st); err != nil {
+	if err := f.Refresh(); err != nil {
 		return nil, err
 	}
 	return f, nil
 }
 
-// Revoked returns id's latest revocation in the file.
+// Revoked returns id's latest revocation in the list last read.
 func (f *RevocationFile) Revoked(id spiffeid.ID) (Revocation, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if st, err := os.Stat(f.path); err != nil {
-		f.lastErr = err
-	} else if stampOf(st) != f.stamp {
-		if err := f.load(st); err != nil {
-			f.lastErr = err
-		}
-	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
 	r, ok := f.byID[id]
 	return r, ok
 }
 
-// LastError is the last failure to read the file again (nil after a
-// successful read).
-func (f *RevocationFile) LastError() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.lastErr
-}
-
-func stampOf(st os.FileInfo) [2]int64 { return [2]int64{st.Size(), st.ModTime().UnixNano()} }
-
-// load reads the whole file; on error the list is unchanged.
-func (f *RevocationFile) load(st os.FileInfo) error {
+// Refresh reads the file again if it changed since it was last read; on
+// error the list is unchanged.
+func (f *RevocationFile) Refresh() error {
+	st, err := os.Stat(f.path)
+	if err != nil {
+		return err
+	}
+	stamp := [2]int64{st.Size(), st.ModTime().UnixNano()}
+	f.mu.RLock()
+	same := f.byID != nil && stamp == f.stamp
+	f.mu.RUnlock()
+	if same {
+		return nil
+	}
 	b, err := os.ReadFile(f.path)
 	if err != nil {
 		return err
@@ -95,8 +87,35 @@ func (f *RevocationFile) load(st os.FileInfo) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", f.path, err)
 	}
-	f.byID, f.stamp, f.lastErr = list, stampOf(st), nil
+	f.mu.Lock()
+	f.byID, f.stamp = list, stamp
+	f.mu.Unlock()
 	return nil
+}
+
+// Watch calls Refresh every interval until ctx is done, and onError with
+// each failure that differs from the previous one (nil once it reads
+// again).
+func (f *RevocationFile) Watch(ctx context.Context, interval time.Duration, onError func(error)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var last string
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := f.Refresh()
+		msg := ""
+		if err != nil {
+			msg = err.Error()
+		}
+		if msg != last {
+			last = msg
+			onError(err)
+		}
+	}
 }
 
 // ParseRevocations reads JSON lines of Revocation (blank lines and lines

@@ -98,6 +98,23 @@ func (v *Verifier) signer(now time.Time, kind string, p *Proof) (id spiffeid.ID,
 	return id, leaf.PublicKey, Verdict{}, nil, false
 }
 
+// unsignedListed refuses an unsigned message of a worker on the
+// revocation list (ModeOptional would accept it): which certificate it
+// holds cannot be told.
+func (v *Verifier) unsignedListed(worker, kind string, p *Proof) *lease.Rejection {
+	if p != nil || v.off() || v.Revocations == nil {
+		return nil
+	}
+	id, err := WorkerID(v.TrustDomain, worker)
+	if err != nil {
+		return nil
+	}
+	if _, listed := v.Revocations.Revoked(id); listed {
+		return reject(lease.RejectUnauthenticated, "%s of worker %q is not signed, and %s is on the revocation list", kind, worker, id)
+	}
+	return nil
+}
+
 // unsigned decides an unsigned message: accepted in ModeOptional, else
 // RejectUnauthenticated.
 func (v *Verifier) unsigned(kind string) (Verdict, *lease.Rejection) {
@@ -114,6 +131,9 @@ func (v *Verifier) unsigned(kind string) (Verdict, *lease.Rejection) {
 // unauthenticated, wrong_identity, replayed. The caller also refuses a
 // SignedAt not after the last it accepted (replayed).
 func (v *Verifier) Worker(now time.Time, worker, kind string, message any, p *Proof) (Verdict, *lease.Rejection) {
+	if rej := v.unsignedListed(worker, kind, p); rej != nil {
+		return Verdict{}, rej
+	}
 	return v.own(now, kind, message, p, func(id spiffeid.ID) bool {
 		got, ok := WorkerOf(id)
 		return ok && got == worker
@@ -166,6 +186,9 @@ func (v *Verifier) own(now time.Time, kind string, message any, p *Proof, is fun
 // unauthenticated, wrong_identity. A replay of a whole signed message is
 // the same claim again: the fence check and the update's ID answer it.
 func (v *Verifier) Attempt(now time.Time, kind string, c lease.Claim, registeredWith time.Time, message any, p *Proof) (Verdict, *lease.Rejection) {
+	if rej := v.unsignedListed(c.WorkerID, kind, p); rej != nil {
+		return Verdict{}, rej
+	}
 	id, pub, verdict, rej, done := v.signer(now, kind, p)
 	if done {
 		return verdict, rej

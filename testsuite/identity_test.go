@@ -91,8 +91,16 @@ func TestIdentityRequired(t *testing.T) {
 	require.NoError(t, err)
 	revocations := filepath.Join(t.TempDir(), "revoked.jsonl")
 	require.NoError(t, os.WriteFile(revocations, nil, 0o644))
-	v.Revocations, err = identity.OpenRevocationFile(revocations)
+	list, err := identity.OpenRevocationFile(revocations)
 	require.NoError(t, err)
+	v.Revocations = list
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	t.Cleanup(stopWatch)
+	go list.Watch(watchCtx, 50*time.Millisecond, func(err error) {
+		if err != nil {
+			t.Errorf("revocation list: %v", err)
+		}
+	})
 	c := dialNamespace(t, nsIdentity)
 	cp := worker.NewControlPlaneWith(c, suite.blobs, worker.ControlPlaneOptions{Identity: v})
 	require.NoError(t, cp.Start())
@@ -480,16 +488,17 @@ func TestIdentityRequired(t *testing.T) {
 		code, stdout, stderr := cli(t, "workers", "revoke", id, "--reason", "key leaked", "-n", nsIdentity,
 			"--svid-dir", opsDir, "--revocations", revocations)
 		require.Equal(t, cmd.ExitOK, code, "%s%s", stdout, stderr)
-		list, err := os.ReadFile(revocations)
+		written, err := os.ReadFile(revocations)
 		require.NoError(t, err)
-		parsed, err := identity.ParseRevocations(list)
+		parsed, err := identity.ParseRevocations(written)
 		require.NoError(t, err)
 		sid, err := identity.WorkerID(iss.TrustDomain(), id)
 		require.NoError(t, err)
-		require.Contains(t, parsed, sid, "%s", list)
+		require.Contains(t, parsed, sid, "%s", written)
 		require.Equal(t, "key leaked", parsed[sid].Reason)
 
 		require.NoError(t, c.TerminateWorkflow(ctx, api.WorkerWorkflowID(id), "", "operator: terminate the revoked entry"))
+		waitFor(t, 5*time.Second, "the control plane's list read again", func() bool { _, ok := list.Revoked(sid); return ok })
 		err = register(leaked)
 		requireRefused(t, err, lease.RejectUnauthenticated)
 		require.ErrorContains(t, err, "revocation list")

@@ -45,7 +45,9 @@ type Options struct {
 	// gateway) for the artifact store. Nil serves none.
 	S3 *S3Options
 	// TLS, when set, serves the frontend with TLS and requires a client
-	// certificate issued by its ClientCAFile. Nil serves plain gRPC.
+	// certificate issued by its CAFile; the Web UI then listens on
+	// 127.0.0.1 only (it acts with the server's certificate). Nil serves
+	// plain gRPC.
 	TLS *TLSOptions
 }
 

@@ -146,13 +146,20 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	if opts.EnableUI {
-		ui, err := startUI(opts.IP, opts.UIPort, s.frontend, opts.TLS)
+		// With TLS the UI reaches the frontend with the server's own
+		// certificate, so it acts with the server's rights: it listens on
+		// the loopback only.
+		uiIP := opts.IP
+		if opts.TLS != nil {
+			uiIP = "127.0.0.1"
+		}
+		ui, err := startUI(uiIP, opts.UIPort, s.frontend, opts.TLS)
 		if err != nil {
 			_ = srv.Stop()
 			return nil, err
 		}
 		s.ui = ui
-		s.uiAddr = "http://" + net.JoinHostPort(opts.IP, strconv.Itoa(opts.UIPort))
+		s.uiAddr = "http://" + net.JoinHostPort(uiIP, strconv.Itoa(opts.UIPort))
 	}
 	if opts.S3 != nil {
 		e, err := startS3(opts)

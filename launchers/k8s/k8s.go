@@ -181,7 +181,8 @@ func New(ctx context.Context, opts Options) (*Launcher, error) {
 // (*NotAllowedError: its image, a toleration, its priority or runtime
 // class); no image; a named RuntimeClass, PriorityClass or the
 // task PVC does not exist (named in the error); the API server refused
-// the Job, or the key Secret (the Job is then deleted).
+// the Job, or the key Secret (a Job this call created is then deleted; one
+// an earlier launch of the attempt created is left running).
 func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.Submission, error) {
 	if !l.opts.Apply {
 		return launchers.Submission{}, ErrWritesDisabled
@@ -203,6 +204,7 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 	ns := l.opts.Spec.Namespace
 	jobs := l.opts.Client.BatchV1().Jobs(ns)
 	created, err := jobs.Create(ctx, job, metav1.CreateOptions{})
+	createdHere := err == nil
 	if apierrors.IsAlreadyExists(err) {
 		created, err = jobs.Get(ctx, job.Name, metav1.GetOptions{})
 		if err == nil && created.Annotations[AnnotationPrefix+"fence"] != strconv.FormatInt(c.Fence, 10) {
@@ -213,10 +215,16 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 		return launchers.Submission{}, fmt.Errorf("create job %s/%s: %w", ns, job.Name, err)
 	}
 	if err := l.createKeySecret(ctx, a, created); err != nil {
-		// Its pod would wait for the Secret for ever.
-		if derr := jobs.Delete(ctx, created.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground),
-			Preconditions: &metav1.Preconditions{UID: &created.UID}}); derr != nil && !apierrors.IsNotFound(derr) {
-			l.opts.Logger.Warn("could not delete a Job whose key Secret failed", "job", ns+"/"+created.Name, "error", derr)
+		// The pod of a Job created here would wait for the Secret for
+		// ever; a Job an earlier launch created has its Secret and runs.
+		if createdHere {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			derr := jobs.Delete(dctx, created.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground),
+				Preconditions: &metav1.Preconditions{UID: &created.UID}})
+			cancel()
+			if derr != nil && !apierrors.IsNotFound(derr) {
+				l.opts.Logger.Warn("could not delete a Job whose key Secret failed", "job", ns+"/"+created.Name, "error", derr)
+			}
 		}
 		return launchers.Submission{}, err
 	}

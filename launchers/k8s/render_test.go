@@ -407,9 +407,19 @@ func TestSubmitHandsTheAttemptItsKeyThroughASecretTheJobOwns(t *testing.T) {
 	assert.Equal(t, corev1.EnvVar{Name: external.EnvAttemptKeyData, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 		LocalObjectReference: corev1.LocalObjectReference{Name: secret.Name}, Key: KeySecretKey}}}, c.Env[0])
 
-	// A retried launch keeps the Secret it made.
+	// A retried launch keeps the Job and the Secret it made, and leaves a
+	// running Job alone when the Secret cannot be made this time.
 	_, err = l.Submit(ctx, a)
 	require.NoError(t, err)
+	require.NoError(t, client.CoreV1().Secrets("wdc-jobs").Delete(ctx, secret.Name, metav1.DeleteOptions{}))
+	client.PrependReactor("create", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("etcdserver: request timed out")
+	})
+	_, err = l.Submit(ctx, a)
+	require.ErrorContains(t, err, "request timed out")
+	again, err := client.BatchV1().Jobs("wdc-jobs").Get(ctx, job.Name, metav1.GetOptions{})
+	require.NoError(t, err, "the earlier launch's Job still runs")
+	assert.Equal(t, job.UID, again.UID)
 }
 
 func TestSubmitDeletesTheJobWhenItsKeySecretFails(t *testing.T) {
