@@ -378,17 +378,26 @@ func testSigner(t *testing.T) *identity.Signer {
 	return s
 }
 
-func TestSubmitHandsTheAttemptItsKeyThroughASecretTheJobOwns(t *testing.T) {
+// signedLauncher is a launcher with writes on and worker k8s-pool's
+// signer, on client; it is shut down with the test.
+func signedLauncher(t *testing.T, client *fake.Clientset) *Launcher {
+	t.Helper()
 	ctx := context.Background()
-	client := fake.NewClientset()
 	blobs, err := blobstore.OpenDir(ctx, t.TempDir())
 	require.NoError(t, err)
 	l, err := New(ctx, Options{WorkerID: "k8s-pool", Client: client, Spec: testSpec(), Apply: true, Blobs: blobs,
 		Reporter: &kubetest.Reports{}, Signer: testSigner(t)})
 	require.NoError(t, err)
-	defer l.Shutdown(ctx, "test")
+	t.Cleanup(func() { l.Shutdown(ctx, "test") })
+	return l
+}
+
+func TestSubmitHandsTheAttemptItsKeyThroughASecretTheJobOwns(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset()
+	l := signedLauncher(t, client)
 	a := testAttempt(t, nil)
-	_, err = l.Submit(ctx, a)
+	_, err := l.Submit(ctx, a)
 	require.NoError(t, err)
 
 	job, err := client.BatchV1().Jobs("wdc-jobs").Get(ctx, JobName(a.Claim()), metav1.GetOptions{})
@@ -428,14 +437,9 @@ func TestSubmitDeletesTheJobWhenItsKeySecretFails(t *testing.T) {
 	client.PrependReactor("create", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("secrets is forbidden")
 	})
-	blobs, err := blobstore.OpenDir(ctx, t.TempDir())
-	require.NoError(t, err)
-	l, err := New(ctx, Options{WorkerID: "k8s-pool", Client: client, Spec: testSpec(), Apply: true, Blobs: blobs,
-		Reporter: &kubetest.Reports{}, Signer: testSigner(t)})
-	require.NoError(t, err)
-	defer l.Shutdown(ctx, "test")
+	l := signedLauncher(t, client)
 	a := testAttempt(t, nil)
-	_, err = l.Submit(ctx, a)
+	_, err := l.Submit(ctx, a)
 	require.ErrorContains(t, err, "create secret wdc-jobs/"+KeySecretName(a.Claim())+" (the attempt's key): secrets is forbidden")
 	jobs, err := client.BatchV1().Jobs("wdc-jobs").List(ctx, metav1.ListOptions{})
 	require.NoError(t, err)
