@@ -139,9 +139,6 @@ an earlier agent of this work directory left behind.`,
 			if launcher == launcherLocal && (spoolDir != "" || c.Flags().Changed("exec-binary")) {
 				return usagef("--spool-dir and --exec-binary go with --launcher %s (--exec-binary also with %s or %s)", launcherExternal, launcherRay, launcherK8s)
 			}
-			if svid.signed() && launcher == launcherRay {
-				return usagef("--svid-dir and --spiffe-socket go with --launcher %s, %s or %s: the %s launcher's executors cannot sign their results yet", launcherLocal, launcherExternal, launcherK8s, launcher)
-			}
 			// With --tls, the SVID is also the agent's client certificate.
 			a.global.svidDir = svid.dir
 			if svid.dir != "" && a.global.tls && a.global.tlsCertPath == "" && launcher != launcherLocal {
@@ -236,7 +233,7 @@ an earlier agent of this work directory left behind.`,
 					return err
 				}
 				a.warnLocalStore(u, launcherRay)
-				if opts.Launcher, opts.Healthy, where, err = a.rayAgent(ctx, rayFlags, r.WorkerID, execBin, u, tc, store, log); err != nil {
+				if opts.Launcher, opts.Healthy, where, err = a.rayAgent(ctx, rayFlags, r.WorkerID, execBin, u, tc, store, log, signer); err != nil {
 					return err
 				}
 				declareLauncher(&r, envelope.LauncherRay)

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.temporal.io/sdk/client"
 
+	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/executor"
 	"github.com/wdc-runtime/wdc/launchers/ray"
@@ -69,11 +70,13 @@ func (f *rayAgentFlags) validate(c *cobra.Command, launcher string) error {
 var _ worker.Adopter = (*ray.Launcher)(nil)
 
 // rayAgent connects to the dashboard, reads its Ray version once (which
-// fixes the submit fields for the agent's life) and returns the launcher,
+// fixes the submit fields for the agent's life) and returns the launcher
+// (whose jobs sign with keys signer delegates, when set),
 // the liveness check the worker heartbeats depend on, and a line saying
 // where attempts run. Errors: a dashboard that does not answer, or a Ray
 // version older than ray.MinRayVersion.
-func (a *app) rayAgent(ctx context.Context, f rayAgentFlags, workerID, execBin, blobURL string, tc client.Client, store *blobstore.Store, log *slog.Logger) (worker.AgentLauncher, func(context.Context) error, string, error) {
+func (a *app) rayAgent(ctx context.Context, f rayAgentFlags, workerID, execBin, blobURL string, tc client.Client, store *blobstore.Store, log *slog.Logger,
+	signer *identity.Signer) (worker.AgentLauncher, func(context.Context) error, string, error) {
 	rc, err := ray.NewClient(ray.ClientOptions{Address: f.address, Timeout: f.requestTimeout})
 	if err != nil {
 		return nil, nil, "", usagef("--ray-address: %v", err)
@@ -90,7 +93,7 @@ func (a *app) rayAgent(ctx context.Context, f rayAgentFlags, workerID, execBin, 
 	}
 	l, err := ray.New(ray.Options{WorkerID: workerID, Client: rc, Fields: fields, Blobs: store,
 		Control: &executor.TemporalControl{Client: tc}, Target: a.execTarget(execBin, blobURL), Python: f.python,
-		PendingTimeout: f.pendingTimeout, PollInterval: f.pollInterval, Logger: log})
+		PendingTimeout: f.pendingTimeout, PollInterval: f.pollInterval, Logger: log, Signer: signer})
 	if err != nil {
 		return nil, nil, "", err
 	}

@@ -111,8 +111,6 @@ func TestAgentLauncherAndRenderLaunchFlagsAreChecked(t *testing.T) {
 		{"kubeconfig with external", []string{"agent", "--worker-id", "w1", "--launcher", "external", "--kubeconfig", "x"}, "--kubeconfig goes with --launcher k8s"},
 		{"kubeconfig with ray", []string{"agent", "--worker-id", "w1", "--launcher", "ray", "--ray-address", "http://127.0.0.1:8265", "--kubeconfig", "x"}, "--kubeconfig goes with --launcher k8s"},
 		{"spool dir with k8s", []string{"agent", "--worker-id", "w1", "--launcher", "k8s", "--spool-dir", "/tmp/x"}, "--spool-dir goes with --launcher external"},
-		{"svid with ray", []string{"agent", "--worker-id", "w1", "--launcher", "ray", "--ray-address", "http://127.0.0.1:8265", "--svid-dir", "/tmp/x"},
-			"--svid-dir and --spiffe-socket go with --launcher local, external or k8s: the ray launcher's executors cannot sign their results yet"},
 		{"spool dir with ray", []string{"agent", "--worker-id", "w1", "--launcher", "ray", "--ray-address", "http://127.0.0.1:8265", "--spool-dir", "/tmp/x"}, "--spool-dir goes with --launcher external"},
 		{"work dir with k8s", []string{"agent", "--worker-id", "w1", "--launcher", "k8s", "--work-dir", "/tmp/w"}, "--work-dir: applies to attempts run here, not with --launcher k8s"},
 		{"bad k8s ttl", []string{"agent", "--worker-id", "w1", "--launcher", "k8s", "--k8s-ttl-after-finished", "-2"}, "--k8s-ttl-after-finished -2: want -1"},

@@ -130,9 +130,6 @@ func (f *svidFlags) bindSubmitter(fs *pflag.FlagSet, getenv func(string) string)
 	bindSocket(fs, &f.socket, getenv, "take your submitter X.509-SVID from a SPIRE agent's Workload API at this socket instead of --svid-dir")
 }
 
-// signed reports whether an identity flag was given.
-func (f *svidFlags) signed() bool { return f.dir != "" || f.socket != "" }
-
 // signer returns the signer the flags name (nil with neither) after
 // checking its SVID with want (nil: any), which names what it must be;
 // close releases a Workload API source.

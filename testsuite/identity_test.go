@@ -21,6 +21,7 @@ import (
 	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/fleet"
 	"github.com/wdc-runtime/wdc/identity"
+	raytest "github.com/wdc-runtime/wdc/internal/testenv/ray"
 	"github.com/wdc-runtime/wdc/launchers/external"
 	"github.com/wdc-runtime/wdc/lease"
 	"github.com/wdc-runtime/wdc/resource"
@@ -291,6 +292,37 @@ func TestIdentityRequired(t *testing.T) {
 		stolen := readArtifactFrom(t, suite.blobs, view.Result, "stolen.txt")
 		require.Contains(t, stolen, "No such file", "the command did not find the key")
 		require.NotContains(t, stolen, "delegation")
+	})
+
+	// A Ray worker's jobs carry their attempt's key: the result is
+	// accepted with identity required, and the task's command never sees
+	// the key.
+	t.Run("a Ray job signs with the key delegated to its attempt", func(t *testing.T) {
+		const id = "id-ray"
+		dir := filepath.Join(t.TempDir(), id)
+		svid, err := iss.IssueWorker(id, time.Hour)
+		require.NoError(t, err)
+		require.NoError(t, identity.WriteSVID(dir, svid, iss.Bundle()))
+		emu := startRay(t, raytest.Options{})
+		spawnAgentArgs(t, id, "--namespace", nsIdentity, "--svid-dir", dir, "--launcher", "ray", "--ray-address", emu.URL(),
+			"--exec-binary", os.Args[0], "--ray-poll-interval", "200ms")
+		waitFor(t, 30*time.Second, id+" registered", func() bool {
+			wv, err := wc.Worker(context.Background(), id)
+			return err == nil && wv.State == fleet.Active
+		})
+		env := envelope.Envelope{TaskID: "id-ray-task", RunID: "id-run", WorldID: "identity", Launcher: envelope.LauncherRay,
+			Command:  []string{"/bin/sh", "-c", `env | sort > outputs/env.txt`},
+			Env:      map[string]string{"PATH": "/usr/bin:/bin"},
+			Selector: map[string]string{"suite-test": testLabel(t)}}
+		_, err = wc.SubmitTask(context.Background(), env, api.TaskOptions{LeaseTTL: 20 * time.Second})
+		require.NoError(t, err)
+		out, err := waitTaskIn(t, wc, env.TaskID)
+		require.NoError(t, err)
+		require.Equal(t, api.TaskCompleted, out.State, "the signed result was accepted")
+		view, err := wc.Task(context.Background(), env.TaskID)
+		require.NoError(t, err)
+		require.Equal(t, id, view.Result.WorkerID)
+		require.NotContains(t, readArtifactFrom(t, suite.blobs, view.Result, "env.txt"), external.EnvAttemptKeyData)
 	})
 
 	t.Run("enrolling again in place rotates the SVID under running attempts", func(t *testing.T) {

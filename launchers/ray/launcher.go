@@ -2,6 +2,7 @@ package ray
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/executor"
 	"github.com/wdc-runtime/wdc/internal/logrepeat"
@@ -49,6 +51,11 @@ type Options struct {
 	// retry directive's detail (default 20, at most 4 KiB).
 	LogLines int
 	Logger   *slog.Logger
+	// Signer, when set, is the worker's identity: each job's `wdc exec`
+	// signs with a key delegated to its attempt alone, which travels in the
+	// job's runtime_env.env_vars (external.EnvAttemptKeyData), and the
+	// launcher signs its own failure reports likewise.
+	Signer *identity.Signer
 }
 
 // Launcher runs attempts as jobs of one Ray cluster through its
@@ -131,6 +138,17 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 		return launchers.Submission{}, err
 	}
 	req, dropped := Request(RequestOptions{Target: l.opts.Target, Fields: l.opts.Fields, Python: l.opts.Python}, claim, a.Envelope)
+	if l.opts.Signer != nil {
+		key, err := l.opts.Signer.Delegate(claim, time.Time{})
+		if err != nil {
+			return launchers.Submission{}, fmt.Errorf("delegate a key to attempt %s: %w", claim, err)
+		}
+		b, err := json.Marshal(key)
+		if err != nil {
+			return launchers.Submission{}, err
+		}
+		req.RuntimeEnv.EnvVars[external.EnvAttemptKeyData] = string(b)
+	}
 	log := l.opts.Logger.With("task", claim.TaskID, "attempt", claim.Attempt, "fence", claim.Fence, "job", req.SubmissionID)
 	if len(dropped) > 0 {
 		log.Warn("Ray "+l.opts.Fields.RayVersion+" does not know these fields; not sent", "fields", dropped)
@@ -318,7 +336,11 @@ func (l *Launcher) report(w *watch, reason lease.RetryReason, summary, logs stri
 		detail += "\nlast log lines:\n" + t
 	}
 	log.Warn("ray job ended without a result; reporting", "reason", reason, "outcome", summary)
-	if err := l.opts.Control.ReportFailure(ctx, api.AttemptFailedSignal{Claim: w.claim, Reason: reason, Detail: detail}); err != nil {
+	ctl := l.opts.Control
+	if l.opts.Signer != nil {
+		ctl = executor.Signed(ctl, l.opts.Signer.ForAttempt(w.claim))
+	}
+	if err := ctl.ReportFailure(ctx, api.AttemptFailedSignal{Claim: w.claim, Reason: reason, Detail: detail}); err != nil {
 		log.Warn("report attempt failed", "error", err)
 	}
 }

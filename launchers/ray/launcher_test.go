@@ -11,11 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/envelope"
+	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/executor"
 	raytest "github.com/wdc-runtime/wdc/internal/testenv/ray"
@@ -403,4 +405,42 @@ func TestRunningJobIsAdoptableAfterARestart(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, claims, "a job whose lease moved on is not adoptable")
 	r.waitJob(t, "stopped and deleted", func(j raytest.Job) bool { return j.Status == raytest.Stopped && j.Deleted })
+}
+
+// With a Signer, the job carries a key delegated to its attempt alone
+// (runtime_env.env_vars), and the launcher's own report of the job's end
+// is signed by a key delegated to that attempt, as the control plane's
+// verifier checks it.
+func TestSignedJobCarriesItsAttemptKeyAndItsReportIsSigned(t *testing.T) {
+	td := spiffeid.RequireTrustDomainFromString(identity.DefaultTrustDomain)
+	iss, err := identity.NewIssuer(td)
+	require.NoError(t, err)
+	svid, err := iss.IssueWorker("ray-a", time.Hour)
+	require.NoError(t, err)
+	signer, err := identity.NewSigner(svid)
+	require.NoError(t, err)
+	r := newRig(t, `exit 137`, raytest.Options{}, func(o *Options) { o.Signer = signer })
+	r.submit(t)
+	reps := r.waitReports(t, 1)
+
+	claim := lease.ClaimOf(r.att.Lease)
+	job, _ := r.emu.Job("t1-a1-f1")
+	var data string
+	for _, kv := range job.Env {
+		if v, ok := strings.CutPrefix(kv, external.EnvAttemptKeyData+"="); ok {
+			data = v
+		}
+	}
+	require.NotEmpty(t, data, "the job's environment holds the attempt's key")
+	_, err = external.ParseAttemptKey([]byte(data), claim, "the job's key")
+	require.NoError(t, err)
+
+	v, err := identity.NewVerifier(identity.ModeRequired, td, iss.Bundle())
+	require.NoError(t, err)
+	rep := reps[0]
+	require.NotNil(t, rep.Proof, "the report is signed")
+	unsigned := rep
+	unsigned.Proof = nil
+	_, rej := v.Attempt(time.Now(), api.SignalAttemptFailed, claim, time.Time{}, unsigned, rep.Proof)
+	require.Nil(t, rej)
 }
