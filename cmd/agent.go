@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/wdc-runtime/wdc/api"
 	wdcclient "github.com/wdc-runtime/wdc/client"
@@ -138,6 +139,11 @@ an earlier agent of this work directory left behind.`,
 			}
 			if launcher == launcherLocal && (spoolDir != "" || c.Flags().Changed("exec-binary")) {
 				return usagef("--spool-dir and --exec-binary go with --launcher %s (--exec-binary also with %s or %s)", launcherExternal, launcherRay, launcherK8s)
+			}
+			if err := svid.enrollFromCA(a.deps.Stderr, "workers", r.WorkerID, func(td spiffeid.TrustDomain) (spiffeid.ID, error) {
+				return identity.WorkerID(td, r.WorkerID)
+			}); err != nil {
+				return err
 			}
 			// With --tls, the SVID is also the agent's client certificate.
 			a.global.svidDir = svid.dir
@@ -421,6 +427,7 @@ holder delegated to that attempt (unauthenticated, wrong_identity, replayed);
 				go telemetry.CountWorkers(ctx, tc, a.metrics, telemetry.WorkersCountInterval)
 			}
 			fmt.Fprintf(a.deps.Stdout, "control plane polling wdc-control on %s (namespace %s); blob store %s\n", a.global.address, a.global.namespace, store)
+			fmt.Fprintf(a.deps.Stdout, "identity %s\n", trust.describe(verifier))
 			fmt.Fprintf(a.deps.Stdout, "control plane %s\n", w.Status().Describe(a.temporalFlags()))
 			<-ctx.Done()
 			w.Stop()

@@ -82,7 +82,6 @@ func TestBadInputIsExitTwoWithOneLineNamingTheProblem(t *testing.T) {
 		{"start-dev short s3 bucket", []string{"server", "start-dev", "--s3-bucket", "ab"}, `--s3-bucket "ab"`},
 		{"start-dev s3 access key alone", []string{"server", "start-dev", "--s3-access-key", "AK"}, "--s3-access-key and --s3-secret-key: give both or neither"},
 		{"revocations without identity", []string{"control-plane", "--revocations", "/no/such/list"}, "--revocations: needs --identity optional or required"},
-		{"start-dev ca dir without tls", []string{"server", "start-dev", "--ca-dir", "/tmp/ca"}, "--ca-dir goes with --tls"},
 		{"enroll two identities", []string{"workers", "enroll", "--ca-dir", "/tmp/ca", "--worker-id", "w", "--control-plane"}, "--worker-id, --submitter and --control-plane: give one"},
 		{"enroll no identity", []string{"workers", "enroll", "--ca-dir", "/tmp/ca"}, "--worker-id, --submitter or --control-plane: required"},
 		{"start-dev s3 secret key alone", []string{"server", "start-dev", "--s3-secret-key", "SK"}, "give both or neither"},

@@ -3,6 +3,8 @@ package cmd
 import (
 	"context"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -28,7 +30,7 @@ const (
 
 // trustFlags are the control plane's identity flags.
 type trustFlags struct {
-	mode, bundle, domain, socket, revocations string
+	mode, bundle, domain, socket, revocations, caDir string
 }
 
 func (f *trustFlags) bind(fs *pflag.FlagSet, getenv func(string) string) {
@@ -36,6 +38,7 @@ func (f *trustFlags) bind(fs *pflag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&f.bundle, "trust-bundle", getenv(envTrustBundle), "PEM file of the trust domain's X.509 authorities: the issuer's ca.pem ('wdc workers enroll') or a SPIRE bundle (env "+envTrustBundle+")")
 	bindSocket(fs, &f.socket, getenv, "the trust bundle comes from a SPIRE agent's Workload API at this socket, kept current as SPIRE rotates it")
 	bindTrustDomain(fs, &f.domain, getenv)
+	fs.StringVar(&f.caDir, "ca-dir", getenv(envCADir), "zero setup: without --trust-bundle or --spiffe-socket, trust the issuer in this directory (its ca.pem), as 'wdc server start-dev' prints it (env "+envCADir+")")
 	fs.StringVar(&f.revocations, "revocations", getenv(envRevocations), "revocation list (JSON lines, as 'wdc workers revoke --revocations FILE' appends them), read again when it changes: a certificate it revokes is refused whatever the registry remembers (env "+envRevocations+")")
 }
 
@@ -55,6 +58,12 @@ func bindTrustDomain(fs *pflag.FlagSet, p *string, getenv func(string) string) {
 // close releases its Workload API source, if any.
 func (f *trustFlags) verifier(ctx context.Context) (v *identity.Verifier, close func(), err error) {
 	close = func() {}
+	if f.bundle == "" && f.socket == "" && f.caDir != "" && f.mode != string(identity.ModeOff) {
+		f.bundle = filepath.Join(f.caDir, identity.CACertFile)
+		if _, err := os.Stat(f.bundle); err != nil {
+			return nil, close, usagef("--ca-dir %s: no issuer there (%v); 'wdc server start-dev' prints its directory", f.caDir, err)
+		}
+	}
 	mode := f.mode
 	if mode == "" {
 		mode = string(identity.ModeOff)
@@ -103,6 +112,21 @@ func (f *trustFlags) verifier(ctx context.Context) (v *identity.Verifier, close 
 	return v, close, f.addRevocations(v)
 }
 
+// describe says what v checks, for the control plane's start line.
+func (f *trustFlags) describe(v *identity.Verifier) string {
+	if !v.Enabled() {
+		return "off: registrations and results are not checked for signatures (give --trust-bundle, --spiffe-socket or --ca-dir)"
+	}
+	from := "trust bundle " + f.bundle
+	if f.socket != "" {
+		from = "the Workload API at " + f.socket
+	}
+	if f.revocations != "" {
+		from += ", revocation list " + f.revocations
+	}
+	return fmt.Sprintf("%s (trust domain %s, %s)", v.Mode, v.TrustDomain, from)
+}
+
 // addRevocations gives v the --revocations list, if any.
 func (f *trustFlags) addRevocations(v *identity.Verifier) error {
 	if f.revocations == "" {
@@ -116,10 +140,18 @@ func (f *trustFlags) addRevocations(v *identity.Verifier) error {
 	return nil
 }
 
-// svidFlags are the identity flags of an agent or a submitter.
-type svidFlags struct{ dir, socket string }
+// svidFlags are the identity flags of an agent or a submitter; caDir and
+// user are for enrolling from a dev issuer (enrollFromCA).
+type svidFlags struct{ dir, socket, caDir, user string }
+
+// bindCA binds --ca-dir and reads the user a submitter enrolls as.
+func (f *svidFlags) bindCA(fs *pflag.FlagSet, getenv func(string) string, what string) {
+	fs.StringVar(&f.caDir, "ca-dir", getenv(envCADir), "zero setup: without --svid-dir or --spiffe-socket, "+what+" from the issuer in this directory, as 'wdc server start-dev' prints it (env "+envCADir+")")
+	f.user = getenv("USER")
+}
 
 func (f *svidFlags) bind(fs *pflag.FlagSet, getenv func(string) string) {
+	f.bindCA(fs, getenv, "enroll the worker into <ca-dir>/workers/<id>/")
 	fs.StringVar(&f.dir, "svid-dir", getenv(envSVIDDir), "directory with the worker's X.509-SVID (svid.pem, svid.key, bundle.pem), as 'wdc workers enroll' writes it: the agent signs its registration with it and delegates a key to each attempt, and reads it again when it changes (enroll again to rotate); with --tls and no --tls-cert-path also the TLS client certificate (env "+envSVIDDir+"; default: unsigned)")
 	bindSocket(fs, &f.socket, getenv, "take the worker's X.509-SVID from a SPIRE agent's Workload API at this socket instead of --svid-dir, rotated as SPIRE renews it")
 }
@@ -128,6 +160,48 @@ func (f *svidFlags) bind(fs *pflag.FlagSet, getenv func(string) string) {
 func (f *svidFlags) bindSubmitter(fs *pflag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&f.dir, "svid-dir", getenv(envSubmitterSVIDDir), "directory with your submitter X.509-SVID ('wdc workers enroll --submitter NAME'): the command is signed with it, as a control plane with identity required demands (env "+envSubmitterSVIDDir+"; default: unsigned)")
 	bindSocket(fs, &f.socket, getenv, "take your submitter X.509-SVID from a SPIRE agent's Workload API at this socket instead of --svid-dir")
+	f.bindCA(fs, getenv, "sign as submitter $USER, enrolled into <ca-dir>/submitters/<user>/")
+}
+
+// enrollFromCA issues an SVID for the identity id names from the issuer in
+// --ca-dir into <ca-dir>/<sub>/<name>/ and uses it as --svid-dir, when
+// neither --svid-dir nor --spiffe-socket is given; it says so on w.
+// Errors: no issuer in --ca-dir, or its key cannot be read.
+func (f *svidFlags) enrollFromCA(w io.Writer, sub, name string, id func(spiffeid.TrustDomain) (spiffeid.ID, error)) error {
+	if f.caDir == "" || f.dir != "" || f.socket != "" {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(f.caDir, identity.CACertFile)); err != nil {
+		return usagef("--ca-dir %s: no issuer there (%v); 'wdc server start-dev' prints its directory", f.caDir, err)
+	}
+	iss, err := identity.LoadOrCreateIssuer(f.caDir, spiffeid.RequireTrustDomainFromString(identity.DefaultTrustDomain))
+	if err != nil {
+		return fmt.Errorf("--ca-dir %s: %w", f.caDir, err)
+	}
+	sid, err := id(iss.TrustDomain())
+	if err != nil {
+		return err
+	}
+	svid, err := iss.Issue(sid, identity.DefaultSVIDTTL)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(f.caDir, sub, name)
+	if err := identity.WriteSVID(dir, svid, iss.Bundle()); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "wdc: enrolled as %s from the issuer in %s (%s)\n", sid, f.caDir, dir)
+	f.dir = dir
+	return nil
+}
+
+// submitterName is the name a submitter enrolls as from --ca-dir: $USER
+// when it is a valid ID, else "dev".
+func (f *svidFlags) submitterName() string {
+	if f.user != "" && fleet.ValidateID("user", f.user) == nil {
+		return f.user
+	}
+	return "dev"
 }
 
 // signer returns the signer the flags name (nil with neither) after
@@ -181,6 +255,12 @@ func isSubmitter(sid spiffeid.ID) error {
 
 // withSigner runs f with wc signing as the submitter the flags name.
 func (f *svidFlags) withSigner(ctx context.Context, wc *wdcclient.Client, run func() error) error {
+	name := f.submitterName()
+	if err := f.enrollFromCA(os.Stderr, "submitters", name, func(td spiffeid.TrustDomain) (spiffeid.ID, error) {
+		return identity.SubmitterID(td, name)
+	}); err != nil {
+		return err
+	}
 	s, closeSigner, err := f.signer(ctx, isSubmitter)
 	if err != nil {
 		return err

@@ -76,12 +76,18 @@ on 127.0.0.1: start-dev then prints the --address (and TEMPORAL_ADDRESS) every
 other wdc command needs, on this host too. --db-filename's directory is created
 if absent.
 
-With --tls the frontend serves TLS and requires a client certificate issued by
-wdc's own issuer in --ca-dir (default <db-filename>.ca/; in memory, a new one
-removed on exit): the one 'wdc workers enroll --ca-dir' uses, so an agent's
-SVID is also its TLS certificate ('wdc agent --svid-dir DIR --tls'). Its root
-key (ca.key, mode 0600) never leaves that directory. start-dev prints how each
-command and the temporal CLI connect.
+Identity: start-dev runs wdc's own issuer in --ca-dir (env WDC_CA_DIR; default
+<db-filename>.ca/, in memory a new one removed on exit; its root key ca.key is
+mode 0600 and never leaves that directory). With WDC_CA_DIR set to it, a
+control plane requires signed messages (its ca.pem is the trust bundle), an
+agent enrolls itself into <ca-dir>/workers/<id>/ and signs, and 'runs commit',
+'runs close', 'tasks cancel' and 'workers revoke' sign as submitter $USER: the
+quickstart runs with identity required and no other step. 'wdc workers
+enroll --ca-dir' issues the same identities by hand.
+
+With --tls the frontend serves TLS and requires a client certificate of that
+issuer, so an agent's SVID is also its TLS certificate ('wdc agent --svid-dir
+DIR --tls'). start-dev prints how each command and the temporal CLI connect.
 Stop with Ctrl-C (SIGINT) or SIGTERM.`,
 		Example: `  wdc server start-dev --db-filename wdc.db
   wdc server start-dev --port 7233 --ui-port 8233 --namespace science
@@ -116,7 +122,7 @@ Stop with Ctrl-C (SIGINT) or SIGTERM.`,
 	f.StringVar(&o.s3Access, "s3-access-key", "", "S3 access key ID clients must use (env WDC_DEV_S3_ACCESS_KEY; default: generated, kept beside --db-filename)")
 	f.StringVar(&o.s3Secret, "s3-secret-key", "", "S3 secret access key (env WDC_DEV_S3_SECRET_KEY; default: generated, kept beside --db-filename)")
 	f.BoolVar(&o.tls, "tls", false, "serve the frontend with TLS, requiring client certificates from the issuer in --ca-dir")
-	f.StringVar(&o.caDir, "ca-dir", "", "with --tls: the issuer's directory, created on first use (default <db-filename>.ca; in memory: a new one, removed on exit)")
+	f.StringVar(&o.caDir, "ca-dir", a.deps.Getenv(envCADir), "the issuer's directory (identities, and with --tls the frontend's certificates), created on first use (env "+envCADir+"; default <db-filename>.ca; in memory: a new one, removed on exit)")
 	return c
 }
 
@@ -145,9 +151,6 @@ func (o *startDevOptions) validate() error {
 	case "debug", "info", "warn", "error", "off":
 	default:
 		return usagef("--server-log-level %q: want debug, info, warn, error or off", o.logLevel)
-	}
-	if o.caDir != "" && !o.tls {
-		return usagef("--ca-dir goes with --tls")
 	}
 	if o.noS3 {
 		return nil
@@ -189,14 +192,17 @@ func (a *app) runStartDev(ctx context.Context, o *startDevOptions) error {
 	if !o.noS3 {
 		opts.S3 = &devopts.S3Options{Port: o.s3Port, Bucket: o.s3Bucket, AccessKey: o.s3Access, SecretKey: o.s3Secret}
 	}
+	dev, cleanup, err := o.openIssuer()
+	if err != nil {
+		return err
+	}
+	defer cleanup()
 	var devTLS *startDevTLS
 	if o.tls {
-		t, cleanup, err := o.issueTLS()
-		if err != nil {
+		if devTLS, err = o.issueTLS(dev); err != nil {
 			return err
 		}
-		defer cleanup()
-		devTLS, opts.TLS = t, &t.files
+		opts.TLS = &devTLS.files
 	}
 	srv, err := a.deps.StartDevServer(ctx, opts)
 	if err != nil {
@@ -210,6 +216,8 @@ func (a *app) runStartDev(ctx context.Context, o *startDevOptions) error {
 		"address": srv.FrontendHostPort(), "ui": srv.UIAddress(), "namespaces": append([]string{"default"}, o.namespaces...),
 		"store": store, "ready_seconds": srv.StartupDuration().Seconds(),
 	}
+	info["identity"] = map[string]any{"ca_dir": dev.dir, "trust_bundle": filepath.Join(dev.dir, identity.CACertFile),
+		"env": map[string]string{envCADir: dev.dir}}
 	if devTLS != nil {
 		info["tls"] = map[string]any{"ca_dir": devTLS.caDir, "ca": devTLS.files.CAFile, "server_cert": devTLS.files.CertFile}
 	}
@@ -238,6 +246,9 @@ func (a *app) runStartDev(ctx context.Context, o *startDevOptions) error {
 			fmt.Fprintf(w, "  export WDC_BLOB_URL='%s'\n", s3.BlobURL)
 			fmt.Fprintf(w, "  export AWS_ACCESS_KEY_ID='%s' AWS_SECRET_ACCESS_KEY='%s' AWS_REGION=%s\n", s3.AccessKey, s3.SecretKey, s3.Region)
 		}
+		fmt.Fprintf(w, "Identity: the issuer is in %s. With this in their environment, control planes\n", dev.dir)
+		fmt.Fprintf(w, "require signed messages and agents and submitters enroll themselves from it:\n")
+		fmt.Fprintf(w, "  export %s=%s\n", envCADir, dev.dir)
 		if devTLS != nil {
 			devTLS.explain(w, srv.FrontendHostPort())
 		}
@@ -270,10 +281,15 @@ type startDevTLS struct {
 	files devopts.TLSOptions
 }
 
-// issueTLS loads or creates the issuer in --ca-dir (or its default) and
-// issues the frontend's certificate for every address it may be dialed at;
-// cleanup removes an in-memory server's issuer.
-func (o *startDevOptions) issueTLS() (t *startDevTLS, cleanup func(), err error) {
+// devIssuer is start-dev's issuer and its directory.
+type devIssuer struct {
+	dir string
+	iss *identity.Issuer
+}
+
+// openIssuer loads or creates the issuer in --ca-dir (WDC_CA_DIR, else
+// beside --db-filename, else a temporary directory that cleanup removes).
+func (o *startDevOptions) openIssuer() (d devIssuer, cleanup func(), err error) {
 	cleanup = func() {}
 	dir := o.caDir
 	switch {
@@ -281,7 +297,7 @@ func (o *startDevOptions) issueTLS() (t *startDevTLS, cleanup func(), err error)
 		dir = o.dbFilename + ".ca"
 	case dir == "":
 		if dir, err = os.MkdirTemp("", "wdc-dev-ca-"); err != nil {
-			return nil, cleanup, err
+			return d, cleanup, err
 		}
 		cleanup = func() { os.RemoveAll(dir) }
 	}
@@ -295,8 +311,15 @@ func (o *startDevOptions) issueTLS() (t *startDevTLS, cleanup func(), err error)
 		if o.caDir == "" {
 			what = "the issuer beside --db-filename, " + dir
 		}
-		return nil, func() {}, fmt.Errorf("%s: %w", what, err)
+		return d, func() {}, fmt.Errorf("%s: %w", what, err)
 	}
+	return devIssuer{dir: dir, iss: iss}, cleanup, nil
+}
+
+// issueTLS issues the frontend's certificate from d for every address it
+// may be dialed at.
+func (o *startDevOptions) issueTLS(d devIssuer) (*startDevTLS, error) {
+	dir, iss := d.dir, d.iss
 	hosts := []string{"127.0.0.1", "::1", "localhost"}
 	if ip := net.ParseIP(o.ip); ip.IsUnspecified() {
 		if addrs, err := net.InterfaceAddrs(); err == nil {
@@ -317,12 +340,11 @@ func (o *startDevOptions) issueTLS() (t *startDevTLS, cleanup func(), err error)
 		err = identity.WriteSVID(filepath.Join(dir, "server"), svid, iss.Bundle())
 	}
 	if err != nil {
-		cleanup()
-		return nil, func() {}, fmt.Errorf("the frontend's certificate in %s: %w", dir, err)
+		return nil, fmt.Errorf("the frontend's certificate in %s: %w", dir, err)
 	}
 	server := filepath.Join(dir, "server")
 	return &startDevTLS{caDir: dir, files: devopts.TLSOptions{CertFile: filepath.Join(server, identity.SVIDCertFile),
-		KeyFile: filepath.Join(server, identity.SVIDKeyFile), CAFile: filepath.Join(dir, identity.CACertFile)}}, cleanup, nil
+		KeyFile: filepath.Join(server, identity.SVIDKeyFile), CAFile: filepath.Join(dir, identity.CACertFile)}}, nil
 }
 
 // explain prints how each client connects to a TLS frontend at address.

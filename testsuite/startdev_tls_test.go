@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -79,21 +80,7 @@ func TestStartDevTLSRequiresACertificateOfItsIssuer(t *testing.T) {
 
 	data := filepath.Join(dir, "data")
 	spawnTLS := func(name string, args ...string) {
-		logPath := filepath.Join(t.TempDir(), name+".log")
-		logFile, err := os.Create(logPath)
-		require.NoError(t, err)
-		c := exec.Command(os.Args[0], append(args, "--address", address, "--data-dir", data, "--log-level", "info")...)
-		c.Env = append(os.Environ(), envRunCLI+"=1")
-		c.Stdout, c.Stderr = logFile, logFile
-		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		require.NoError(t, c.Start())
-		stopAtCleanup(t, c, 10*time.Second, func() {
-			logFile.Close()
-			if t.Failed() {
-				b, _ := os.ReadFile(logPath)
-				t.Logf("%s log:\n%s", name, b)
-			}
-		})
+		spawnWDC(t, name, nil, append(args, "--address", address, "--data-dir", data)...)
 	}
 	spawnTLS("control-plane", append([]string{"control-plane", "--trust-bundle", tlsInfo.CA}, creds(filepath.Join(caDir, "control-plane"))...)...)
 	spawnTLS("agent", "agent", "--worker-id", "tls-a", "--svid-dir", filepath.Join(caDir, "workers", "tls-a"), "--tls",
@@ -119,4 +106,99 @@ func TestStartDevTLSRequiresACertificateOfItsIssuer(t *testing.T) {
 	v, err := wc.Task(context.Background(), e.TaskID)
 	require.NoError(t, err)
 	assert.Equal(t, "tls-a", v.Result.WorkerID, "the result was signed by tls-a's attempt key")
+}
+
+// spawnWDC runs this binary as `wdc ARGS… --log-level info` with extra
+// environment variables, its output in a log kept with a failed test; it
+// returns the log's path.
+func spawnWDC(t *testing.T, name string, env []string, args ...string) string {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), name+".log")
+	logFile, err := os.Create(logPath)
+	require.NoError(t, err)
+	c := exec.Command(os.Args[0], append(args, "--log-level", "info")...)
+	c.Env = append(append(os.Environ(), envRunCLI+"=1"), env...)
+	c.Stdout, c.Stderr = logFile, logFile
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(t, c.Start())
+	stopAtCleanup(t, c, 10*time.Second, func() {
+		logFile.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("%s log:\n%s", name, b)
+		}
+	})
+	return logPath
+}
+
+// start-dev runs its own issuer beside the database and says so: with
+// WDC_CA_DIR set to it, and no other identity flag, the control plane
+// requires signed messages, an agent enrolls itself and signs its
+// registration and results, and `runs commit` signs as a submitter; the
+// same commit without WDC_CA_DIR is refused. The quickstart's one step.
+func TestStartDevIdentityNeedsOnlyItsCADir(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "dev.db")
+	srv := startDevProcess(t, "--db-filename", db, "--no-s3", "-o", "json")
+	info := srv.readJSON(t)
+	var address string
+	require.NoError(t, json.Unmarshal(info["address"], &address))
+	var id struct {
+		CADir string            `json:"ca_dir"`
+		Env   map[string]string `json:"env"`
+	}
+	require.NoError(t, json.Unmarshal(info["identity"], &id), "%s", info)
+	require.Equal(t, db+".ca", id.CADir)
+	require.Equal(t, id.CADir, id.Env["WDC_CA_DIR"])
+	st, err := os.Stat(filepath.Join(id.CADir, "ca.key"))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), st.Mode().Perm(), "the root key")
+
+	env := []string{"WDC_CA_DIR=" + id.CADir}
+	data := filepath.Join(dir, "data")
+	cpLog := spawnWDC(t, "control-plane", env, "control-plane", "--address", address, "--data-dir", data)
+	spawnWDC(t, "agent", env, "agent", "--worker-id", "zs-a", "--cpu", "1", "--memory", "1Gi", "--address", address, "--data-dir", data)
+	waitFor(t, 30*time.Second, "the control plane says identity is required", func() bool {
+		b, _ := os.ReadFile(cpLog)
+		return strings.Contains(string(b), "identity required (trust domain wdc.local, trust bundle "+filepath.Join(id.CADir, "ca.pem"))
+	})
+
+	c, err := client.Dial(client.Options{HostPort: address, Logger: quietLogger{}})
+	require.NoError(t, err)
+	defer c.Close()
+	wc := &wdcclient.Client{C: c}
+	var w api.WorkerView
+	waitFor(t, 30*time.Second, "zs-a ACTIVE", func() bool {
+		w, err = wc.Worker(context.Background(), "zs-a")
+		return err == nil && w.State == fleet.Active
+	})
+	assert.Equal(t, "spiffe://wdc.local/wdc/worker/zs-a", w.Identity, "a signed registration")
+	_, err = wc.RegisterWorker(context.Background(), fleet.Registration{WorkerID: "zs-unsigned", Capacity: w.Capacity})
+	require.ErrorContains(t, err, "not signed")
+
+	e := taskEnvelope(t, "zs-task", `echo signed > outputs/out.txt`)
+	e.Selector = nil
+	_, err = wc.SubmitTask(context.Background(), e, api.TaskOptions{LeaseTTL: 20 * time.Second})
+	require.NoError(t, err)
+	outcome, err := waitTaskIn(t, wc, e.TaskID)
+	require.NoError(t, err)
+	require.Equal(t, api.TaskCompleted, outcome.State, "the agent's signed result was accepted")
+
+	commit := func(getenv func(string) string) (int, string) {
+		var out, errb bytes.Buffer
+		code := cmd.Main(cmd.Deps{Stdout: &out, Stderr: &errb, Getenv: getenv},
+			[]string{"runs", "commit", e.RunID, "--expected-parent-time", "0", "--event", "1", "--address", address})
+		return code, out.String() + errb.String()
+	}
+	code, out := commit(cliGetenv)
+	require.NotEqual(t, cmd.ExitOK, code, "unsigned: %s", out)
+	require.Contains(t, out, "not signed")
+	code, out = commit(func(k string) string {
+		if k == "WDC_CA_DIR" {
+			return id.CADir
+		}
+		return cliGetenv(k)
+	})
+	require.Equal(t, cmd.ExitOK, code, out)
+	require.Contains(t, out, "committed events [1]")
 }
