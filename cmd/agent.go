@@ -97,6 +97,12 @@ launcher/k8s (tasks with "launcher": "k8s" need it), takes its capacity
 from --cpu/--memory/--gpus or else the namespace's ResourceQuota, and
 heartbeats only while the API server answers /readyz.
 
+Identity: with --svid-dir (as 'wdc workers enroll' writes it) or
+--spiffe-socket (SPIRE) the agent signs its registration with the worker's
+SVID and delegates to each attempt a key that signs its result, as a control
+plane with identity required demands; with only --ca-dir (WDC_CA_DIR, as
+'wdc server start-dev' prints it) it first enrolls itself from that issuer.
+
 Stop with Ctrl-C: the worker is drained, its running attempts are killed and
 reported infra_killed, so their tasks retry elsewhere at once. Starting the
 agent again registers a new incarnation (ACTIVE) and first kills any process
