@@ -368,11 +368,14 @@ says how to make it current:
 Keep the old version running until 'temporal worker deployment
 describe-version' shows it drained (docs/upgrading.md).
 
-Identity: with --trust-bundle the control plane refuses a registration not
-signed by the worker's own SVID and a result not signed by the key its lease
-holder delegated to that attempt (unauthenticated, wrong_identity, replayed);
---identity optional also accepts unsigned ones, for a rolling change. See
-'wdc workers enroll' and docs/security.md.`,
+Identity: with --trust-bundle, --spiffe-socket or --ca-dir (WDC_CA_DIR: the
+issuer 'wdc server start-dev' runs) the control plane refuses a registration
+not signed by the worker's own SVID, a result or failure report not signed by
+the key its lease holder delegated to that attempt, and a commit, close,
+cancel or revoke not signed by a submitter (unauthenticated, wrong_identity,
+replayed); --identity optional also accepts unsigned ones, for a rolling
+change; --revocations adds a revocation list. It prints its mode at start.
+See 'wdc workers enroll' and docs/security.md.`,
 		Example: `  wdc control-plane --data-dir /shared/wdc
   wdc control-plane --trust-bundle /etc/wdc/ca/ca.pem
   WDC_BUILD_ID=v1.4.0 wdc control-plane --data-dir /shared/wdc`,

@@ -135,7 +135,11 @@ func (a *app) dialAddress(ctx context.Context, address string, extra ...grpc.Dia
 	}
 	c, err := client.DialContext(ctx, opts)
 	if err != nil {
-		return nil, fmt.Errorf("connect to Temporal at %s (namespace %s): %w; is the server running there (wdc server start-dev)? Another server: pass --address or set TEMPORAL_ADDRESS", address, a.global.namespace, err)
+		hint := "is the server running there (wdc server start-dev)? Another server: pass --address or set TEMPORAL_ADDRESS"
+		if msg := err.Error(); strings.Contains(msg, "x509") || strings.Contains(msg, "tls") || strings.Contains(msg, "server preface") || strings.Contains(msg, "broken pipe") {
+			hint = "does the server require TLS and a client certificate (--tls, --tls-cert-path, --tls-key-path, --tls-ca-path; start-dev --tls prints them)? " + hint
+		}
+		return nil, fmt.Errorf("connect to Temporal at %s (namespace %s): %w; %s", address, a.global.namespace, err, hint)
 	}
 	return c, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 
 	wdcclient "github.com/wdc-runtime/wdc/client"
 	"github.com/wdc-runtime/wdc/fleet"
@@ -34,7 +35,7 @@ type trustFlags struct {
 }
 
 func (f *trustFlags) bind(fs *pflag.FlagSet, getenv func(string) string) {
-	fs.StringVar(&f.mode, "identity", getenv(envIdentity), "off, optional or required: whether registrations and results must be signed by the worker's SVID and the attempt's delegated key (env "+envIdentity+"; default required with --trust-bundle or --spiffe-socket, else off)")
+	fs.StringVar(&f.mode, "identity", getenv(envIdentity), "off, optional or required: whether registrations and results must be signed by the worker's SVID and the attempt's delegated key (env "+envIdentity+"; default required with --trust-bundle, --spiffe-socket or --ca-dir, else off)")
 	fs.StringVar(&f.bundle, "trust-bundle", getenv(envTrustBundle), "PEM file of the trust domain's X.509 authorities: the issuer's ca.pem ('wdc workers enroll') or a SPIRE bundle (env "+envTrustBundle+")")
 	bindSocket(fs, &f.socket, getenv, "the trust bundle comes from a SPIRE agent's Workload API at this socket, kept current as SPIRE rotates it")
 	bindTrustDomain(fs, &f.domain, getenv)
@@ -182,11 +183,17 @@ func (f *svidFlags) enrollFromCA(w io.Writer, sub, name string, id func(spiffeid
 	if err != nil {
 		return err
 	}
+	dir := filepath.Join(f.caDir, sub, name)
+	if have, _, err := identity.LoadSVID(dir); err == nil && have.ID == sid && time.Until(have.Certificates[0].NotAfter) > 24*time.Hour {
+		if _, _, err := x509svid.Verify(have.Certificates, iss.Bundle()); err == nil {
+			f.dir = dir // enrolled by this issuer before, and good for a day at least
+			return nil
+		}
+	}
 	svid, err := iss.Issue(sid, identity.DefaultSVIDTTL)
 	if err != nil {
 		return err
 	}
-	dir := filepath.Join(f.caDir, sub, name)
 	if err := identity.WriteSVID(dir, svid, iss.Bundle()); err != nil {
 		return err
 	}

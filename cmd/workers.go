@@ -63,7 +63,11 @@ workflow). Registering again starts a new incarnation: heartbeats of the old one
 are ignored and leases held under it are revoked (worker_lost).
 
 The registration is validated before anything is written: a bad ID, a negative
-capacity or a malformed label is refused with exit code 2.`,
+capacity or a malformed label is refused with exit code 2.
+
+This command's registration is unsigned: a control plane with identity
+required refuses it (unauthenticated). There, 'wdc agent' registers, signed
+with the worker's SVID (--svid-dir, --spiffe-socket or --ca-dir).`,
 		Example: `  wdc workers register --worker-id gpu-01 --cpu 32 --memory 128Gi --gpus 4 \
       --label zone=eu-1 --capability cuda12
   wdc workers register --worker-id small --cpu 500m --memory 512Mi -o json`,

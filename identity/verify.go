@@ -83,7 +83,7 @@ func (v *Verifier) signer(now time.Time, kind string, p *Proof) (id spiffeid.ID,
 	}
 	id, chains, err := x509svid.ParseAndVerify(p.Chain, v.Bundle, x509svid.WithTime(now))
 	if err != nil {
-		return id, nil, Verdict{}, reject(lease.RejectUnauthenticated, "the signer's certificate is not valid at %s: %v", now.UTC().Format(time.RFC3339), err), true
+		return id, nil, Verdict{}, reject(lease.RejectUnauthenticated, "the signer's certificate does not verify against this control plane's trust bundle at %s (another issuer, or expired): %v", now.UTC().Format(time.RFC3339), err), true
 	}
 	if !id.MemberOf(v.TrustDomain) {
 		return id, nil, Verdict{}, reject(lease.RejectWrongIdentity, "%s is not in trust domain %s", id, v.TrustDomain), true
@@ -121,7 +121,7 @@ func (v *Verifier) unsigned(kind string) (Verdict, *lease.Rejection) {
 	if v.Mode == ModeOptional {
 		return Verdict{}, nil
 	}
-	return Verdict{}, reject(lease.RejectUnauthenticated, "%s is not signed; this control plane requires signed messages (identity %s)", kind, v.Mode)
+	return Verdict{}, reject(lease.RejectUnauthenticated, "%s is not signed; this control plane requires signed messages (identity %s): sign with --svid-dir, or with --ca-dir (WDC_CA_DIR) naming the dev issuer 'wdc server start-dev' prints", kind, v.Mode)
 }
 
 // Worker judges message of kind that fleet worker `worker` signs with its

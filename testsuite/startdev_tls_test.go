@@ -183,6 +183,7 @@ func TestStartDevIdentityNeedsOnlyItsCADir(t *testing.T) {
 	outcome, err := waitTaskIn(t, wc, e.TaskID)
 	require.NoError(t, err)
 	require.Equal(t, api.TaskCompleted, outcome.State, "the agent's signed result was accepted")
+	require.Equal(t, int64(1), runWithEndedTasks(t, wc, e.RunID).WorkerResultEvents, "the run has the result to commit")
 
 	commit := func(getenv func(string) string) (int, string) {
 		var out, errb bytes.Buffer
