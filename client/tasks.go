@@ -136,7 +136,7 @@ func (c *Client) checkSubmittable(ctx context.Context, env envelope.Envelope, di
 func (c *Client) checkRunOpen(ctx context.Context, runID string) error {
 	desc, err := c.C.DescribeWorkflowExecution(ctx, api.RunWorkflowID(runID), "")
 	if err == nil && desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		return &Error{Type: api.ErrTypeConflict, Message: fmt.Sprintf("run %s is closed (%s); tasks cannot join it: use another run_id", runID, strings.ToLower(strings.TrimPrefix(desc.GetWorkflowExecutionInfo().GetStatus().String(), "WORKFLOW_EXECUTION_STATUS_")))}
+		return &Error{Type: api.ErrTypeConflict, Message: fmt.Sprintf("run %s is closed (its workflow is %s); tasks cannot join it: use another run_id", runID, strings.ToLower(strings.TrimPrefix(desc.GetWorkflowExecutionInfo().GetStatus().String(), "WORKFLOW_EXECUTION_STATUS_")))}
 	}
 	return nil
 }

@@ -272,7 +272,13 @@ func (a *app) newRunsCloseCommand() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "close RUN_ID",
 		Short: "Close a run: no more tasks; it ends once its tasks have ended",
-		Args:  cobra.ExactArgs(1),
+		Long: `Close a run: it takes no more tasks or commits, and its workflow ends once
+every task it holds has ended. A control plane with identity required
+believes the close only when a submitter signs it (--svid-dir, or --ca-dir /
+WDC_CA_DIR with the dev issuer).`,
+		Example: `  wdc runs close sweep-7
+  wdc runs close sweep-7 --svid-dir ~/.wdc/alice -o json`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			return a.withControlPlane(c.Context(), func(wc *wdcclient.Client) error {
 				var v api.RunView

@@ -772,7 +772,14 @@ func (a *app) newTasksCancelCommand() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "cancel TASK_ID",
 		Short: "Cancel a task: its lease is revoked, its attempt killed, and it ends CANCELLED",
-		Args:  cobra.ExactArgs(1),
+		Long: `Cancel a task: its lease is revoked (its fence retired, so a late result is
+refused), its running attempt is killed, and the task ends CANCELLED; the
+command waits for that end. A control plane with identity required believes
+the cancel only when a submitter signs it (--svid-dir, or --ca-dir /
+WDC_CA_DIR with the dev issuer).`,
+		Example: `  wdc tasks cancel checksum-1 --reason "wrong input"
+  wdc tasks cancel checksum-1 --svid-dir ~/.wdc/alice -o json`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			return a.withControlPlane(c.Context(), func(wc *wdcclient.Client) error {
 				err := svid.withSigner(c.Context(), wc, func() error {
