@@ -579,7 +579,7 @@ func TestKubernetesLauncher(t *testing.T) {
 		require.NoError(t, err)
 		signer, err := identity.NewSigner(svid)
 		require.NoError(t, err)
-		key, err := signer.Delegate(a.Claim(), time.Time{})
+		key, err := external.AttemptKey(signer, a.Claim())
 		require.NoError(t, err)
 		keyedJob.UID = "5f0c6c3e-0000-4000-8000-000000000001"
 		keySecret, err := k8s.RenderKeySecret(keyed, a, key, keyedJob)

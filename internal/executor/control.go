@@ -233,11 +233,22 @@ func (s signingControl) SubmitResult(ctx context.Context, in api.SubmitResultInp
 }
 
 func (s signingControl) ReportFailure(ctx context.Context, f api.AttemptFailedSignal) error {
-	f.Proof = nil
-	p, err := s.key.Sign(api.SignalAttemptFailed, f, time.Now())
+	f, err := SignReport(s.key, f)
 	if err != nil {
 		return err
 	}
-	f.Proof = p
 	return s.Control.ReportFailure(ctx, f)
+}
+
+// SignReport returns f with the attempt's key's proof over all of f but
+// its proof: how every executor and launcher signs an attempt-failed
+// report.
+func SignReport(key identity.AttemptSigner, f api.AttemptFailedSignal) (api.AttemptFailedSignal, error) {
+	f.Proof = nil
+	p, err := key.Sign(api.SignalAttemptFailed, f, time.Now())
+	if err != nil {
+		return f, err
+	}
+	f.Proof = p
+	return f, nil
 }

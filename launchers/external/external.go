@@ -47,9 +47,21 @@ func KeyFile(dir string, c lease.Claim) string {
 	return strings.TrimSuffix(SpoolFile(dir, c), ".json") + ".key"
 }
 
-// WriteAttemptKey writes k to path, readable by its owner only.
-func WriteAttemptKey(path string, k *identity.AttemptKey) error {
-	return blobstore.WriteFileAtomic(path, 0o600, func(w io.Writer) error { return json.NewEncoder(w).Encode(k) })
+// AttemptKey delegates, under s, a key to claim c alone and returns it
+// encoded as ParseAttemptKey reads it: what every launcher hands an
+// attempt's `wdc exec` (a spooled file, a Secret, env_vars).
+func AttemptKey(s *identity.Signer, c lease.Claim) ([]byte, error) {
+	k, err := s.Delegate(c, time.Time{})
+	if err != nil {
+		return nil, fmt.Errorf("delegate a key to attempt %s: %w", c, err)
+	}
+	return json.Marshal(k)
+}
+
+// WriteAttemptKey writes an encoded key (AttemptKey) to path, readable by
+// its owner only.
+func WriteAttemptKey(path string, key []byte) error {
+	return blobstore.WriteFileAtomic(path, 0o600, func(w io.Writer) error { _, err := w.Write(key); return err })
 }
 
 // ReadAttemptKey reads the key WriteAttemptKey wrote and checks that it
@@ -130,9 +142,9 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 	}
 	cmd := Render(l.opts.Target, claim)
 	if l.opts.Signer != nil {
-		key, err := l.opts.Signer.Delegate(claim, time.Time{})
+		key, err := AttemptKey(l.opts.Signer, claim)
 		if err != nil {
-			return launchers.Submission{}, fmt.Errorf("delegate a key to attempt %s: %w", claim, err)
+			return launchers.Submission{}, err
 		}
 		keyPath := KeyFile(l.opts.SpoolDir, claim)
 		if err := WriteAttemptKey(keyPath, key); err != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/wdc-runtime/wdc/internal/executor"
 	"github.com/wdc-runtime/wdc/internal/logrepeat"
 	"github.com/wdc-runtime/wdc/launchers"
+	"github.com/wdc-runtime/wdc/launchers/external"
 	"github.com/wdc-runtime/wdc/lease"
 )
 
@@ -259,10 +260,9 @@ func (l *Launcher) createKeySecret(ctx context.Context, a launchers.Attempt, job
 	if l.opts.Signer == nil {
 		return nil
 	}
-	c := a.Claim()
-	key, err := l.opts.Signer.Delegate(c, time.Time{})
+	key, err := external.AttemptKey(l.opts.Signer, a.Claim())
 	if err != nil {
-		return fmt.Errorf("delegate a key to attempt %s: %w", c, err)
+		return err
 	}
 	secret, err := RenderKeySecret(l.opts.Spec, a, key, job)
 	if err != nil {
@@ -686,11 +686,10 @@ func (l *Launcher) fail(at *attempt, reason lease.RetryReason, detail string) {
 // (as the attempt's own executor would sign it).
 func (l *Launcher) report(ctx context.Context, f api.AttemptFailedSignal) error {
 	if l.opts.Signer != nil {
-		p, err := l.opts.Signer.ForAttempt(f.Claim).Sign(api.SignalAttemptFailed, f, time.Now())
-		if err != nil {
+		var err error
+		if f, err = executor.SignReport(l.opts.Signer.ForAttempt(f.Claim), f); err != nil {
 			return fmt.Errorf("sign the report: %w", err)
 		}
-		f.Proof = p
 	}
 	return l.opts.Reporter.ReportFailure(ctx, f)
 }

@@ -1,7 +1,6 @@
 package k8s
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -16,7 +15,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/wdc-runtime/wdc/envelope"
-	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/launchers"
 	"github.com/wdc-runtime/wdc/launchers/external"
 	"github.com/wdc-runtime/wdc/lease"
@@ -202,18 +200,14 @@ func Render(s Spec, a launchers.Attempt, now time.Time) (*batchv1.Job, *coordina
 	return job, l, nil
 }
 
-// RenderKeySecret builds the Secret that hands claim c's delegated key to
-// its pod: named KeySecretName(c), immutable, labelled as the Job, and
+// RenderKeySecret builds the Secret that hands the attempt's key (as
+// external.AttemptKey encodes it, for this attempt alone) to its pod: named KeySecretName(c), immutable, labelled as the Job, and
 // owned by the Job (owner), so the garbage collector deletes it with the
 // Job. The key is in the Secret's data only, never in the Job.
-func RenderKeySecret(s Spec, a launchers.Attempt, key *identity.AttemptKey, owner *batchv1.Job) (*corev1.Secret, error) {
+func RenderKeySecret(s Spec, a launchers.Attempt, key []byte, owner *batchv1.Job) (*corev1.Secret, error) {
 	c := a.Claim()
-	if key.Delegation.Claim != c {
-		return nil, fmt.Errorf("k8s launcher: the key is for attempt %s, not %s", key.Delegation.Claim, c)
-	}
-	b, err := json.Marshal(key)
-	if err != nil {
-		return nil, fmt.Errorf("k8s launcher: encode the attempt key: %w", err)
+	if _, err := external.ParseAttemptKey(key, c, "k8s launcher: the key"); err != nil {
+		return nil, err
 	}
 	name := JobName(c)
 	return &corev1.Secret{
@@ -222,7 +216,7 @@ func RenderKeySecret(s Spec, a launchers.Attempt, key *identity.AttemptKey, owne
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: owner.Name, UID: owner.UID}}},
 		Immutable: ptr.To(true),
 		Type:      corev1.SecretTypeOpaque,
-		Data:      map[string][]byte{KeySecretKey: b},
+		Data:      map[string][]byte{KeySecretKey: key},
 	}, nil
 }
 

@@ -2,7 +2,6 @@ package ray
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -139,11 +138,7 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 	}
 	req, dropped := Request(RequestOptions{Target: l.opts.Target, Fields: l.opts.Fields, Python: l.opts.Python}, claim, a.Envelope)
 	if l.opts.Signer != nil {
-		key, err := l.opts.Signer.Delegate(claim, time.Time{})
-		if err != nil {
-			return launchers.Submission{}, fmt.Errorf("delegate a key to attempt %s: %w", claim, err)
-		}
-		b, err := json.Marshal(key)
+		b, err := external.AttemptKey(l.opts.Signer, claim)
 		if err != nil {
 			return launchers.Submission{}, err
 		}
