@@ -544,4 +544,6 @@ func TestRevocationFileWatchReadsChangesAndSaysWhatFails(t *testing.T) {
 	require.True(t, ok, "kept")
 	require.NoError(t, os.WriteFile(path, nil, 0o644))
 	require.NoError(t, <-errs, "read again")
+	_, ok = list.Revoked(id)
+	require.True(t, ok, "a line taken out is not forgotten while the process runs")
 }

@@ -35,9 +35,10 @@ type Revocations interface {
 // RevocationFile is a revocation list kept in a file of JSON lines
 // (Revocation). Revoked reads memory only (it runs in workflow
 // validators); Refresh, or Watch in the background, reads the file again
-// when its size or modification time changed. A file that becomes
-// unreadable or malformed keeps the list last read: a revocation is
-// never forgotten. Safe for concurrent use.
+// when its size or modification time changed and adds what it holds. A
+// revocation is never forgotten while the process runs: not when the
+// file turns unreadable or malformed, nor when a line is removed or the
+// file is read half-written. Safe for concurrent use.
 type RevocationFile struct {
 	path string
 
@@ -88,7 +89,15 @@ func (f *RevocationFile) Refresh() error {
 		return fmt.Errorf("%s: %w", f.path, err)
 	}
 	f.mu.Lock()
-	f.byID, f.stamp = list, stamp
+	if f.byID == nil {
+		f.byID = map[spiffeid.ID]Revocation{}
+	}
+	for id, r := range list {
+		if cur, ok := f.byID[id]; !ok || r.RevokedThrough.After(cur.RevokedThrough) {
+			f.byID[id] = r
+		}
+	}
+	f.stamp = stamp
 	f.mu.Unlock()
 	return nil
 }
