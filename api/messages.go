@@ -358,6 +358,10 @@ type AttemptFailedSignal struct {
 type LeaseHeartbeatSignal struct {
 	Claim
 	Seq int64 `json:"seq"`
+	// Proof is the attempt's signature over the rest of the signal, by the
+	// key its worker delegated to it (identity.Verifier.Attempt); a
+	// heartbeat by ID goes to Temporal and carries none.
+	Proof *identity.Proof `json:"proof,omitempty"`
 }
 
 // WorkerLostSignal tells a task that the worker holding its reservation

@@ -187,7 +187,9 @@ liveness activity while its registry entry holds one (Temporal records it;
 no signal), else as a worker-heartbeat signal, which brings a STALE worker
 back. Without --incarnation the current one is used. A heartbeat of another
 incarnation, or for an OFFLINE worker, is ignored by the registry (register
-again instead).`,
+again instead). The signal is unsigned: a control plane with identity
+required ignores it (unauthenticated), so there only the worker's own
+agent, which signs with its SVID, brings it back.`,
 		Example: `  wdc workers heartbeat --worker-id gpu-01
   wdc workers heartbeat --worker-id gpu-01 --every 5s`,
 		Args: cobra.MaximumNArgs(1),

@@ -401,6 +401,10 @@ type Heartbeat struct {
 	Incarnation int64  `json:"incarnation"`
 	// Seq increases with every heartbeat of an incarnation.
 	Seq int64 `json:"seq"`
+	// Proof is the worker's signature over the rest of the heartbeat, by
+	// its own SVID; only a heartbeat signal carries one (a heartbeat by ID
+	// reaches Temporal, not wdc).
+	Proof *identity.Proof `json:"proof,omitempty"`
 }
 
 // Heartbeat errors: the heartbeat was ignored.

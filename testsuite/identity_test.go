@@ -211,6 +211,35 @@ func TestIdentityRequired(t *testing.T) {
 		require.Empty(t, v.Directives)
 	})
 
+	t.Run("a forged lease heartbeat renews nothing", func(t *testing.T) {
+		// Believed, it would keep a dead attempt's lease from expiring.
+		// The executor's own first heartbeat is a signal, signed.
+		waitFor(t, 30*time.Second, "the executor's signed heartbeat signal", func() bool {
+			v, err := wc.Task(context.Background(), env.TaskID)
+			return err == nil && v.Stats.HeartbeatsAccepted > 0
+		})
+		markers := func() int { return countEventsIn(t, c, taskWF, enumspb.EVENT_TYPE_MARKER_RECORDED) }
+		before := markers()
+		const far = 1 << 40
+		beat := func(k *identity.AttemptKey) api.LeaseHeartbeatSignal {
+			hb := api.LeaseHeartbeatSignal{Claim: claim, Seq: far}
+			if k != nil {
+				p, err := k.Sign(api.SignalLeaseHeartbeat, hb, time.Now())
+				require.NoError(t, err)
+				hb.Proof = p
+			}
+			return hb
+		}
+		for _, hb := range []api.LeaseHeartbeatSignal{beat(nil), beat(keyB2), beat(keyNext), beat(keyImpostor)} {
+			require.NoError(t, c.SignalWorkflow(context.Background(), taskWF, "", api.SignalLeaseHeartbeat, hb))
+		}
+		waitFor(t, 30*time.Second, "the task recorded its verdicts", func() bool { return markers() >= before+4 })
+		v, err := wc.Task(context.Background(), env.TaskID)
+		require.NoError(t, err)
+		require.Less(t, v.Lease.HeartbeatSeq, int64(far), "no forged heartbeat renewed the lease")
+		require.Equal(t, map[string]int64{string(lease.RejectUnauthenticated): 2, string(lease.RejectWrongIdentity): 2}, v.Stats.HeartbeatsRejected)
+	})
+
 	require.NoError(t, os.WriteFile(gate, []byte("go"), 0o644))
 	out, err := waitTaskIn(t, wc, env.TaskID)
 	require.NoError(t, err)

@@ -199,6 +199,21 @@ func (h *Heartbeater) accepted(sent time.Time) {
 	}
 }
 
+// signed returns hb with the worker's proof over the rest of it, dated at
+// (hb itself without a signer): a heartbeat signal is believed only so
+// when the control plane requires identity.
+func (h *Heartbeater) signed(hb api.WorkerHeartbeatSignal, at time.Time) (api.WorkerHeartbeatSignal, error) {
+	if h.signer == nil {
+		return hb, nil
+	}
+	p, err := h.signer.Sign(api.SignalWorkerHeartbeat, hb, at)
+	if err != nil {
+		return hb, fmt.Errorf("sign the worker heartbeat: %w", err)
+	}
+	hb.Proof = p
+	return hb, nil
+}
+
 func (h *Heartbeater) register(ctx context.Context) error {
 	reg := h.reg
 	var claims []lease.Claim
@@ -272,7 +287,15 @@ func (h *Heartbeater) loop() {
 		h.withheldLog.OK()
 		seq++
 		began := time.Now()
-		signalled, err := h.client.Heartbeat(ctx, api.WorkerHeartbeatSignal{WorkerID: h.WorkerID(), Incarnation: h.Incarnation(), Seq: seq})
+		hb, err := h.signed(api.WorkerHeartbeatSignal{WorkerID: h.WorkerID(), Incarnation: h.Incarnation(), Seq: seq}, began)
+		if err != nil {
+			cancel()
+			h.failed.Add(1)
+			h.beatLog.Fail(err)
+			tick.Reset(wait)
+			continue
+		}
+		signalled, err := h.client.Heartbeat(ctx, hb)
 		if err == nil && !signalled {
 			// Temporal recorded it on the entry's liveness activity:
 			// nothing else to send or check.

@@ -117,14 +117,46 @@ func identityVerdict(ctx workflow.Context, kind string, verdict identity.Verdict
 
 // verifySignal is the identity check of an attempt's signal (which, unlike
 // an update, cannot be refused before it is written): it runs
-// identity.Verifier.Attempt once and records the verdict in a SideEffect
-// marker, so replay reads the verdict and never depends on the control
-// plane's identity settings. It returns nil, or the rejection, logged and
-// counted, for the caller to ignore the signal.
+// identity.Verifier.Attempt once (recordVerdict). It returns nil, or the
+// rejection, logged and counted, for the caller to ignore the signal.
 func verifySignal(ctx workflow.Context, kind string, c lease.Claim, cur *lease.Lease, message any, p *identity.Proof) *lease.Rejection {
+	return recordVerdict(ctx, kind, "claim", c.String(), func(v *identity.Verifier, now time.Time) (identity.Verdict, *lease.Rejection) {
+		return v.Attempt(now, kind, c, registeredWith(cur, c), message, p)
+	})
+}
+
+// verifyWorkerSignal is the identity check of a worker's own signal
+// (worker-heartbeat), judged once (recordVerdict) as
+// identity.Verifier.Worker, and refused when signed under a certificate
+// issued before registeredWith (the one the incarnation registered with:
+// revoked or rotated away) or when its seq is not above lastSeq
+// (replayed). It returns nil or the rejection, logged and counted.
+func verifyWorkerSignal(ctx workflow.Context, id, kind string, seq, lastSeq int64, registeredWith time.Time, message any, p *identity.Proof) *lease.Rejection {
+	return recordVerdict(ctx, kind, "worker", id, func(v *identity.Verifier, now time.Time) (identity.Verdict, *lease.Rejection) {
+		verdict, rej := v.Worker(now, id, kind, message, p)
+		if rej != nil || !verdict.Signed {
+			return verdict, rej
+		}
+		if issued, err := p.IssuedAt(); err != nil || issued.Before(registeredWith) {
+			return identity.Verdict{}, &lease.Rejection{Reason: lease.RejectUnauthenticated, Message: fmt.Sprintf("%s of worker %q is signed under a certificate issued at %s, before the one it registered with (%s): revoked or rotated away",
+				kind, id, issued.UTC().Format(time.RFC3339), registeredWith.UTC().Format(time.RFC3339))}
+		}
+		if seq <= lastSeq {
+			return identity.Verdict{}, &lease.Rejection{Reason: lease.RejectReplayed, Message: fmt.Sprintf("%s of worker %q has seq %d, not above the last one accepted (%d)", kind, id, seq, lastSeq)}
+		}
+		return verdict, nil
+	})
+}
+
+// recordVerdict runs judge once with the control plane's verifier and
+// records its verdict in a SideEffect marker, so replay reads the verdict
+// and never depends on the control plane's identity settings. It returns
+// nil, or the rejection, logged (naming what by key, value) and counted
+// in wdc_results_rejected_total.
+func recordVerdict(ctx workflow.Context, kind, key, value string, judge func(*identity.Verifier, time.Time) (identity.Verdict, *lease.Rejection)) *lease.Rejection {
 	var rej lease.Rejection
 	err := workflow.SideEffect(ctx, func(ctx workflow.Context) any {
-		verdict, r := verifierOf(ctx).Attempt(workflow.Now(ctx), kind, c, registeredWith(cur, c), message, p)
+		verdict, r := judge(verifierOf(ctx), workflow.Now(ctx))
 		if r == nil {
 			identityVerdict(ctx, kind, verdict, nil) // counts an unsigned one in optional mode
 			return lease.Rejection{}
@@ -137,7 +169,7 @@ func verifySignal(ctx workflow.Context, kind string, c lease.Claim, cur *lease.L
 	if rej.Reason == "" {
 		return nil
 	}
-	workflow.GetLogger(ctx).Warn("signal ignored by the identity check", "kind", kind, "claim", c.String(), "reason", rej.Reason, "detail", rej.Message)
+	workflow.GetLogger(ctx).Warn("signal ignored by the identity check", "kind", kind, key, value, "reason", rej.Reason, "detail", rej.Message)
 	count(ctx, api.MetricResultsRejected, string(rej.Reason))
 	return &rej
 }

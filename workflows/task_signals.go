@@ -65,8 +65,29 @@ func (t *taskWorkflow) drainSignals(ctx workflow.Context) {
 	}
 }
 
+// verifyLeaseHeartbeats is the change ID of the identity check of a lease
+// heartbeat signal that would renew the lease (version 1: it must be
+// signed by the attempt's key when identity is required). WdcTask is
+// pinned to its build; the ID keeps the histories recorded before it
+// replaying, and retires with the other WdcTask change IDs
+// (docs/upgrading.md).
+const verifyLeaseHeartbeats = "verify-lease-heartbeats"
+
+// onHeartbeat renews the lease with a heartbeat signal that passes the
+// fence check and, when it would renew (a seq above the last), the
+// identity check; a refused one is counted by reason.
 func (t *taskWorkflow) onHeartbeat(ctx workflow.Context, hb api.LeaseHeartbeatSignal) {
-	if rej := t.ledger.Renew(hb.Claim, hb.Seq, workflow.Now(ctx)); rej != nil {
+	rej := lease.Check(t.ledger.Current(), hb.Claim)
+	if cur := t.ledger.Current(); rej == nil && hb.Seq > cur.HeartbeatSeq &&
+		workflow.GetVersion(ctx, verifyLeaseHeartbeats, workflow.DefaultVersion, 1) == 1 {
+		unsigned := hb
+		unsigned.Proof = nil
+		rej = verifySignal(ctx, api.SignalLeaseHeartbeat, hb.Claim, cur, unsigned, hb.Proof)
+	}
+	if rej == nil {
+		rej = t.ledger.Renew(hb.Claim, hb.Seq, workflow.Now(ctx))
+	}
+	if rej != nil {
 		if t.carry.Stats.HeartbeatsRejected == nil {
 			t.carry.Stats.HeartbeatsRejected = map[string]int64{}
 		}

@@ -433,9 +433,24 @@ func (w *workerWorkflow) evaluate(ctx workflow.Context) {
 	w.noteLost(lost, string(w.rec.State))
 }
 
+// verifyWorkerHeartbeats is the change ID of the identity check of a
+// worker heartbeat signal (version 1: signed by the worker's own SVID,
+// under the certificate it registered with or a later one, with a seq
+// above the last accepted, when identity is required). Retire it as
+// docs/upgrading.md says: once every open WdcWorker has continued as new
+// on a build that has it, make the check unconditional.
+const verifyWorkerHeartbeats = "verify-worker-heartbeats"
+
 func (w *workerWorkflow) onHeartbeat(ctx workflow.Context, hb api.WorkerHeartbeatSignal) {
 	if !w.registered {
 		return
+	}
+	if workflow.GetVersion(ctx, verifyWorkerHeartbeats, workflow.DefaultVersion, 1) == 1 {
+		unsigned := hb
+		unsigned.Proof = nil
+		if rej := verifyWorkerSignal(ctx, w.id, api.SignalWorkerHeartbeat, hb.Seq, w.rec.HeartbeatSeq, w.rec.IdentityIssuedAt, unsigned, hb.Proof); rej != nil {
+			return
+		}
 	}
 	if err := w.rec.Heartbeat(hb, workflow.Now(ctx)); err != nil {
 		workflow.GetLogger(ctx).Debug("heartbeat ignored", "worker", w.id, "error", err)

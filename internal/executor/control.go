@@ -207,9 +207,10 @@ func classify(err error) error {
 	return err
 }
 
-// Signed returns c that signs every result and failure report with key,
-// the attempt's delegated key (c itself when key is nil). The signature
-// covers the whole message (identity.Content).
+// Signed returns c that signs every result, failure report and lease
+// heartbeat signal with key, the attempt's delegated key (c itself when
+// key is nil). The signature covers the whole message (identity.Content);
+// a heartbeat by ID goes to Temporal unsigned.
 func Signed(c Control, key identity.AttemptSigner) Control {
 	if key == nil {
 		return c
@@ -230,6 +231,16 @@ func (s signingControl) SubmitResult(ctx context.Context, in api.SubmitResultInp
 	}
 	in.Proof = p
 	return s.Control.SubmitResult(ctx, in, onAccepted)
+}
+
+func (s signingControl) Heartbeat(ctx context.Context, hb api.LeaseHeartbeatSignal) error {
+	hb.Proof = nil
+	p, err := s.key.Sign(api.SignalLeaseHeartbeat, hb, time.Now())
+	if err != nil {
+		return err
+	}
+	hb.Proof = p
+	return s.Control.Heartbeat(ctx, hb)
 }
 
 func (s signingControl) ReportFailure(ctx context.Context, f api.AttemptFailedSignal) error {

@@ -1,0 +1,72 @@
+package workflows
+
+import (
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/identity"
+)
+
+// requireIdentity installs a control plane's identity check (required)
+// on the suite's environment and returns the issuer its bundle trusts.
+func (s *workerSuite) requireIdentity() *identity.Issuer {
+	iss, err := identity.NewIssuer(spiffeid.RequireTrustDomainFromString(identity.DefaultTrustDomain))
+	s.Require().NoError(err)
+	v, err := identity.NewVerifier(identity.ModeRequired, iss.TrustDomain(), iss.Bundle())
+	s.Require().NoError(err)
+	s.env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{Interceptor(v)}})
+	return iss
+}
+
+func (s *workerSuite) signer(iss *identity.Issuer, id string) *identity.Signer {
+	svid, err := iss.IssueWorker(id, time.Hour)
+	s.Require().NoError(err)
+	sg, err := identity.NewSigner(svid)
+	s.Require().NoError(err)
+	return sg
+}
+
+// A heartbeat signal, which anyone with namespace access can send, renews
+// the worker only when its own key signed it, once.
+func (s *workerSuite) TestHeartbeatSignalIsBelievedOnlyFromTheWorkersOwnKeyOnce() {
+	iss := s.requireIdentity()
+	own, other := s.signer(iss, "w1"), s.signer(iss, "w2")
+	reg := testRegistration("w1")
+	p, err := own.Sign(api.UpdateRegister, reg, time.Now())
+	s.Require().NoError(err)
+	reg.Proof = p
+	registered := s.update(0, api.UpdateRegister, reg)
+
+	beat := func(seq int64, by *identity.Signer) api.WorkerHeartbeatSignal {
+		hb := api.WorkerHeartbeatSignal{WorkerID: "w1", Incarnation: 1, Seq: seq}
+		if by != nil {
+			p, err := by.Sign(api.SignalWorkerHeartbeat, hb, time.Now())
+			s.Require().NoError(err)
+			hb.Proof = p
+		}
+		return hb
+	}
+	signed := beat(5, own)
+	moved := signed
+	moved.Seq = 6 // the signature covers seq
+	for i, hb := range []api.WorkerHeartbeatSignal{beat(5, nil), beat(5, other), moved, signed, signed} {
+		s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(api.SignalWorkerHeartbeat, hb) }, time.Duration(i+1)*time.Second)
+	}
+	var before, forged, accepted, replayed api.WorkerView
+	s.query(500*time.Millisecond, &before)
+	s.query(3500*time.Millisecond, &forged)
+	s.query(4500*time.Millisecond, &accepted)
+	s.query(5500*time.Millisecond, &replayed)
+	s.run(6 * time.Second)
+
+	s.Require().NoError(registered.err)
+	s.Equal(before.HeartbeatsAccepted, forged.HeartbeatsAccepted, "unsigned, another worker's and a moved signature renew nothing")
+	s.Zero(forged.HeartbeatSeq)
+	s.Equal(before.HeartbeatsAccepted+1, accepted.HeartbeatsAccepted, "its own signed heartbeat")
+	s.Equal(int64(5), accepted.HeartbeatSeq)
+	s.Equal(accepted.HeartbeatsAccepted, replayed.HeartbeatsAccepted, "the same signed heartbeat again is a replay")
+}
