@@ -19,6 +19,14 @@ import (
 // new one; Temporal requires the timeout.
 const LeaseActivityLifetime = 24 * time.Hour
 
+// SignedLeaseActivityLifetime is the least start-to-close timeout of the
+// lease activity of a signed holder (the worker registered with an SVID).
+// Heartbeats by ID reach Temporal unsigned, so when its lifetime runs out
+// the next one waits for the attempt's next signed heartbeat signal: a
+// namespace client heartbeating a dead attempt's activity by ID keeps its
+// lease at most this long (or two TTLs) and one TTL more.
+const SignedLeaseActivityLifetime = 10 * time.Minute
+
 // leaseWatch times the task's ACTIVE lease. Until the lease's first
 // accepted heartbeat signal it keeps one timer per TTL window (re-armed
 // for the remainder when heartbeats moved the expiry, never once per
@@ -63,7 +71,11 @@ func (w *leaseWatch) arm(ctx workflow.Context) {
 	if w.act == nil && w.signalled && cur.Fence != w.halted {
 		w.signalled = false
 		w.stopTimer()
-		actx, cancel := heldActivity(ctx, api.LeaseActivityID(cur.Fence), cur.TTL, max(LeaseActivityLifetime, 2*cur.TTL), leaseActivitySummary(*cur))
+		lifetime := LeaseActivityLifetime
+		if signedHolder(ctx, cur) {
+			lifetime = SignedLeaseActivityLifetime
+		}
+		actx, cancel := heldActivity(ctx, api.LeaseActivityID(cur.Fence), cur.TTL, max(lifetime, 2*cur.TTL), leaseActivitySummary(*cur))
 		w.act = workflow.ExecuteActivity(actx, controlActs.HoldLease, api.LeaseHoldInput{
 			TaskID: cur.TaskID, WorkerID: cur.WorkerID, Attempt: cur.Attempt, Fence: cur.Fence,
 		})
@@ -131,13 +143,21 @@ func (w *leaseWatch) addTo(ctx workflow.Context, sel workflow.Selector, drain fu
 	}
 }
 
+// signedHolder reports whether cur's worker registered with an SVID, so
+// that its attempt signs its heartbeat signals (verify-lease-heartbeats;
+// an earlier history's leases are not).
+func signedHolder(ctx workflow.Context, cur *lease.Lease) bool {
+	return !cur.IdentityIssuedAt.IsZero() && workflow.GetVersion(ctx, verifyLeaseHeartbeats, workflow.DefaultVersion, 1) == 1
+}
+
 // activityEnded applies the lease activity's end. A heartbeat timeout
 // means Temporal saw no heartbeat for a TTL (lease.Ledger.Heard): after
 // the delivered signals, the lease expires — unless a signal renewed it
 // since (its holder heartbeats by signal: halted) or a result is pending.
 // Not started within a TTL: heartbeat signals judge the lease until the
 // next accepted one schedules another. Its lifetime ran out (heartbeats
-// throughout): a new one replaces it. Cancelled: the task's own doing.
+// throughout): a new one replaces it, for a signed holder only once its
+// next heartbeat signal is accepted. Cancelled: the task's own doing.
 // Anything else: the lease counts as heard now and signals judge it.
 func (w *leaseWatch) activityEnded(ctx workflow.Context, err error, drain func(), expired func(lease.RetryDirective, string)) {
 	fence := w.actFence
@@ -164,7 +184,7 @@ func (w *leaseWatch) activityEnded(ctx workflow.Context, err error, drain func()
 		w.signalled = false
 	case errors.As(err, &timeout):
 		w.ledger.Heard(fence, now)
-		w.signalled = true
+		w.signalled = !signedHolder(ctx, cur)
 	case temporal.IsCanceledError(err):
 	default:
 		workflow.GetLogger(ctx).Warn("lease activity ended unexpectedly; judging heartbeat signals until the next one", "task", cur.TaskID, "fence", fence, "error", err)

@@ -288,6 +288,54 @@ func (s *taskSuite) TestLeaseActivityLifetimeAndFailure() {
 	s.Len(*held, 3)
 }
 
+// A signed holder's lease activity lives SignedLeaseActivityLifetime, and
+// the next one waits for the attempt's next heartbeat signal (signed, as
+// heartbeats by ID are not): the lease holds meanwhile on its TTL.
+func (s *taskSuite) TestSignedHoldersLeaseActivityWaitsForASignalAfterItsLifetime() {
+	s.issuedAt = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	held, _ := s.holdLeases()
+	c := s.claim("worker-a", 1)
+	s.heartbeat(10*time.Second, c, 1)
+	s.endLeaseActivity(time.Minute, held, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_START_TO_CLOSE, nil))
+	var waiting api.TaskView
+	s.viewAt(time.Minute+time.Millisecond, &waiting)
+	s.heartbeat(time.Minute+20*time.Second, c, 2)
+	var again api.TaskView
+	s.viewAt(time.Minute+21*time.Second, &again)
+	sub := s.submit(3*time.Minute, "t1/1/1", c)
+	res := s.execute(api.TaskOptions{LeaseTTL: 30 * time.Second})
+	s.Equal(api.TaskCompleted, res.State)
+	s.Equal(int64(1), res.Attempts, "the signal renewed the lease in time")
+	s.NoError(sub.err)
+	s.Require().NotEmpty(*held)
+	s.InDelta(float64(SignedLeaseActivityLifetime), float64((*held)[0].deadline.Sub((*held)[0].at)), float64(15*time.Second), "not LeaseActivityLifetime")
+	s.Empty(waiting.LeaseActivity, "not replaced before a heartbeat signal")
+	s.Equal(lease.Active, waiting.Lease.State)
+	s.Equal("lease-1", again.LeaseActivity)
+	s.Len(*held, 2)
+}
+
+// When no heartbeat signal follows the end of a signed holder's lease
+// activity, the lease expires a TTL after it: heartbeats by ID kept it no
+// longer.
+func (s *taskSuite) TestSignedHoldersLeaseExpiresWithoutASignalAfterTheLifetime() {
+	s.issuedAt = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	held, _ := s.holdLeases()
+	s.heartbeat(10*time.Second, s.claim("worker-a", 1), 1)
+	s.endLeaseActivity(time.Minute, held, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_START_TO_CLOSE, nil))
+	second := s.submit(2*time.Minute, "t1/2/2", s.claim("worker-b", 2))
+	out := s.execute(api.TaskOptions{LeaseTTL: 30 * time.Second, Backoff: lease.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}})
+	s.Equal(api.TaskCompleted, out.State)
+	s.Equal(int64(2), out.Attempts)
+	s.NoError(second.err)
+	view := s.lastView()
+	s.Require().Len(view.Leases, 2)
+	first := view.Leases[0]
+	s.Equal(lease.Expired, first.State)
+	s.Equal(first.RenewedAt.Add(30*time.Second), first.EndedAt, "a TTL after the lifetime's end")
+	s.Len(*held, 1)
+}
+
 // A task that waits for room looks again after the wait its control plane
 // asks for (RetryAfter: many tasks wait) when that is longer than its
 // select_interval, and after its select_interval otherwise.

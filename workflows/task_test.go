@@ -72,6 +72,9 @@ type taskSuite struct {
 	// waits are answered by the SelectWorker mock first, one per call
 	// (no worker: the task waits).
 	waits []api.SelectWorkerResult
+	// issuedAt is every grant's IdentityIssuedAt: zero for a worker that
+	// registered unsigned.
+	issuedAt time.Time
 }
 
 func TestTaskWorkflow(t *testing.T) { suite.Run(t, new(taskSuite)) }
@@ -79,6 +82,7 @@ func TestTaskWorkflow(t *testing.T) { suite.Run(t, new(taskSuite)) }
 func (s *taskSuite) SetupTest() {
 	s.env = s.NewTestWorkflowEnvironment()
 	s.ingestAfter, s.selectAfter, s.ingestErr, s.ingestLost, s.waits, s.ingestForged = 0, 0, nil, nil, nil, nil
+	s.issuedAt = time.Time{}
 	s.SetupTestWith(nil)
 	s.env.SetTestTimeout(20 * time.Second)
 }
@@ -113,10 +117,10 @@ func (s *taskSuite) SetupTestWith(launch func(env *testsuite.TestWorkflowEnviron
 			}
 			for _, w := range s.workers {
 				if w != avoid {
-					return api.SelectWorkerResult{WorkerID: w, Incarnation: 1}, nil
+					return api.SelectWorkerResult{WorkerID: w, Incarnation: 1, IdentityIssuedAt: s.issuedAt}, nil
 				}
 			}
-			return api.SelectWorkerResult{WorkerID: s.workers[0], Incarnation: 1}, nil
+			return api.SelectWorkerResult{WorkerID: s.workers[0], Incarnation: 1, IdentityIssuedAt: s.issuedAt}, nil
 		})
 	if launch != nil {
 		launch(s.env)

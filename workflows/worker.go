@@ -100,6 +100,10 @@ type workerWorkflow struct {
 	// no sooner than a stale-after window later, so a control plane that
 	// cannot hold the activity is asked at most once per window.
 	livenessHaltedAt time.Time
+	// livenessAwaitsSignal stops scheduling another after a signed
+	// incarnation's ran its lifetime, until its next accepted heartbeat
+	// signal (SignedLivenessActivityLifetime).
+	livenessAwaitsSignal bool
 
 	heartbeatCh workflow.ReceiveChannel
 	releaseCh   workflow.ReceiveChannel
@@ -356,6 +360,15 @@ func (w *workerWorkflow) drainHeartbeats(ctx workflow.Context) {
 // one.
 const LivenessActivityLifetime = 24 * time.Hour
 
+// SignedLivenessActivityLifetime is the least start-to-close timeout of a
+// signed incarnation's liveness activity (its registration was signed).
+// Heartbeats by ID reach Temporal unsigned, so when its lifetime runs out
+// the next one waits for the agent's next signed heartbeat signal: a
+// namespace client heartbeating a dead worker's activity by ID keeps it
+// ACTIVE at most this long (or two stale-after windows) and one window
+// more.
+const SignedLivenessActivityLifetime = 10 * time.Minute
+
 // armLiveness keeps one liveness activity pending for the current
 // incarnation while the worker is ACTIVE or DRAINING, and cancels it
 // otherwise (a new incarnation gets a new activity: the old agent's
@@ -374,21 +387,33 @@ func (w *workerWorkflow) armLiveness(ctx workflow.Context) {
 		w.liveness = nil
 	}
 	w.rec.LivenessActivity = ""
-	if !live || w.livenessHalted {
+	if !live || w.livenessHalted || w.livenessAwaitsSignal {
 		return
 	}
-	actx, cancel := heldActivity(ctx, id, w.rec.StaleAfter, LivenessActivityLifetime,
+	lifetime := LivenessActivityLifetime
+	if w.signedIncarnation(ctx) {
+		lifetime = max(SignedLivenessActivityLifetime, 2*w.rec.StaleAfter)
+	}
+	actx, cancel := heldActivity(ctx, id, w.rec.StaleAfter, lifetime,
 		fmt.Sprintf("liveness · incarnation %d · heartbeated by ID", w.rec.Incarnation))
 	w.liveness = workflow.ExecuteActivity(actx, controlActs.HoldLiveness, api.LivenessInput{WorkerID: w.id, Incarnation: w.rec.Incarnation})
 	w.livenessCancel = cancel
 	w.rec.LivenessActivity = id
 }
 
+// signedIncarnation reports whether the incarnation registered signed, so
+// that its agent signs its heartbeat signals (verify-worker-heartbeats;
+// an earlier history's are not).
+func (w *workerWorkflow) signedIncarnation(ctx workflow.Context) bool {
+	return w.rec.Identity != "" && workflow.GetVersion(ctx, verifyWorkerHeartbeats, workflow.DefaultVersion, 1) == 1
+}
+
 // livenessEnded applies the end of the pending liveness activity. A
 // heartbeat timeout means Temporal saw no heartbeat for StaleAfter, so the
 // last one was that long ago: evaluate then marks the worker STALE. Its
 // lifetime running out means the worker heartbeated throughout (the
-// heartbeat timeout is shorter): a new activity replaces it. One that was
+// heartbeat timeout is shorter): a new activity replaces it, for a signed
+// incarnation only once its next heartbeat signal is accepted. One that was
 // not started within the stale-after window leaves the worker to be
 // judged by its heartbeat signals (which the agent sends while the
 // activity it heartbeats is not started) and is scheduled again. A
@@ -411,6 +436,7 @@ func (w *workerWorkflow) livenessEnded(ctx workflow.Context, err error) {
 		// judged until the next activity starts.
 	case errors.As(err, &timeout):
 		w.rec.LastHeartbeatAt = now
+		w.livenessAwaitsSignal = w.signedIncarnation(ctx)
 	case temporal.IsCanceledError(err):
 		// The entry itself is being cancelled.
 	default:
@@ -459,6 +485,7 @@ func (w *workerWorkflow) onHeartbeat(ctx workflow.Context, hb api.WorkerHeartbea
 	if now := workflow.Now(ctx); w.livenessHalted && now.Sub(w.livenessHaltedAt) >= w.rec.StaleAfter {
 		w.livenessHalted = false
 	}
+	w.livenessAwaitsSignal = false
 }
 
 func (w *workerWorkflow) noteLost(lost []fleet.Reservation, state string) {

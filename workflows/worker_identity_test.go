@@ -1,13 +1,20 @@
 package workflows
 
 import (
+	"fmt"
+	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/fleet"
 	"github.com/wdc-runtime/wdc/identity"
 )
 
@@ -69,4 +76,58 @@ func (s *workerSuite) TestHeartbeatSignalIsBelievedOnlyFromTheWorkersOwnKeyOnce(
 	s.Equal(before.HeartbeatsAccepted+1, accepted.HeartbeatsAccepted, "its own signed heartbeat")
 	s.Equal(int64(5), accepted.HeartbeatSeq)
 	s.Equal(accepted.HeartbeatsAccepted, replayed.HeartbeatsAccepted, "the same signed heartbeat again is a replay")
+}
+
+// A signed incarnation's liveness activity lives
+// SignedLivenessActivityLifetime; the next one waits for the agent's next
+// heartbeat signal signed by the worker (heartbeats by ID are not), and
+// without one the worker goes STALE a window after the lifetime's end.
+func TestSignedIncarnationsLivenessWaitsForASignedSignalAfterItsLifetime(t *testing.T) {
+	for _, signal := range []bool{true, false} {
+		t.Run(fmt.Sprintf("signal=%t", signal), func(t *testing.T) {
+			l := newLivenessEnv(t)
+			iss, err := identity.NewIssuer(spiffeid.RequireTrustDomainFromString(identity.DefaultTrustDomain))
+			require.NoError(t, err)
+			v, err := identity.NewVerifier(identity.ModeRequired, iss.TrustDomain(), iss.Bundle())
+			require.NoError(t, err)
+			l.env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{Interceptor(v)}})
+			svid, err := iss.IssueWorker("w1", time.Hour)
+			require.NoError(t, err)
+			own, err := identity.NewSigner(svid)
+			require.NoError(t, err)
+			sign := func(kind string, msg any) *identity.Proof {
+				p, err := own.Sign(kind, msg, time.Now())
+				require.NoError(t, err)
+				return p
+			}
+			reg := testRegistration("w1")
+			reg.Proof = sign(api.UpdateRegister, reg)
+			l.update(0, api.UpdateRegister, reg)
+			l.end(time.Minute, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_START_TO_CLOSE, nil))
+			unsigned := api.WorkerHeartbeatSignal{WorkerID: "w1", Incarnation: 1, Seq: 1}
+			l.at(time.Minute+2*time.Second, func() { l.env.SignalWorkflow(api.SignalWorkerHeartbeat, unsigned) })
+			var waiting, after api.WorkerView
+			l.view(time.Minute+3*time.Second, &waiting)
+			if signal {
+				signed := unsigned
+				signed.Proof = sign(api.SignalWorkerHeartbeat, unsigned)
+				l.at(time.Minute+5*time.Second, func() { l.env.SignalWorkflow(api.SignalWorkerHeartbeat, signed) })
+			}
+			l.view(time.Minute+20*time.Second, &after)
+			l.run(2 * time.Minute)
+
+			require.NotEmpty(t, l.held)
+			require.InDelta(t, float64(SignedLivenessActivityLifetime), float64(l.held[0].lifetime), float64(time.Second), "not LivenessActivityLifetime")
+			require.Empty(t, waiting.LivenessActivity, "not replaced before a signed heartbeat signal")
+			require.Equal(t, fleet.Active, waiting.State)
+			if signal {
+				require.Len(t, l.held, 2)
+				require.Equal(t, "liveness-1", after.LivenessActivity)
+				require.Equal(t, fleet.Active, after.State)
+			} else {
+				require.Len(t, l.held, 1)
+				require.Equal(t, fleet.Stale, after.State, "a window after the lifetime's end")
+			}
+		})
+	}
 }

@@ -33,7 +33,9 @@ type heldLiveness struct {
 	id               string
 	in               api.LivenessInput
 	heartbeatTimeout time.Duration
-	token            []byte
+	// lifetime is its start-to-close timeout.
+	lifetime time.Duration
+	token    []byte
 }
 
 func newLivenessEnv(t *testing.T) *livenessEnv {
@@ -44,7 +46,7 @@ func newLivenessEnv(t *testing.T) *livenessEnv {
 	l.env.RegisterActivity(controlActs.HoldLiveness)
 	l.env.OnActivity(controlActs.HoldLiveness, mock.Anything, mock.Anything).Return(func(ctx context.Context, in api.LivenessInput) error {
 		info := activity.GetInfo(ctx)
-		l.held = append(l.held, heldLiveness{id: info.ActivityID, in: in, heartbeatTimeout: info.HeartbeatTimeout, token: info.TaskToken})
+		l.held = append(l.held, heldLiveness{id: info.ActivityID, in: in, heartbeatTimeout: info.HeartbeatTimeout, lifetime: info.Deadline.Sub(l.env.Now()), token: info.TaskToken})
 		return activity.ErrResultPending
 	})
 	l.env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, api.SignalWorkerLost, mock.Anything).
