@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/internal/executor"
 	"github.com/wdc-runtime/wdc/launchers"
 	"github.com/wdc-runtime/wdc/lease"
@@ -24,6 +25,9 @@ type Agent struct {
 	// Incarnation is the agent's current registration's incarnation (0
 	// before it registered); nil skips the incarnation check.
 	Incarnation func() int64
+	// Signer, when set, signs each launch failure's detail
+	// (api.LaunchFailure) with the worker's SVID.
+	Signer *identity.Signer
 }
 
 // LaunchAttempt starts an attempt and returns once it runs; the executor
@@ -38,15 +42,15 @@ type Agent struct {
 // reported lost) starts nothing either; one of a later incarnation waits
 // for the registration that made it to return (awaitIncarnation).
 //
-// Errors: a non-retryable launch_failed ApplicationError when the attempt
-// is for another worker or incarnation, its launch is past its deadline,
-// its lease is not current or cannot be verified, or it cannot start (bad
-// command, missing input) — the task turns that into a launch_failed retry
-// on a new attempt.
+// Errors: a non-retryable launch_failed ApplicationError, whose detail is
+// the signed api.LaunchFailure (failed), when the attempt is for another
+// worker or incarnation, its launch is past its deadline, its lease is not
+// current or cannot be verified, or it cannot start (bad command, missing
+// input) — the task turns that into a launch_failed retry on a new
+// attempt.
 func (a *Agent) LaunchAttempt(ctx context.Context, in api.LaunchInput) (api.LaunchResult, error) {
 	if in.Lease.WorkerID != a.WorkerID {
-		return api.LaunchResult{}, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("lease is for worker %q, this agent is %q", in.Lease.WorkerID, a.WorkerID), api.ErrTypeLaunchFailed, nil)
+		return api.LaunchResult{}, a.failed(in, fmt.Sprintf("lease is for worker %q, this agent is %q", in.Lease.WorkerID, a.WorkerID), nil)
 	}
 	if a.Incarnation != nil && in.Incarnation != 0 {
 		if mine := a.awaitIncarnation(ctx, in.Incarnation); mine != in.Incarnation {
@@ -54,9 +58,8 @@ func (a *Agent) LaunchAttempt(ctx context.Context, in api.LaunchInput) (api.Laun
 				activity.GetLogger(ctx).Warn("launch refused: reserved for another incarnation", "task", in.Lease.TaskID, "worker", in.Lease.WorkerID,
 					"attempt", in.Lease.Attempt, "fence", in.Lease.Fence, "reserved_incarnation", in.Incarnation, "incarnation", mine)
 			}
-			return api.LaunchResult{}, temporal.NewNonRetryableApplicationError(
-				fmt.Sprintf("attempt %d (fence %d) not started: reserved for incarnation %d of worker %s, this agent is incarnation %d",
-					in.Lease.Attempt, in.Lease.Fence, in.Incarnation, a.WorkerID, mine), api.ErrTypeLaunchFailed, nil)
+			return api.LaunchResult{}, a.failed(in, fmt.Sprintf("attempt %d (fence %d) not started: reserved for incarnation %d of worker %s, this agent is incarnation %d",
+				in.Lease.Attempt, in.Lease.Fence, in.Incarnation, a.WorkerID, mine), nil)
 		}
 	}
 	var deadline time.Time
@@ -67,8 +70,7 @@ func (a *Agent) LaunchAttempt(ctx context.Context, in api.LaunchInput) (api.Laun
 		if activity.IsActivity(ctx) {
 			activity.GetLogger(ctx).Warn("launch refused", "task", in.Lease.TaskID, "worker", in.Lease.WorkerID, "attempt", in.Lease.Attempt, "fence", in.Lease.Fence, "error", err)
 		}
-		return api.LaunchResult{}, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("attempt %d (fence %d) not started: %v", in.Lease.Attempt, in.Lease.Fence, err), api.ErrTypeLaunchFailed, err)
+		return api.LaunchResult{}, a.failed(in, fmt.Sprintf("attempt %d (fence %d) not started: %v", in.Lease.Attempt, in.Lease.Fence, err), err)
 	}
 	attempt := launchers.Attempt{Envelope: in.Envelope, Lease: in.Lease, HeartbeatInterval: in.HeartbeatInterval}
 	if activity.IsActivity(ctx) {
@@ -82,9 +84,24 @@ func (a *Agent) LaunchAttempt(ctx context.Context, in api.LaunchInput) (api.Laun
 		if activity.IsActivity(ctx) {
 			activity.GetLogger(ctx).Warn("launch failed", "task", in.Lease.TaskID, "worker", in.Lease.WorkerID, "attempt", in.Lease.Attempt, "fence", in.Lease.Fence, "error", err)
 		}
-		return api.LaunchResult{}, temporal.NewNonRetryableApplicationError(err.Error(), api.ErrTypeLaunchFailed, err)
+		return api.LaunchResult{}, a.failed(in, err.Error(), err)
 	}
 	return api.LaunchResult{TaskDir: sub.TaskDir, PID: sub.PID}, nil
+}
+
+// failed is LaunchAttempt's error: non-retryable launch_failed with msg
+// and cause, detailed by the api.LaunchFailure of in's claim, signed by
+// a.Signer when set (unsigned if signing fails: the task then waits a
+// lock-delay before the next attempt, as for any unsigned failure).
+func (a *Agent) failed(in api.LaunchInput, msg string, cause error) error {
+	f := api.LaunchFailure{Claim: lease.ClaimOf(in.Lease), Detail: msg}
+	if a.Signer != nil {
+		p, err := a.Signer.Sign(api.LaunchFailedReport, f, time.Now())
+		if err == nil {
+			f.Proof = p
+		}
+	}
+	return temporal.NewNonRetryableApplicationError(msg, api.ErrTypeLaunchFailed, cause, f)
 }
 
 // incarnationWait bounds how long a launch reserved under a newer

@@ -5,6 +5,7 @@ import (
 
 	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/fleet"
+	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/lease"
 )
 
@@ -70,6 +71,18 @@ type LaunchInput struct {
 	// under (SelectWorkerResult.Incarnation); an agent of another
 	// incarnation starts nothing. 0: not known (no check).
 	Incarnation int64 `json:"incarnation,omitempty"`
+}
+
+// LaunchFailure is the detail of a launch_failed error of the launch
+// activity (Agent.LaunchAttempt): the attempt it did not start, signed
+// by the worker's SVID (identity.Verifier.Worker, kind
+// LaunchFailedReport). A task believes that the command did not start
+// only from a signed one; anyone may fail an activity by its ID.
+type LaunchFailure struct {
+	Claim
+	Detail string `json:"detail"`
+	// Proof is the worker's signature over the rest of the failure.
+	Proof *identity.Proof `json:"proof,omitempty"`
 }
 
 // LaunchResult says where the attempt runs.

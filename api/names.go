@@ -130,6 +130,8 @@ const (
 	// UpdateSubmitResult (SubmitResultInput → SubmitResultResult) hands an
 	// attempt's result to the task; the validator is the fence check.
 	UpdateSubmitResult = "submit-result"
+	// LaunchFailedReport is the kind a worker signs a LaunchFailure under.
+	LaunchFailedReport = "launch-failed"
 	// SignalAttemptFailed (AttemptFailedSignal) reports an attempt that
 	// ended without a result (e.g. infra_killed).
 	SignalAttemptFailed = "attempt-failed"

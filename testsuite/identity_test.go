@@ -250,6 +250,24 @@ func TestIdentityRequired(t *testing.T) {
 	require.Equal(t, "id-a", view.Result.WorkerID)
 	require.Len(t, view.Result.Artifacts, 1)
 
+	t.Run("the agent's signed launch failure is believed without a lock-delay", func(t *testing.T) {
+		// Anyone may fail a launch activity by its ID; an unsigned failure
+		// would hold the next attempt back a TTL (the command may run).
+		env := envelope.Envelope{TaskID: "id-nolaunch", RunID: "id-run", WorldID: "identity",
+			Command:  []string{"/nonexistent/wdc-command"},
+			Selector: map[string]string{"suite-test": label}}
+		_, err := wc.SubmitTask(context.Background(), env, api.TaskOptions{LeaseTTL: 10 * time.Minute, MaxAttempts: 1})
+		require.NoError(t, err)
+		out, err := waitTaskIn(t, wc, env.TaskID)
+		require.NoError(t, err)
+		require.Equal(t, api.TaskRetriesExhausted, out.State)
+		v, err := wc.Task(context.Background(), env.TaskID)
+		require.NoError(t, err)
+		require.Len(t, v.Directives, 1)
+		require.Equal(t, lease.ReasonLaunchFailed, v.Directives[0].Reason, "%+v", v.Directives[0])
+		require.Zero(t, v.Directives[0].LockDelayUntil, "the worker's signature was believed")
+	})
+
 	t.Run("a stopped agent's signed infra_killed report is believed", func(t *testing.T) {
 		agentB := startAgentOn(t, c, "id-b", func(o *worker.AgentOptions) {
 			o.Identity = signerB

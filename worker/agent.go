@@ -149,7 +149,7 @@ func StartAgent(ctx context.Context, c client.Client, opts AgentOptions) (*Agent
 	}
 	// The identity of the agent's activity events, whatever the client's.
 	a.worker = sdkworker.New(c, api.AgentTaskQueue(reg.WorkerID), sdkworker.Options{Identity: api.AgentIdentity(reg.WorkerID)})
-	a.worker.RegisterActivityWithOptions(&activities.Agent{WorkerID: reg.WorkerID, Launcher: launcher, Incarnation: hb.Incarnation}, activity.RegisterOptions{SkipInvalidStructFunctions: true})
+	a.worker.RegisterActivityWithOptions(&activities.Agent{WorkerID: reg.WorkerID, Launcher: launcher, Incarnation: hb.Incarnation, Signer: opts.Identity}, activity.RegisterOptions{SkipInvalidStructFunctions: true})
 	if hb.adopter != nil {
 		// Register before polling: a launch taken meanwhile (one queued
 		// for the previous incarnation) would start a Job the

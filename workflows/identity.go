@@ -133,19 +133,27 @@ func verifySignal(ctx workflow.Context, kind string, c lease.Claim, cur *lease.L
 // (replayed). It returns nil or the rejection, logged and counted.
 func verifyWorkerSignal(ctx workflow.Context, id, kind string, seq, lastSeq int64, registeredWith time.Time, message any, p *identity.Proof) *lease.Rejection {
 	return recordVerdict(ctx, kind, "worker", id, func(v *identity.Verifier, now time.Time) (identity.Verdict, *lease.Rejection) {
-		verdict, rej := v.Worker(now, id, kind, message, p)
-		if rej != nil || !verdict.Signed {
-			return verdict, rej
-		}
-		if issued, err := p.IssuedAt(); err != nil || issued.Before(registeredWith) {
-			return identity.Verdict{}, &lease.Rejection{Reason: lease.RejectUnauthenticated, Message: fmt.Sprintf("%s of worker %q is signed under a certificate issued at %s, before the one it registered with (%s): revoked or rotated away",
-				kind, id, issued.UTC().Format(time.RFC3339), registeredWith.UTC().Format(time.RFC3339))}
-		}
-		if seq <= lastSeq {
+		verdict, rej := workerVerdict(v, now, id, kind, registeredWith, message, p)
+		if rej == nil && verdict.Signed && seq <= lastSeq {
 			return identity.Verdict{}, &lease.Rejection{Reason: lease.RejectReplayed, Message: fmt.Sprintf("%s of worker %q has seq %d, not above the last one accepted (%d)", kind, id, seq, lastSeq)}
 		}
-		return verdict, nil
+		return verdict, rej
 	})
+}
+
+// workerVerdict is identity.Verifier.Worker, also refusing a signature
+// under a certificate issued before registeredWith (the one the worker's
+// incarnation registered with: revoked or rotated away).
+func workerVerdict(v *identity.Verifier, now time.Time, id, kind string, registeredWith time.Time, message any, p *identity.Proof) (identity.Verdict, *lease.Rejection) {
+	verdict, rej := v.Worker(now, id, kind, message, p)
+	if rej != nil || !verdict.Signed {
+		return verdict, rej
+	}
+	if issued, err := p.IssuedAt(); err != nil || issued.Before(registeredWith) {
+		return identity.Verdict{}, &lease.Rejection{Reason: lease.RejectUnauthenticated, Message: fmt.Sprintf("%s of worker %q is signed under a certificate issued at %s, before the one it registered with (%s): revoked or rotated away",
+			kind, id, issued.UTC().Format(time.RFC3339), registeredWith.UTC().Format(time.RFC3339))}
+	}
+	return verdict, nil
 }
 
 // recordVerdict runs judge once with the control plane's verifier and

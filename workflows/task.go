@@ -407,8 +407,7 @@ func (t *taskWorkflow) watch(ctx workflow.Context) {
 			t.launch, t.launchCancel = nil, nil
 			var res api.LaunchResult
 			if err := f.Get(ctx, &res); err != nil {
-				// Refused while a result is pending: the attempt ran.
-				t.revoke(ctx, lease.ReasonLaunchFailed, errorMessage(err))
+				t.launchFailed(ctx, err)
 				return
 			}
 			t.attemptDir = res.TaskDir

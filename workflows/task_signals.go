@@ -1,13 +1,16 @@
 package workflows
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/fleet"
+	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/lease"
 )
 
@@ -166,6 +169,47 @@ func (t *taskWorkflow) onAttemptFailed(ctx workflow.Context, f api.AttemptFailed
 		reason = lease.ReasonInfraKilled
 	}
 	t.revoke(ctx, reason, f.Detail)
+}
+
+// verifyLaunchFailures is the change ID of the identity check of a launch
+// failure (version 1: one not signed by the lease holder's worker waits a
+// lock-delay). WdcTask is pinned to its build; the ID keeps the histories
+// recorded before it replaying, and retires with the other WdcTask change
+// IDs (docs/upgrading.md).
+const verifyLaunchFailures = "verify-launch-failures"
+
+// launchFailed revokes the lease whose launch activity failed (refused
+// while a result is pending: the attempt ran). Anyone may fail an activity
+// by its ID, so when the holder's worker registered signed, the next
+// attempt waits a lock-delay of the lease's TTL unless the failure's
+// api.LaunchFailure names this lease's claim and the worker signed it:
+// the command may have started.
+func (t *taskWorkflow) launchFailed(ctx workflow.Context, err error) {
+	cur := t.ledger.Current()
+	if cur == nil {
+		return
+	}
+	ttl, believed := cur.TTL, true
+	var ae *temporal.ApplicationError
+	if errors.As(err, &ae) && !cur.IdentityIssuedAt.IsZero() && workflow.GetVersion(ctx, verifyLaunchFailures, workflow.DefaultVersion, 1) == 1 {
+		var f api.LaunchFailure
+		claim := lease.ClaimOf(*cur)
+		if ae.Details(&f) != nil || f.Claim != claim {
+			f = api.LaunchFailure{}
+		}
+		unsigned := f
+		unsigned.Proof = nil
+		believed = recordVerdict(ctx, api.LaunchFailedReport, "claim", claim.String(), func(v *identity.Verifier, now time.Time) (identity.Verdict, *lease.Rejection) {
+			if f.Claim != claim {
+				return identity.Verdict{}, &lease.Rejection{Reason: lease.RejectUnauthenticated, Message: "the launch failure names no claim, or another one"}
+			}
+			return workerVerdict(v, now, cur.WorkerID, api.LaunchFailedReport, cur.IdentityIssuedAt, unsigned, f.Proof)
+		}) == nil
+	}
+	t.revoke(ctx, lease.ReasonLaunchFailed, errorMessage(err))
+	if !believed && t.directive != nil {
+		t.directive.LockDelayUntil = workflow.Now(ctx).Add(ttl)
+	}
 }
 
 // sleep waits for d or until the task is cancelled, handling signals;

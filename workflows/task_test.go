@@ -7,18 +7,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"github.com/stretchr/testify/suite"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/wdc-runtime/wdc/activities"
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/envelope"
+	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/lease"
 )
 
@@ -726,4 +730,71 @@ func (s *taskSuite) TestGrantTakesTheFenceTheSelectionReserved() {
 	s.Require().True(errors.As(stale.err, &appErr))
 	s.Equal(string(lease.RejectStaleFence), appErr.Type())
 	s.NoError(good.err)
+}
+
+// Anyone may fail the launch activity by its ID: with identity required, a
+// launch failure is believed (the command did not start, so the next
+// attempt need not wait) only when the holder's worker signed it for this
+// very claim; any other waits a lock-delay of the lease's TTL.
+func (s *taskSuite) TestLaunchFailureSkipsTheLockDelayOnlyWhenItsWorkerSignedIt() {
+	iss, err := identity.NewIssuer(spiffeid.RequireTrustDomainFromString(identity.DefaultTrustDomain))
+	s.Require().NoError(err)
+	v, err := identity.NewVerifier(identity.ModeRequired, iss.TrustDomain(), iss.Bundle())
+	s.Require().NoError(err)
+	signer := func(id string) *identity.Signer {
+		svid, err := iss.IssueWorker(id, time.Hour)
+		s.Require().NoError(err)
+		sg, err := identity.NewSigner(svid)
+		s.Require().NoError(err)
+		return sg
+	}
+	own, other := signer("worker-a"), signer("worker-b")
+	for _, tc := range []struct {
+		name      string
+		by        *identity.Signer
+		otherFor  bool // signed for another claim
+		lockDelay bool
+	}{
+		{name: "unsigned", lockDelay: true},
+		{name: "by another worker", by: other, lockDelay: true},
+		{name: "for another claim", by: own, otherFor: true, lockDelay: true},
+		{name: "by the holder's worker", by: own},
+	} {
+		s.Run(tc.name, func() {
+			s.env = s.NewTestWorkflowEnvironment()
+			s.issuedAt = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+			s.SetupTestWith(func(env *testsuite.TestWorkflowEnvironment) {
+				env.OnActivity(agentActs.LaunchAttempt, mock.Anything, mock.Anything).Return(
+					func(_ context.Context, in api.LaunchInput) (api.LaunchResult, error) {
+						if in.Lease.Attempt > 1 {
+							return api.LaunchResult{}, nil
+						}
+						f := api.LaunchFailure{Claim: lease.ClaimOf(in.Lease), Detail: "no such image"}
+						if tc.otherFor {
+							f.Fence++
+						}
+						if tc.by != nil {
+							p, err := tc.by.Sign(api.LaunchFailedReport, f, time.Now())
+							s.Require().NoError(err)
+							f.Proof = p
+						}
+						return api.LaunchResult{}, temporal.NewNonRetryableApplicationError(f.Detail, api.ErrTypeLaunchFailed, nil, f)
+					})
+			})
+			s.env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{Interceptor(v)}})
+			res := s.execute(api.TaskOptions{LeaseTTL: time.Minute, MaxAttempts: 2}) // attempt 2 expires: nothing signs its result
+			s.Equal(int64(2), res.Attempts)
+			view := s.lastView()
+			s.Require().NotEmpty(view.Directives)
+			d := view.Directives[0]
+			s.Equal(lease.ReasonLaunchFailed, d.Reason)
+			if tc.lockDelay {
+				s.Equal(view.Leases[0].EndedAt.Add(time.Minute), d.LockDelayUntil, "a TTL after the failure")
+				s.False(s.grantTimes[1].Before(d.LockDelayUntil), "attempt 2 waited for it")
+			} else {
+				s.True(d.LockDelayUntil.IsZero())
+				s.Less(s.grantTimes[1].Sub(s.grantTimes[0]), time.Minute)
+			}
+		})
+	}
 }
