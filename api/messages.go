@@ -482,12 +482,18 @@ type AddTaskInput struct {
 	Envelope       envelope.Envelope `json:"envelope"`
 	EnvelopeDigest string            `json:"envelope_digest"`
 	Options        TaskOptions       `json:"options"`
+	// Proof is the submitter's signature over the rest of the input
+	// (identity.Verifier.Submitter); in an AddTasksInput, the batch's
+	// proof covers its tasks instead.
+	Proof *identity.Proof `json:"proof,omitempty"`
 }
 
 // AddTasksInput adds several tasks to one run (the add-tasks update).
 // Tasks holds at most MaxTasksPerBatch entries.
 type AddTasksInput struct {
 	Tasks []AddTaskInput `json:"tasks"`
+	// Proof is the submitter's signature over the rest of the input.
+	Proof *identity.Proof `json:"proof,omitempty"`
 }
 
 // AddTasksResult has one entry per input task, in input order: Results[i]

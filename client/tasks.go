@@ -20,9 +20,9 @@ import (
 )
 
 // SubmitTask adds a sealed envelope's task to its run, starting the run
-// (UpdateWithStart) when it does not exist yet. Adding the same envelope
-// again is idempotent (Existing is set); the same task ID with another
-// envelope is a conflict *Error.
+// (UpdateWithStart) when it does not exist yet, signed by c.Signer when
+// set. Adding the same envelope again is idempotent (Existing is set); the
+// same task ID with another envelope is a conflict *Error.
 func (c *Client) SubmitTask(ctx context.Context, env envelope.Envelope, opts api.TaskOptions) (api.AddTaskResult, error) {
 	var res api.AddTaskResult
 	digest, err := CheckSubmission(&env, opts)
@@ -35,11 +35,16 @@ func (c *Client) SubmitTask(ctx context.Context, env envelope.Envelope, opts api
 	op := "submit task " + env.TaskID
 	err = c.within(ctx, op, func(ctx context.Context) error {
 		// A start operation runs once: a retry needs its own.
+		in := api.AddTaskInput{Envelope: env, EnvelopeDigest: digest, Options: opts}
+		var err error
+		if in.Proof, err = c.sign(api.UpdateAddTask, in); err != nil {
+			return err
+		}
 		start := c.C.NewWithStartWorkflowOperation(c.runStartOptions(env.RunID, env.WorldID), api.RunWorkflowType, api.RunInput{RunID: env.RunID, WorldID: env.WorldID})
 		handle, err := c.C.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 			StartWorkflowOperation: start,
 			UpdateOptions: client.UpdateWorkflowOptions{
-				UpdateName: api.UpdateAddTask, Args: []any{api.AddTaskInput{Envelope: env, EnvelopeDigest: digest, Options: opts}},
+				UpdateName: api.UpdateAddTask, Args: []any{in},
 				WaitForStage: client.WorkflowUpdateStageCompleted,
 			},
 		})
@@ -67,7 +72,8 @@ func CheckSubmission(env *envelope.Envelope, opts api.TaskOptions) (string, erro
 }
 
 // SubmitTasks adds many sealed envelopes of ONE run in one add-tasks
-// update (starting the run when needed): the run validates them all
+// update (starting the run when needed), signed by c.Signer when set: the
+// run validates them all
 // first and refuses the whole batch when one is bad (the *Error names its
 // index and field, nothing is added), then starts every task. Call
 // CheckSubmission on each envelope first to refuse bad input without a
@@ -105,6 +111,11 @@ func (c *Client) SubmitTasks(ctx context.Context, envs []envelope.Envelope, opts
 	// A batch starts a workflow per task: it may take longer than one
 	// call; the bound grows by one CallTimeout per 50 tasks.
 	err := c.withinScaled(ctx, op, 1+len(envs)/50, func(ctx context.Context) error {
+		in.Proof = nil
+		var err error
+		if in.Proof, err = c.sign(api.UpdateAddTasks, in); err != nil {
+			return err
+		}
 		start := c.C.NewWithStartWorkflowOperation(c.runStartOptions(run, envs[0].WorldID), api.RunWorkflowType, api.RunInput{RunID: run, WorldID: envs[0].WorldID})
 		handle, err := c.C.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 			StartWorkflowOperation: start,

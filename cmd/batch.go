@@ -147,114 +147,121 @@ func checkInputPaths(env envelope.Envelope, base string) error {
 // batchInFlight updates at once, reported in file order, with a progress bar on a terminal and a line per batch
 // otherwise. A task that could not be started (its ID used by another run)
 // is reported with its line; the exit code is then 1.
-func (a *app) submitBatch(ctx context.Context, path string, o api.TaskOptions, dataDir, blobURL string) error {
+// The batches are signed as the submitter svid names.
+func (a *app) submitBatch(ctx context.Context, path string, o api.TaskOptions, dataDir, blobURL string, svid *svidFlags) error {
 	lines, base, err := a.readBatch(path)
 	if err != nil {
 		return err
 	}
 	return a.withControlPlane(ctx, func(wc *wdcclient.Client) error {
-		var store *blobstore.Store
-		for _, l := range lines {
-			if len(l.env.Inputs) > 0 {
-				if store, err = a.openStore(ctx, dataDir, blobURL); err != nil {
-					return err
-				}
-				defer store.Close()
-				break
-			}
-		}
-		progress := a.batchProgress(len(lines))
-		rep := batchReport{Tasks: make([]batchOutcome, 0, len(lines))}
-		runs := map[string]bool{}
-		began := time.Now()
-		var chunks [][]batchLine
-		for from := 0; from < len(lines); from += len(chunks[len(chunks)-1]) {
-			chunks = append(chunks, nextChunk(lines[from:]))
-		}
-		// On return: cancel what is in flight, wait for it, then close
-		// the store (deferred earlier).
-		var wg sync.WaitGroup
-		defer wg.Wait()
-		sctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		done := make([]chan chunkOutcome, len(chunks))
-		for k := range done {
-			done[k] = make(chan chunkOutcome, 1)
-		}
-		var stderrMu sync.Mutex
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// Seal each chunk in order, then submit it with up to
-			// batchInFlight updates in flight; the first that cannot be
-			// sealed stops the rest.
-			sem := make(chan struct{}, batchInFlight)
-			for k, chunk := range chunks {
-				envs, err := sealChunk(sctx, chunk, base, store)
-				if err != nil {
-					done[k] <- chunkOutcome{err: err, sealing: true}
-					return
-				}
-				select {
-				case sem <- struct{}{}:
-				case <-sctx.Done():
-					done[k] <- chunkOutcome{err: sctx.Err()}
-					return
-				}
-				wg.Add(1)
-				go func() {
-					defer func() { <-sem; wg.Done() }()
-					res, err := a.submitChunk(sctx, wc, chunk, envs, o, &stderrMu)
-					done[k] <- chunkOutcome{res: res, err: err}
-				}()
-			}
-		}()
-		submitted := 0
-		for k, chunk := range chunks {
-			d := <-done[k]
-			switch {
-			case d.sealing:
-				return d.err
-			case d.err != nil:
-				return fmt.Errorf("lines %d-%d: %w (the lines before them were submitted, these and later ones may have been; submitting the file again is idempotent)", chunk[0].line, chunk[len(chunk)-1].line, appError(d.err))
-			}
-			for i, l := range chunk {
-				out := batchOutcome{Line: l.line, TaskID: l.env.TaskID, RunID: l.env.RunID, Existing: d.res.Results[i].Existing, Error: d.res.Errors[i]}
-				switch {
-				case out.Error != "":
-					rep.Failed++
-				case out.Existing:
-					rep.Existing++
-				default:
-					rep.Submitted++
-				}
-				rep.Tasks = append(rep.Tasks, out)
-			}
-			runs[chunk[0].env.RunID] = true
-			submitted += len(chunk)
-			progress(submitted, chunk[0].env.RunID)
-		}
-		rep.Runs = len(runs)
-		rep.Seconds = time.Since(began).Seconds()
-		rep.TasksPerSec = float64(len(lines)) / rep.Seconds
-		err := a.emit(rep, func(w io.Writer) error {
-			fmt.Fprintf(w, "%d tasks submitted to %d run(s) in %.1f s (%.0f tasks/s)", rep.Submitted, rep.Runs, rep.Seconds, rep.TasksPerSec)
-			if rep.Existing > 0 {
-				fmt.Fprintf(w, "; %d already there", rep.Existing)
-			}
-			fmt.Fprintln(w)
-			for _, t := range rep.Tasks {
-				if t.Error != "" {
-					fmt.Fprintf(w, "line %d: task %s not started: %s\n", t.Line, t.TaskID, t.Error)
-				}
-			}
-			return nil
-		})
-		if err == nil && rep.Failed > 0 {
-			err = exitError{code: ExitFailure, err: fmt.Errorf("%d of %d tasks were not started (see above)", rep.Failed, len(lines))}
-		}
-		return err
+		return svid.withSigner(ctx, wc, func() error { return a.submitLines(ctx, wc, lines, base, o, dataDir, blobURL) })
 	})
+}
+
+// submitLines is submitBatch's submission of the checked lines through wc.
+func (a *app) submitLines(ctx context.Context, wc *wdcclient.Client, lines []batchLine, base string, o api.TaskOptions, dataDir, blobURL string) error {
+	var err error
+	var store *blobstore.Store
+	for _, l := range lines {
+		if len(l.env.Inputs) > 0 {
+			if store, err = a.openStore(ctx, dataDir, blobURL); err != nil {
+				return err
+			}
+			defer store.Close()
+			break
+		}
+	}
+	progress := a.batchProgress(len(lines))
+	rep := batchReport{Tasks: make([]batchOutcome, 0, len(lines))}
+	runs := map[string]bool{}
+	began := time.Now()
+	var chunks [][]batchLine
+	for from := 0; from < len(lines); from += len(chunks[len(chunks)-1]) {
+		chunks = append(chunks, nextChunk(lines[from:]))
+	}
+	// On return: cancel what is in flight, wait for it, then close
+	// the store (deferred earlier).
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make([]chan chunkOutcome, len(chunks))
+	for k := range done {
+		done[k] = make(chan chunkOutcome, 1)
+	}
+	var stderrMu sync.Mutex
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		// Seal each chunk in order, then submit it with up to
+		// batchInFlight updates in flight; the first that cannot be
+		// sealed stops the rest.
+		sem := make(chan struct{}, batchInFlight)
+		for k, chunk := range chunks {
+			envs, err := sealChunk(sctx, chunk, base, store)
+			if err != nil {
+				done[k] <- chunkOutcome{err: err, sealing: true}
+				return
+			}
+			select {
+			case sem <- struct{}{}:
+			case <-sctx.Done():
+				done[k] <- chunkOutcome{err: sctx.Err()}
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				res, err := a.submitChunk(sctx, wc, chunk, envs, o, &stderrMu)
+				done[k] <- chunkOutcome{res: res, err: err}
+			}()
+		}
+	}()
+	submitted := 0
+	for k, chunk := range chunks {
+		d := <-done[k]
+		switch {
+		case d.sealing:
+			return d.err
+		case d.err != nil:
+			return fmt.Errorf("lines %d-%d: %w (the lines before them were submitted, these and later ones may have been; submitting the file again is idempotent)", chunk[0].line, chunk[len(chunk)-1].line, appError(d.err))
+		}
+		for i, l := range chunk {
+			out := batchOutcome{Line: l.line, TaskID: l.env.TaskID, RunID: l.env.RunID, Existing: d.res.Results[i].Existing, Error: d.res.Errors[i]}
+			switch {
+			case out.Error != "":
+				rep.Failed++
+			case out.Existing:
+				rep.Existing++
+			default:
+				rep.Submitted++
+			}
+			rep.Tasks = append(rep.Tasks, out)
+		}
+		runs[chunk[0].env.RunID] = true
+		submitted += len(chunk)
+		progress(submitted, chunk[0].env.RunID)
+	}
+	rep.Runs = len(runs)
+	rep.Seconds = time.Since(began).Seconds()
+	rep.TasksPerSec = float64(len(lines)) / rep.Seconds
+	err = a.emit(rep, func(w io.Writer) error {
+		fmt.Fprintf(w, "%d tasks submitted to %d run(s) in %.1f s (%.0f tasks/s)", rep.Submitted, rep.Runs, rep.Seconds, rep.TasksPerSec)
+		if rep.Existing > 0 {
+			fmt.Fprintf(w, "; %d already there", rep.Existing)
+		}
+		fmt.Fprintln(w)
+		for _, t := range rep.Tasks {
+			if t.Error != "" {
+				fmt.Fprintf(w, "line %d: task %s not started: %s\n", t.Line, t.TaskID, t.Error)
+			}
+		}
+		return nil
+	})
+	if err == nil && rep.Failed > 0 {
+		err = exitError{code: ExitFailure, err: fmt.Errorf("%d of %d tasks were not started (see above)", rep.Failed, len(lines))}
+	}
+	return err
 }
 
 // batchInFlight is how many add-tasks updates `tasks submit --batch` has

@@ -90,7 +90,7 @@ func (f *trustFlags) verifier(ctx context.Context) (v *identity.Verifier, close 
 	case f.bundle != "" && f.socket != "":
 		return nil, close, usagef("--trust-bundle and --spiffe-socket: give one")
 	case f.socket != "":
-		src, err := identity.OpenWorkloadAPI(ctx, f.socket)
+		src, err := identity.OpenWorkloadAPI(ctx, f.socket, nil)
 		if err != nil {
 			return nil, close, fmt.Errorf("--spiffe-socket: %w", err)
 		}
@@ -220,7 +220,7 @@ func (f *svidFlags) signer(ctx context.Context, want func(spiffeid.ID) error) (s
 	case f.dir != "" && f.socket != "":
 		return nil, close, usagef("--svid-dir and --spiffe-socket: give one")
 	case f.socket != "":
-		src, err := identity.OpenWorkloadAPI(ctx, f.socket)
+		src, err := identity.OpenWorkloadAPI(ctx, f.socket, func(id spiffeid.ID) bool { return want == nil || want(id) == nil })
 		if err != nil {
 			return nil, close, fmt.Errorf("--spiffe-socket: %w", err)
 		}
@@ -234,6 +234,9 @@ func (f *svidFlags) signer(ctx context.Context, want func(spiffeid.ID) error) (s
 		s = identity.NewSignerFrom(src)
 	default:
 		return nil, close, nil
+	}
+	if want == nil {
+		return s, close, nil
 	}
 	if err := want(s.ID()); err != nil {
 		close()

@@ -97,6 +97,7 @@ func (a *app) newTasksSubmitCommand() *cobra.Command {
 		blobURL string
 		wait    bool
 		batch   string
+		svid    svidFlags
 	)
 	c := &cobra.Command{
 		Use:   "submit ENVELOPE | --batch FILE",
@@ -130,7 +131,11 @@ file order, with a progress bar (a line per batch when stderr is not a
 terminal). The options (--lease-ttl, ...) apply to every task. A task whose ID
 was used by another run is reported with its line (exit 1); the others are
 submitted. --wait does not apply to a batch: follow the run with
-'wdc runs status RUN_ID'.`,
+'wdc runs status RUN_ID'.
+
+A control plane with identity required takes tasks only from a submitter:
+give your submitter SVID (--svid-dir, --spiffe-socket), or --ca-dir
+(WDC_CA_DIR) to sign as submitter $USER from 'wdc server start-dev''s issuer.`,
 		Example: `  wdc tasks submit examples/checksum.json --wait
   wdc tasks submit task.json --lease-ttl 1m --max-attempts 3 -o json
   cat task.json | wdc tasks submit -
@@ -151,7 +156,7 @@ submitted. --wait does not apply to a batch: follow the run with
 			case batch != "" && wait:
 				return usagef("--wait follows one task; with --batch, follow the run with 'wdc runs status RUN_ID'")
 			case batch != "":
-				return a.submitBatch(c.Context(), batch, o, dataDir, blobURL)
+				return a.submitBatch(c.Context(), batch, o, dataDir, blobURL, &svid)
 			case len(args) == 0:
 				return usagef("give an ENVELOPE file (\"-\" for stdin) or --batch FILE")
 			}
@@ -189,7 +194,11 @@ submitted. --wait does not apply to a batch: follow the run with
 				if err := storeEnvelope(ctx, store, sealed); err != nil {
 					return fmt.Errorf("%s: %w", args[0], err)
 				}
-				res, err := wc.SubmitTask(ctx, sealed, o)
+				var res api.AddTaskResult
+				err = svid.withSigner(ctx, wc, func() (err error) {
+					res, err = wc.SubmitTask(ctx, sealed, o)
+					return err
+				})
 				if err != nil {
 					return appError(err)
 				}
@@ -227,6 +236,7 @@ submitted. --wait does not apply to a batch: follow the run with
 	c.Flags().StringVar(&blobURL, "blob-url", "", blobURLHelp)
 	c.Flags().BoolVar(&wait, "wait", false, "follow the task with progress lines until it ends")
 	c.Flags().StringVar(&batch, "batch", "", "submit every envelope of a JSON Lines file (one per line; - for stdin)")
+	svid.bindSubmitter(c.Flags(), a.deps.Getenv)
 	return c
 }
 

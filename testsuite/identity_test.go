@@ -107,8 +107,30 @@ func TestIdentityRequired(t *testing.T) {
 	require.NoError(t, cp.Start())
 	t.Cleanup(cp.Stop)
 	wc := &wdcclient.Client{C: c}
+	sweeperID, err := identity.SubmitterID(iss.TrustDomain(), "sweeper")
+	require.NoError(t, err)
+	sweeperSVID, err := iss.Issue(sweeperID, time.Hour)
+	require.NoError(t, err)
+	sweeper, err := identity.NewSigner(sweeperSVID)
+	require.NoError(t, err)
+	sub := &wdcclient.Client{C: c, Signer: sweeper} // submits every task below
 
 	signerA, signerB := issueSigner(t, iss, "id-a"), issueSigner(t, iss, "id-b")
+
+	t.Run("a submission is believed only from a submitter", func(t *testing.T) {
+		// Believed, a forged task would join the run and its result could
+		// be committed as the run's evidence.
+		ctx := context.Background()
+		forged := envelope.Envelope{TaskID: "id-forged", RunID: "id-forged-run", WorldID: "identity", Command: []string{"/bin/true"}}
+		_, err := wc.SubmitTask(ctx, forged, api.TaskOptions{})
+		requireRefused(t, err, lease.RejectUnauthenticated)
+		_, err = wc.SubmitTasks(ctx, []envelope.Envelope{forged}, api.TaskOptions{})
+		requireRefused(t, err, lease.RejectUnauthenticated)
+		_, err = (&wdcclient.Client{C: c, Signer: signerA}).SubmitTask(ctx, forged, api.TaskOptions{})
+		requireRefused(t, err, lease.RejectWrongIdentity)
+		_, err = wc.Task(ctx, forged.TaskID)
+		require.ErrorIs(t, err, wdcclient.ErrNotFound, "no task was started")
+	})
 	regA := fleet.Registration{WorkerID: "id-a", Capacity: resource.List{CPUMillis: 2000, MemoryBytes: 1 << 30}}
 	stale, err := signerA.Sign(api.UpdateRegister, regA, time.Now())
 	require.NoError(t, err)
@@ -122,7 +144,7 @@ func TestIdentityRequired(t *testing.T) {
 		Command:  []string{"/bin/sh", "-c", `while [ ! -e "$GATE" ]; do sleep 0.05; done; echo signed > outputs/out.txt`},
 		Env:      map[string]string{"PATH": "/usr/bin:/bin", "GATE": gate},
 		Selector: map[string]string{"suite-test": label}}
-	_, err = wc.SubmitTask(context.Background(), env, api.TaskOptions{LeaseTTL: time.Minute})
+	_, err = sub.SubmitTask(context.Background(), env, api.TaskOptions{LeaseTTL: time.Minute})
 	require.NoError(t, err)
 	claim := waitLaunched(t, wc, env.TaskID, 1)
 	require.Equal(t, "id-a", claim.WorkerID)
@@ -256,7 +278,7 @@ func TestIdentityRequired(t *testing.T) {
 		env := envelope.Envelope{TaskID: "id-nolaunch", RunID: "id-run", WorldID: "identity",
 			Command:  []string{"/nonexistent/wdc-command"},
 			Selector: map[string]string{"suite-test": label}}
-		_, err := wc.SubmitTask(context.Background(), env, api.TaskOptions{LeaseTTL: 10 * time.Minute, MaxAttempts: 1})
+		_, err := sub.SubmitTask(context.Background(), env, api.TaskOptions{LeaseTTL: 10 * time.Minute, MaxAttempts: 1})
 		require.NoError(t, err)
 		out, err := waitTaskIn(t, wc, env.TaskID)
 		require.NoError(t, err)
@@ -277,7 +299,7 @@ func TestIdentityRequired(t *testing.T) {
 			Command:  []string{"/bin/sh", "-c", `if [ "$WDC_ATTEMPT" = 1 ]; then exec sleep 60; fi; echo ok > outputs/ok`},
 			Env:      map[string]string{"PATH": "/usr/bin:/bin"},
 			Selector: map[string]string{"suite-test": label}}
-		_, err := wc.SubmitTask(context.Background(), env, api.TaskOptions{LeaseTTL: 5 * time.Minute,
+		_, err := sub.SubmitTask(context.Background(), env, api.TaskOptions{LeaseTTL: 5 * time.Minute,
 			Backoff: lease.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}})
 		require.NoError(t, err)
 		first := waitLaunched(t, wc, env.TaskID, 1)
@@ -316,7 +338,7 @@ func TestIdentityRequired(t *testing.T) {
 			Command:  []string{"/bin/sh", "-c", `cat "$KEY" > outputs/stolen.txt 2>&1; echo ok > outputs/done.txt`},
 			Env:      map[string]string{"PATH": "/usr/bin:/bin", "KEY": keyPath},
 			Selector: map[string]string{"suite-test": testLabel(t)}}
-		_, err = wc.SubmitTask(context.Background(), env, api.TaskOptions{LeaseTTL: time.Minute})
+		_, err = sub.SubmitTask(context.Background(), env, api.TaskOptions{LeaseTTL: time.Minute})
 		require.NoError(t, err)
 		claim := waitLaunched(t, wc, env.TaskID, 1)
 		b, err := os.ReadFile(external.SpoolFile(spool, claim))
@@ -361,7 +383,7 @@ func TestIdentityRequired(t *testing.T) {
 			Command:  []string{"/bin/sh", "-c", `env | sort > outputs/env.txt`},
 			Env:      map[string]string{"PATH": "/usr/bin:/bin"},
 			Selector: map[string]string{"suite-test": testLabel(t)}}
-		_, err = wc.SubmitTask(context.Background(), env, api.TaskOptions{LeaseTTL: 20 * time.Second})
+		_, err = sub.SubmitTask(context.Background(), env, api.TaskOptions{LeaseTTL: 20 * time.Second})
 		require.NoError(t, err)
 		out, err := waitTaskIn(t, wc, env.TaskID)
 		require.NoError(t, err)
@@ -388,7 +410,7 @@ func TestIdentityRequired(t *testing.T) {
 				Selector: map[string]string{"suite-test": testLabel(t)}}
 		}
 		inFlight := task("id-rot-1")
-		_, err = wc.SubmitTask(ctx, inFlight, api.TaskOptions{LeaseTTL: 6 * time.Second})
+		_, err = sub.SubmitTask(ctx, inFlight, api.TaskOptions{LeaseTTL: 6 * time.Second})
 		require.NoError(t, err)
 		require.Equal(t, id, waitLaunched(t, wc, inFlight.TaskID, 1).WorkerID)
 
@@ -400,7 +422,7 @@ func TestIdentityRequired(t *testing.T) {
 		time.Sleep(time.Until(first.Certificates[0].NotAfter) + time.Second)
 		require.NoError(t, os.WriteFile(gate, nil, 0o644))
 		after := task("id-rot-2")
-		_, err = wc.SubmitTask(ctx, after, api.TaskOptions{LeaseTTL: 6 * time.Second})
+		_, err = sub.SubmitTask(ctx, after, api.TaskOptions{LeaseTTL: 6 * time.Second})
 		require.NoError(t, err)
 		for _, env := range []envelope.Envelope{inFlight, after} {
 			out, err := waitTaskIn(t, wc, env.TaskID)
@@ -439,7 +461,7 @@ func TestIdentityRequired(t *testing.T) {
 			Command:  []string{"/bin/sh", "-c", `while [ ! -e "$GATE" ]; do sleep 0.05; done; echo "$WDC_ATTEMPT" > outputs/attempt.txt`},
 			Env:      map[string]string{"PATH": "/usr/bin:/bin", "GATE": gate},
 			Selector: map[string]string{"suite-test": testLabel(t)}}
-		_, err := wc.SubmitTask(ctx, env, api.TaskOptions{LeaseTTL: 6 * time.Second})
+		_, err := sub.SubmitTask(ctx, env, api.TaskOptions{LeaseTTL: 6 * time.Second})
 		require.NoError(t, err)
 		require.Equal(t, victim, waitLaunched(t, wc, env.TaskID, 1).WorkerID)
 		spawnAgentArgs(t, survivor, "--namespace", nsIdentity, "--svid-dir", enroll(survivor))
@@ -522,7 +544,7 @@ func TestIdentityRequired(t *testing.T) {
 		env2 := env
 		env2.TaskID, env2.Env = "id-rv-task-2", map[string]string{"PATH": "/usr/bin:/bin", "GATE": gate2}
 		env2.Selector = map[string]string{"suite-test": testLabel(t), "rv": "victim"}
-		_, err = wc.SubmitTask(ctx, env2, api.TaskOptions{LeaseTTL: 6 * time.Second})
+		_, err = sub.SubmitTask(ctx, env2, api.TaskOptions{LeaseTTL: 6 * time.Second})
 		require.NoError(t, err)
 		claim2 := waitLaunched(t, wc, env2.TaskID, 1)
 		require.Equal(t, victim, claim2.WorkerID)

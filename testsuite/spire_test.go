@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/stretchr/testify/require"
 
@@ -38,13 +39,20 @@ func TestSPIREIdentity(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(sp.Stop)
 	require.NoError(t, sp.RegisterWorkload(ctx, "spiffe://"+td+"/wdc/worker/spire-a", os.Getuid()))
+	require.NoError(t, sp.RegisterWorkload(ctx, "spiffe://"+td+"/wdc/submitter/spire-sub", os.Getuid()))
 
-	// This test process is the workload: the entry selects its uid.
-	src, err := identity.OpenWorkloadAPI(ctx, sp.AgentSocket())
-	require.NoError(t, err)
-	t.Cleanup(func() { src.Close() })
-	signer := identity.NewSignerFrom(src)
-	require.Equal(t, "spiffe://wdc.test/wdc/worker/spire-a", signer.ID().String())
+	// This test process is the workload: both entries select its uid, so
+	// SPIRE hands it two SVIDs, and each source picks its own.
+	open := func(pick func(spiffeid.ID) bool, want string) (*identity.Signer, x509bundle.Source) {
+		src, err := identity.OpenWorkloadAPI(ctx, sp.AgentSocket(), pick)
+		require.NoError(t, err)
+		t.Cleanup(func() { src.Close() })
+		signer := identity.NewSignerFrom(src)
+		waitFor(t, 30*time.Second, want+" from the Workload API", func() bool { return signer.ID().String() == want })
+		return signer, src
+	}
+	signer, src := open(func(id spiffeid.ID) bool { w, ok := identity.WorkerOf(id); return ok && w == "spire-a" }, "spiffe://wdc.test/wdc/worker/spire-a")
+	submitter, _ := open(func(id spiffeid.ID) bool { _, ok := identity.SubmitterOf(id); return ok }, "spiffe://wdc.test/wdc/submitter/spire-sub")
 
 	v, err := identity.NewVerifier(identity.ModeRequired, spiffeid.RequireTrustDomainFromString(td), src)
 	require.NoError(t, err)
@@ -52,7 +60,7 @@ func TestSPIREIdentity(t *testing.T) {
 	cp := worker.NewControlPlaneWith(c, suite.blobs, worker.ControlPlaneOptions{Identity: v})
 	require.NoError(t, cp.Start())
 	t.Cleanup(cp.Stop)
-	wc := &wdcclient.Client{C: c}
+	wc := &wdcclient.Client{C: c, Signer: submitter}
 
 	_, err = wc.RegisterWorker(ctx, fleet.Registration{WorkerID: "spire-a", Capacity: resource.List{CPUMillis: 1000, MemoryBytes: 1 << 30}})
 	requireRefused(t, err, lease.RejectUnauthenticated)

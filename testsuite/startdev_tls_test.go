@@ -20,6 +20,7 @@ import (
 	wdcclient "github.com/wdc-runtime/wdc/client"
 	"github.com/wdc-runtime/wdc/cmd"
 	"github.com/wdc-runtime/wdc/fleet"
+	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/internal/devserver"
 )
 
@@ -91,7 +92,9 @@ func TestStartDevTLSRequiresACertificateOfItsIssuer(t *testing.T) {
 	c, err := client.Dial(client.Options{HostPort: address, Logger: quietLogger{}, ConnectionOptions: client.ConnectionOptions{TLS: cfg}})
 	require.NoError(t, err)
 	defer c.Close()
-	wc := &wdcclient.Client{C: c}
+	src, err := identity.NewDirSource(me)
+	require.NoError(t, err)
+	wc := &wdcclient.Client{C: c, Signer: identity.NewSignerFrom(src)} // submitter "me"
 	waitFor(t, 30*time.Second, "tls-a ACTIVE", func() bool {
 		v, err := wc.Worker(context.Background(), "tls-a")
 		return err == nil && v.State == fleet.Active
@@ -179,7 +182,21 @@ func TestStartDevIdentityNeedsOnlyItsCADir(t *testing.T) {
 	e := taskEnvelope(t, "zs-task", `echo signed > outputs/out.txt`)
 	e.Selector = nil
 	_, err = wc.SubmitTask(context.Background(), e, api.TaskOptions{LeaseTTL: 20 * time.Second})
+	require.ErrorContains(t, err, "not signed", "an unsigned submission")
+	envFile := filepath.Join(dir, "zs-task.json")
+	b, err := json.Marshal(e)
 	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(envFile, b, 0o644))
+	withCADir := func(k string) string {
+		if k == "WDC_CA_DIR" {
+			return id.CADir
+		}
+		return cliGetenv(k)
+	}
+	var sout, serr bytes.Buffer
+	code := cmd.Main(cmd.Deps{Stdout: &sout, Stderr: &serr, Getenv: withCADir},
+		[]string{"tasks", "submit", envFile, "--lease-ttl", "20s", "--address", address, "--data-dir", data})
+	require.Equal(t, cmd.ExitOK, code, "the CLI signs as submitter $USER from WDC_CA_DIR: %s%s", sout.String(), serr.String())
 	outcome, err := waitTaskIn(t, wc, e.TaskID)
 	require.NoError(t, err)
 	require.Equal(t, api.TaskCompleted, outcome.State, "the agent's signed result was accepted")

@@ -58,7 +58,12 @@ func continued(ctx workflow.Context) bool {
 	return workflow.GetInfo(ctx).ContinuedExecutionRunID != ""
 }
 
+// verifierOf is the control plane's verifier in ctx (nil: identity off,
+// as for a nil ctx, which only unit tests of a validator pass).
 func verifierOf(ctx workflow.Context) *identity.Verifier {
+	if ctx == nil {
+		return nil
+	}
 	v, _ := ctx.Value(verifierKey{}).(*identity.Verifier)
 	return v
 }
@@ -80,6 +85,9 @@ func authenticateWorker(ctx workflow.Context, id, kind string, message any, p *i
 // workflow time. It returns nil or an application error whose type is the
 // reason.
 func authenticateSubmitter(ctx workflow.Context, kind string, message any, p *identity.Proof) error {
+	if !verifierOf(ctx).Enabled() {
+		return nil
+	}
 	verdict, rej := verifierOf(ctx).Submitter(workflow.Now(ctx), kind, message, p)
 	return identityVerdict(ctx, kind, verdict, rej)
 }

@@ -521,6 +521,12 @@ func (r *runWorkflow) validateAddTask(ctx workflow.Context, in api.AddTaskInput)
 	if err := r.validateTask(in); err != nil {
 		return err
 	}
+	unsigned := in
+	unsigned.Proof = nil
+	if err := authenticateSubmitter(ctx, api.UpdateAddTask, unsigned, in.Proof); err != nil {
+		countRejected(ctx, err)
+		return err
+	}
 	if t := r.task(in.Envelope.TaskID); t != nil && t.State != api.TaskAborted {
 		return nil // idempotent re-add
 	}
@@ -592,6 +598,7 @@ func (r *runWorkflow) uncommitted() int64 {
 // addTask starts the task and returns once it has started: a batch of
 // one (addTasks) or, at DefaultVersion of startTasksByActivity, a child.
 func (r *runWorkflow) addTask(ctx workflow.Context, in api.AddTaskInput) (api.AddTaskResult, error) {
+	in.Proof = nil // judged by the validator; the task needs none
 	if workflow.GetVersion(ctx, startTasksByActivity, workflow.DefaultVersion, 1) != workflow.DefaultVersion {
 		res, errs := r.startBatch(ctx, []api.AddTaskInput{in})
 		if errs[0] != "" {
@@ -647,7 +654,16 @@ func (r *runWorkflow) validateAddTasks(ctx workflow.Context, in api.AddTasksInpu
 			bytes += api.PendingTaskBytes(t.Envelope.TaskID)
 		}
 	}
-	return r.checkRoom(bytes, added)
+	if err := r.checkRoom(bytes, added); err != nil {
+		return err
+	}
+	unsigned := in
+	unsigned.Proof = nil
+	if err := authenticateSubmitter(ctx, api.UpdateAddTasks, unsigned, in.Proof); err != nil {
+		countRejected(ctx, err)
+		return err
+	}
+	return nil
 }
 
 // addTasks starts every task of the batch at once and returns when all

@@ -57,7 +57,7 @@ func (b *bench) writeBatch(runID, prefix string, n int) (string, error) {
 // the agents' connection flags and waits for it to exit. Errors: it
 // exited non-zero, or its report is not what it should print.
 func (b *bench) submitBatch(ctx context.Context, path string) (cliSubmit, error) {
-	args := append([]string{"tasks", "submit", "--batch", path, "-o", "json"}, b.opts.AgentArgs...)
+	args := append(append([]string{"tasks", "submit", "--batch", path, "-o", "json"}, b.opts.AgentArgs...), b.ids.submitterArgs()...)
 	c := exec.CommandContext(ctx, b.opts.Executable, args...)
 	c.Env = append(os.Environ(), b.opts.AgentEnv...)
 	var stdout, stderr bytes.Buffer

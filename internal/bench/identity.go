@@ -41,7 +41,18 @@ func newIdentities(opts Options, wc *wdcclient.Client) (*identities, error) {
 	if wc.Signer, err = identity.NewSigner(svid); err != nil {
 		return nil, err
 	}
+	if err := identity.WriteSVID(filepath.Join(dir, "submitter"), svid, iss.Bundle()); err != nil {
+		return nil, err
+	}
 	return &identities{mode: opts.Identity, dir: dir, iss: iss}, nil
+}
+
+// submitterArgs are the CLI's flags to sign as the bench's submitter.
+func (i *identities) submitterArgs() []string {
+	if i == nil {
+		return nil
+	}
+	return []string{"--svid-dir", filepath.Join(i.dir, "submitter")}
 }
 
 // controlPlaneArgs are the control plane's identity flags.

@@ -457,7 +457,7 @@ const submitPatience = 3 * time.Minute
 func (s *soakRun) submit(name, path string, ttl time.Duration) []byte {
 	deadline := time.Now().Add(submitPatience)
 	for try := 1; ; try++ {
-		out, err := s.c.a.cli("tasks", "submit", "--batch", path, "--lease-ttl", ttl.String(), "--max-attempts", "20",
+		out, err := s.c.a.cli("tasks", "submit", "--batch", path, "--svid-dir", s.submitterSVID, "--lease-ttl", ttl.String(), "--max-attempts", "20",
 			"--backoff-initial", "100ms", "--backoff-max", "2s", "-o", "json")
 		if err == nil {
 			return out
