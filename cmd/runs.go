@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -46,10 +47,15 @@ func (a *app) newRunsStartCommand() *cobra.Command {
 		dataDir       string
 		blobURL       string
 		opts          taskOptionFlags
+		svid          svidFlags
 	)
 	c := &cobra.Command{
 		Use:   "start RUN_ID [ENVELOPE...]",
 		Short: "Start a run, optionally with tasks (envelopes whose run_id must be RUN_ID)",
+		Long: `Start a run, optionally with tasks (envelopes whose run_id must be RUN_ID),
+submitted as 'wdc tasks submit' does. A control plane with identity required
+takes tasks only from a submitter: give your submitter SVID (--svid-dir,
+--spiffe-socket), or --ca-dir (WDC_CA_DIR) to sign as submitter $USER.`,
 		Example: `  wdc runs start run-7 --world-id world-1
   wdc runs start run-7 --world-id world-1 --close-when-done tasks/*.json`,
 		Args: cobra.MinimumNArgs(1),
@@ -69,11 +75,7 @@ func (a *app) newRunsStartCommand() *cobra.Command {
 				return err
 			}
 			// Decode every envelope before starting anything.
-			type file struct {
-				path, base string
-				env        envelope.Envelope
-			}
-			var files []file
+			var files []runFile
 			for _, p := range args[1:] {
 				env, base, err := decodeEnvelopeFile(p)
 				if err != nil {
@@ -82,47 +84,12 @@ func (a *app) newRunsStartCommand() *cobra.Command {
 				if env.RunID != runID || env.WorldID != worldID {
 					return usagef("%s: run_id %q / world_id %q do not match the run %s in world %s", p, env.RunID, env.WorldID, runID, worldID)
 				}
-				files = append(files, file{p, base, env})
+				files = append(files, runFile{p, base, env})
 			}
 			ctx := c.Context()
 			return a.withControlPlane(ctx, func(wc *wdcclient.Client) error {
-				if err := wc.StartRun(ctx, api.RunInput{RunID: runID, WorldID: worldID, CloseWhenDone: closeWhenDone && len(files) > 0}); err != nil {
-					return err
-				}
-				var added []api.AddTaskResult
-				var store *blobstore.Store
-				for _, f := range files {
-					env := f.env
-					put := blobstore.HashFile
-					if hasInputPaths(env) {
-						if store == nil {
-							if store, err = a.openStore(ctx, dataDir, blobURL); err != nil {
-								return err
-							}
-							defer store.Close()
-						}
-						put = putFile(ctx, store)
-					}
-					sealed, err := sealEnvelope(env, f.base, put)
-					if err != nil {
-						return err
-					}
-					if err := storeEnvelope(ctx, store, sealed); err != nil {
-						return fmt.Errorf("%s: %w", f.path, err)
-					}
-					res, err := wc.SubmitTask(ctx, sealed, o)
-					if err != nil {
-						return fmt.Errorf("%s: %w", f.path, appError(err))
-					}
-					added = append(added, res)
-				}
-				out := map[string]any{"run_id": runID, "world_id": worldID, "workflow_id": api.RunWorkflowID(runID), "tasks": added}
-				return a.emit(out, func(w io.Writer) error {
-					fmt.Fprintf(w, "run %s started in world %s (workflow %s)\n", runID, worldID, api.RunWorkflowID(runID))
-					for _, t := range added {
-						fmt.Fprintf(w, "  task %s  %s\n", t.TaskID, t.EnvelopeDigest)
-					}
-					return nil
+				return svid.withSigner(ctx, wc, func() error {
+					return a.startRun(ctx, wc, runID, worldID, closeWhenDone, files, o, dataDir, blobURL)
 				})
 			})
 		},
@@ -132,7 +99,57 @@ func (a *app) newRunsStartCommand() *cobra.Command {
 	c.Flags().StringVar(&dataDir, "data-dir", "", dataDirHelp)
 	c.Flags().StringVar(&blobURL, "blob-url", "", blobURLHelp)
 	opts.bind(c)
+	svid.bindSubmitter(c.Flags(), a.deps.Getenv)
 	return c
+}
+
+// runFile is an envelope file given to `runs start`.
+type runFile struct {
+	path, base string
+	env        envelope.Envelope
+}
+
+// startRun is `runs start`: the run, then each file's task, through wc.
+func (a *app) startRun(ctx context.Context, wc *wdcclient.Client, runID, worldID string, closeWhenDone bool, files []runFile, o api.TaskOptions, dataDir, blobURL string) error {
+	if err := wc.StartRun(ctx, api.RunInput{RunID: runID, WorldID: worldID, CloseWhenDone: closeWhenDone && len(files) > 0}); err != nil {
+		return err
+	}
+	var added []api.AddTaskResult
+	var store *blobstore.Store
+	var err error
+	for _, f := range files {
+		env := f.env
+		put := blobstore.HashFile
+		if hasInputPaths(env) {
+			if store == nil {
+				if store, err = a.openStore(ctx, dataDir, blobURL); err != nil {
+					return err
+				}
+				defer store.Close()
+			}
+			put = putFile(ctx, store)
+		}
+		sealed, err := sealEnvelope(env, f.base, put)
+		if err != nil {
+			return err
+		}
+		if err := storeEnvelope(ctx, store, sealed); err != nil {
+			return fmt.Errorf("%s: %w", f.path, err)
+		}
+		res, err := wc.SubmitTask(ctx, sealed, o)
+		if err != nil {
+			return fmt.Errorf("%s: %w", f.path, appError(err))
+		}
+		added = append(added, res)
+	}
+	out := map[string]any{"run_id": runID, "world_id": worldID, "workflow_id": api.RunWorkflowID(runID), "tasks": added}
+	return a.emit(out, func(w io.Writer) error {
+		fmt.Fprintf(w, "run %s started in world %s (workflow %s)\n", runID, worldID, api.RunWorkflowID(runID))
+		for _, t := range added {
+			fmt.Fprintf(w, "  task %s  %s\n", t.TaskID, t.EnvelopeDigest)
+		}
+		return nil
+	})
 }
 
 func (a *app) newRunsStatusCommand() *cobra.Command {

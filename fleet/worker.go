@@ -326,6 +326,10 @@ type Worker struct {
 	// HeartbeatsAccepted count only heartbeat signals, and Temporal times
 	// the worker out after StaleAfter without a heartbeat.
 	LivenessActivity string `json:"liveness_activity,omitempty"`
+	// LivenessAwaitsSignal: the entry schedules no liveness activity
+	// until the next accepted heartbeat signal (a signed incarnation's
+	// activity ran its lifetime, or the entry continued as new).
+	LivenessAwaitsSignal bool `json:"liveness_awaits_signal,omitempty"`
 	// HeartbeatSeq is the highest accepted heartbeat sequence number.
 	HeartbeatSeq int64 `json:"heartbeat_seq"`
 	// HeartbeatsAccepted counts accepted heartbeats over the worker's life.

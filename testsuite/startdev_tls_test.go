@@ -197,6 +197,17 @@ func TestStartDevIdentityNeedsOnlyItsCADir(t *testing.T) {
 	code := cmd.Main(cmd.Deps{Stdout: &sout, Stderr: &serr, Getenv: withCADir},
 		[]string{"tasks", "submit", envFile, "--lease-ttl", "20s", "--address", address, "--data-dir", data})
 	require.Equal(t, cmd.ExitOK, code, "the CLI signs as submitter $USER from WDC_CA_DIR: %s%s", sout.String(), serr.String())
+	e2 := e
+	e2.TaskID, e2.RunID = "zs-task-2", "zs-run-2"
+	b, err = json.Marshal(e2)
+	require.NoError(t, err)
+	env2File := filepath.Join(dir, "zs-task-2.json")
+	require.NoError(t, os.WriteFile(env2File, b, 0o644))
+	sout.Reset()
+	serr.Reset()
+	code = cmd.Main(cmd.Deps{Stdout: &sout, Stderr: &serr, Getenv: withCADir},
+		[]string{"runs", "start", e2.RunID, "--world-id", e2.WorldID, env2File, "--address", address, "--data-dir", data})
+	require.Equal(t, cmd.ExitOK, code, "runs start signs its tasks too: %s%s", sout.String(), serr.String())
 	outcome, err := waitTaskIn(t, wc, e.TaskID)
 	require.NoError(t, err)
 	require.Equal(t, api.TaskCompleted, outcome.State, "the agent's signed result was accepted")

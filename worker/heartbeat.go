@@ -200,15 +200,16 @@ func (h *Heartbeater) accepted(sent time.Time) {
 }
 
 // signed returns hb with the worker's proof over the rest of it, dated at
-// (hb itself without a signer): a heartbeat signal is believed only so
-// when the control plane requires identity.
+// (hb itself without a signer, or unsigned with the error when signing
+// fails): a heartbeat signal is believed only so when the control plane
+// requires identity.
 func (h *Heartbeater) signed(hb api.WorkerHeartbeatSignal, at time.Time) (api.WorkerHeartbeatSignal, error) {
 	if h.signer == nil {
 		return hb, nil
 	}
 	p, err := h.signer.Sign(api.SignalWorkerHeartbeat, hb, at)
 	if err != nil {
-		return hb, fmt.Errorf("sign the worker heartbeat: %w", err)
+		return hb, fmt.Errorf("sign the worker heartbeat: %w", err) // hb unsigned
 	}
 	hb.Proof = p
 	return hb, nil
@@ -289,11 +290,9 @@ func (h *Heartbeater) loop() {
 		began := time.Now()
 		hb, err := h.signed(api.WorkerHeartbeatSignal{WorkerID: h.WorkerID(), Incarnation: h.Incarnation(), Seq: seq}, began)
 		if err != nil {
-			cancel()
-			h.failed.Add(1)
-			h.beatLog.Fail(err)
-			tick.Reset(wait)
-			continue
+			// A heartbeat by ID needs no signature; only a signal
+			// falling back unsigned may be refused.
+			h.log.Warn("worker heartbeat sent unsigned", "error", err)
 		}
 		signalled, err := h.client.Heartbeat(ctx, hb)
 		if err == nil && !signalled {

@@ -297,8 +297,9 @@ func (s *taskSuite) TestSignedHoldersLeaseActivityWaitsForASignalAfterItsLifetim
 	c := s.claim("worker-a", 1)
 	s.heartbeat(10*time.Second, c, 1)
 	s.endLeaseActivity(time.Minute, held, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_START_TO_CLOSE, nil))
+	s.heartbeat(time.Minute+5*time.Second, c, 1) // seen already: renews nothing, schedules nothing
 	var waiting api.TaskView
-	s.viewAt(time.Minute+time.Millisecond, &waiting)
+	s.viewAt(time.Minute+6*time.Second, &waiting)
 	s.heartbeat(time.Minute+20*time.Second, c, 2)
 	var again api.TaskView
 	s.viewAt(time.Minute+21*time.Second, &again)
@@ -309,8 +310,9 @@ func (s *taskSuite) TestSignedHoldersLeaseActivityWaitsForASignalAfterItsLifetim
 	s.NoError(sub.err)
 	s.Require().NotEmpty(*held)
 	s.InDelta(float64(SignedLeaseActivityLifetime), float64((*held)[0].deadline.Sub((*held)[0].at)), float64(15*time.Second), "not LeaseActivityLifetime")
-	s.Empty(waiting.LeaseActivity, "not replaced before a heartbeat signal")
+	s.Empty(waiting.LeaseActivity, "not replaced before a new heartbeat signal")
 	s.Equal(lease.Active, waiting.Lease.State)
+	s.Equal(int64(1), waiting.Stats.HeartbeatsAccepted, "the repeat is not counted")
 	s.Equal("lease-1", again.LeaseActivity)
 	s.Len(*held, 2)
 }

@@ -78,14 +78,20 @@ const verifyLeaseHeartbeats = "verify-lease-heartbeats"
 
 // onHeartbeat renews the lease with a heartbeat signal that passes the
 // fence check and, when it would renew (a seq above the last), the
-// identity check; a refused one is counted by reason.
+// identity check; a refused one is counted by reason. One that would not
+// renew (a seq already seen) changes nothing: it neither counts nor lets
+// the lease activity be scheduled again.
 func (t *taskWorkflow) onHeartbeat(ctx workflow.Context, hb api.LeaseHeartbeatSignal) {
-	rej := lease.Check(t.ledger.Current(), hb.Claim)
-	if cur := t.ledger.Current(); rej == nil && hb.Seq > cur.HeartbeatSeq &&
-		workflow.GetVersion(ctx, verifyLeaseHeartbeats, workflow.DefaultVersion, 1) == 1 {
+	cur := t.ledger.Current()
+	rej := lease.Check(cur, hb.Claim)
+	renews := rej == nil && hb.Seq > cur.HeartbeatSeq
+	if renews && workflow.GetVersion(ctx, verifyLeaseHeartbeats, workflow.DefaultVersion, 1) == 1 {
 		unsigned := hb
 		unsigned.Proof = nil
 		rej = verifySignal(ctx, api.SignalLeaseHeartbeat, hb.Claim, cur, unsigned, hb.Proof)
+	}
+	if rej == nil && !renews && workflow.GetVersion(ctx, verifyLeaseHeartbeats, workflow.DefaultVersion, 1) == 1 {
+		return
 	}
 	if rej == nil {
 		rej = t.ledger.Renew(hb.Claim, hb.Seq, workflow.Now(ctx))
@@ -190,18 +196,24 @@ func (t *taskWorkflow) launchFailed(ctx workflow.Context, err error) {
 		return
 	}
 	ttl, believed := cur.TTL, true
-	var ae *temporal.ApplicationError
-	if errors.As(err, &ae) && !cur.IdentityIssuedAt.IsZero() && workflow.GetVersion(ctx, verifyLaunchFailures, workflow.DefaultVersion, 1) == 1 {
+	if !cur.IdentityIssuedAt.IsZero() && workflow.GetVersion(ctx, verifyLaunchFailures, workflow.DefaultVersion, 1) == 1 {
+		// Whatever the failure says it is (a timeout, a cancellation:
+		// anyone may fail an activity with any failure by its ID), only
+		// the worker's signed LaunchFailure for this claim is believed.
 		var f api.LaunchFailure
+		var ae *temporal.ApplicationError
 		claim := lease.ClaimOf(*cur)
-		if ae.Details(&f) != nil || f.Claim != claim {
+		if !errors.As(err, &ae) || ae.Details(&f) != nil || f.Claim != claim {
 			f = api.LaunchFailure{}
 		}
 		unsigned := f
 		unsigned.Proof = nil
 		believed = recordVerdict(ctx, api.LaunchFailedReport, "claim", claim.String(), func(v *identity.Verifier, now time.Time) (identity.Verdict, *lease.Rejection) {
+			if !v.Enabled() {
+				return identity.Verdict{}, nil
+			}
 			if f.Claim != claim {
-				return identity.Verdict{}, &lease.Rejection{Reason: lease.RejectUnauthenticated, Message: "the launch failure names no claim, or another one"}
+				return identity.Verdict{}, &lease.Rejection{Reason: lease.RejectUnauthenticated, Message: "the launch failure carries no signed detail for this claim"}
 			}
 			return workerVerdict(v, now, cur.WorkerID, api.LaunchFailedReport, cur.IdentityIssuedAt, unsigned, f.Proof)
 		}) == nil

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"github.com/stretchr/testify/suite"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/interceptor"
@@ -43,7 +44,10 @@ type taskSuite struct {
 	envl   envelope.Envelope
 	digest string
 
-	mu     sync.Mutex
+	mu sync.Mutex
+	// gen counts SetupTestWith calls: the mocks of an earlier one record
+	// nothing.
+	gen    int
 	grants []api.SelectWorkerInput
 	// grantTimes are the workflow times of the SelectWorker calls.
 	grantTimes []time.Time
@@ -98,11 +102,18 @@ func (s *taskSuite) SetupTestWith(launch func(env *testsuite.TestWorkflowEnviron
 	s.env.RegisterActivity(&activities.Control{})
 	s.env.RegisterActivity(&activities.Agent{})
 	s.envl, s.digest = testEnvelope(s.T())
+	s.mu.Lock()
+	s.gen++
+	gen := s.gen
 	s.grants, s.launches, s.ingests, s.cancels, s.releases, s.ended = nil, nil, nil, nil, nil, nil
 	s.signalled = map[string]int{}
 	s.cleanups = 0
 	s.grantTimes = nil
+	s.mu.Unlock()
 	s.workers = []string{"worker-a", "worker-b"}
+	// stale: a mock called by an earlier test's environment (an unawaited
+	// activity of a workflow that has ended) records nothing here.
+	stale := func() bool { return gen != s.gen }
 
 	s.env.OnActivity(controlActs.SelectWorker, mock.Anything, mock.Anything).After(s.selectAfter).Return(
 		func(_ context.Context, in api.SelectWorkerInput) (api.SelectWorkerResult, error) {
@@ -141,7 +152,9 @@ func (s *taskSuite) SetupTestWith(launch func(env *testsuite.TestWorkflowEnviron
 		func(_ context.Context, in api.CancelAttemptInput) error {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			s.cancels = append(s.cancels, in)
+			if !stale() {
+				s.cancels = append(s.cancels, in)
+			}
 			return nil
 		})
 	s.env.OnActivity(controlActs.Ingest, mock.Anything, mock.Anything).After(s.ingestAfter).Return(
@@ -170,23 +183,29 @@ func (s *taskSuite) SetupTestWith(launch func(env *testsuite.TestWorkflowEnviron
 		func(context.Context, api.CleanupInput) error {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			s.cleanups++
+			if !stale() {
+				s.cleanups++
+			}
 			return nil
 		})
 	s.env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, api.SignalRelease, mock.Anything).Return(
 		func(ns, id, run, name string, arg any) error {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			s.releases = append(s.releases, arg.(api.ReleaseSignal))
-			s.signalled[name]++
+			if !stale() {
+				s.releases = append(s.releases, arg.(api.ReleaseSignal))
+				s.signalled[name]++
+			}
 			return nil
 		})
 	s.env.OnSignalExternalWorkflow(mock.Anything, api.RunWorkflowID("r1"), mock.Anything, api.SignalTaskEnded, mock.Anything).Return(
 		func(ns, id, run, name string, arg any) error {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			s.ended = append(s.ended, arg.(api.TaskOutcome))
-			s.signalled[name]++
+			if !stale() {
+				s.ended = append(s.ended, arg.(api.TaskOutcome))
+				s.signalled[name]++
+			}
 			return nil
 		})
 }
@@ -753,9 +772,11 @@ func (s *taskSuite) TestLaunchFailureSkipsTheLockDelayOnlyWhenItsWorkerSignedIt(
 		name      string
 		by        *identity.Signer
 		otherFor  bool // signed for another claim
+		timeout   bool // a timeout failure, as anyone may fail it by ID
 		lockDelay bool
 	}{
 		{name: "unsigned", lockDelay: true},
+		{name: "a timeout", timeout: true, lockDelay: true},
 		{name: "by another worker", by: other, lockDelay: true},
 		{name: "for another claim", by: own, otherFor: true, lockDelay: true},
 		{name: "by the holder's worker", by: own},
@@ -768,6 +789,9 @@ func (s *taskSuite) TestLaunchFailureSkipsTheLockDelayOnlyWhenItsWorkerSignedIt(
 					func(_ context.Context, in api.LaunchInput) (api.LaunchResult, error) {
 						if in.Lease.Attempt > 1 {
 							return api.LaunchResult{}, nil
+						}
+						if tc.timeout {
+							return api.LaunchResult{}, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_START_TO_CLOSE, nil)
 						}
 						f := api.LaunchFailure{Claim: lease.ClaimOf(in.Lease), Detail: "no such image"}
 						if tc.otherFor {

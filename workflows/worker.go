@@ -100,10 +100,6 @@ type workerWorkflow struct {
 	// no sooner than a stale-after window later, so a control plane that
 	// cannot hold the activity is asked at most once per window.
 	livenessHaltedAt time.Time
-	// livenessAwaitsSignal stops scheduling another after a signed
-	// incarnation's ran its lifetime, until its next accepted heartbeat
-	// signal (SignedLivenessActivityLifetime).
-	livenessAwaitsSignal bool
 
 	heartbeatCh workflow.ReceiveChannel
 	releaseCh   workflow.ReceiveChannel
@@ -387,7 +383,7 @@ func (w *workerWorkflow) armLiveness(ctx workflow.Context) {
 		w.liveness = nil
 	}
 	w.rec.LivenessActivity = ""
-	if !live || w.livenessHalted || w.livenessAwaitsSignal {
+	if !live || w.livenessHalted || w.rec.LivenessAwaitsSignal {
 		return
 	}
 	lifetime := LivenessActivityLifetime
@@ -436,7 +432,7 @@ func (w *workerWorkflow) livenessEnded(ctx workflow.Context, err error) {
 		// judged until the next activity starts.
 	case errors.As(err, &timeout):
 		w.rec.LastHeartbeatAt = now
-		w.livenessAwaitsSignal = w.signedIncarnation(ctx)
+		w.rec.LivenessAwaitsSignal = w.signedIncarnation(ctx)
 	case temporal.IsCanceledError(err):
 		// The entry itself is being cancelled.
 	default:
@@ -485,7 +481,7 @@ func (w *workerWorkflow) onHeartbeat(ctx workflow.Context, hb api.WorkerHeartbea
 	if now := workflow.Now(ctx); w.livenessHalted && now.Sub(w.livenessHaltedAt) >= w.rec.StaleAfter {
 		w.livenessHalted = false
 	}
-	w.livenessAwaitsSignal = false
+	w.rec.LivenessAwaitsSignal = false
 }
 
 func (w *workerWorkflow) noteLost(lost []fleet.Reservation, state string) {
@@ -757,6 +753,13 @@ func (w *workerWorkflow) continueAsNew(ctx workflow.Context) error {
 	for w.wake.ReceiveAsync(nil) {
 	}
 	w.evaluate(ctx)
+	if w.liveness != nil && w.signedIncarnation(ctx) {
+		// The next run's liveness activity waits for a signed heartbeat
+		// signal, lest a run continued as new grant a fresh lifetime to
+		// heartbeats by ID alone; the pending one says the worker was
+		// heard within its window.
+		w.rec.LivenessAwaitsSignal, w.rec.LastHeartbeatAt = true, workflow.Now(ctx)
+	}
 	in := api.WorkerInput{WorkerID: w.id, IncarnationFloor: w.rec.Incarnation, Lost: w.lost, ReconciledAt: w.reconciledAt}
 	if w.registered {
 		rec := w.rec

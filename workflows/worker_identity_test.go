@@ -1,17 +1,20 @@
 package workflows
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/fleet"
@@ -130,4 +133,33 @@ func TestSignedIncarnationsLivenessWaitsForASignedSignalAfterItsLifetime(t *test
 			}
 		})
 	}
+}
+
+// A signed incarnation's entry that continues as new while its liveness
+// activity is held carries "awaits a signal": the next run schedules none
+// until the agent's next signed heartbeat signal, so continuing as new
+// grants heartbeats by ID no fresh lifetime.
+func TestSignedIncarnationContinuesAsNewAwaitingASignal(t *testing.T) {
+	l := newLivenessEnv(t)
+	iss, err := identity.NewIssuer(spiffeid.RequireTrustDomainFromString(identity.DefaultTrustDomain))
+	require.NoError(t, err)
+	svid, err := iss.IssueWorker("w1", time.Hour)
+	require.NoError(t, err)
+	own, err := identity.NewSigner(svid)
+	require.NoError(t, err)
+	reg := testRegistration("w1")
+	reg.Proof, err = own.Sign(api.UpdateRegister, reg, time.Now())
+	require.NoError(t, err)
+	l.update(0, api.UpdateRegister, reg)
+	l.at(time.Minute, func() { l.env.SetContinueAsNewSuggested(true) })
+	l.at(time.Minute+time.Second, func() { l.env.SignalWorkflow(api.SignalSweep, nil) })
+	l.env.ExecuteWorkflow(api.WorkerWorkflowType, api.WorkerInput{WorkerID: "w1"})
+	var can *workflow.ContinueAsNewError
+	require.True(t, errors.As(l.env.GetWorkflowError(), &can), "want continue-as-new, got %v", l.env.GetWorkflowError())
+	require.Len(t, l.held, 1, "the liveness activity was held")
+	var next api.WorkerInput
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+	require.NotNil(t, next.State)
+	require.True(t, next.State.LivenessAwaitsSignal)
+	require.Equal(t, fleet.Active, next.State.State)
 }
