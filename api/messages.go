@@ -54,10 +54,20 @@ type WorkerHeartbeatSignal = fleet.Heartbeat
 type DrainInput struct {
 	// Reason is kept for operators, e.g. "kernel upgrade".
 	Reason string `json:"reason,omitempty"`
+	// WorkerID names the worker, so a signed drain speaks for it alone
+	// (required with a proof).
+	WorkerID string `json:"worker_id,omitempty"`
+	// Proof is a submitter's, or the worker's own, signature over the
+	// input without it (identity.Verifier.Submitter, Worker).
+	Proof *identity.Proof `json:"proof,omitempty"`
 }
 
-// UndrainInput is the undrain update's (empty) argument.
-type UndrainInput struct{}
+// UndrainInput is the undrain update's argument: who signed it, for whom
+// (as DrainInput).
+type UndrainInput struct {
+	WorkerID string          `json:"worker_id,omitempty"`
+	Proof    *identity.Proof `json:"proof,omitempty"`
+}
 
 // DeregisterInput removes a worker from the registry.
 type DeregisterInput struct {
@@ -65,6 +75,9 @@ type DeregisterInput struct {
 	// told the worker is lost and retry elsewhere.
 	Force  bool   `json:"force,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// WorkerID and Proof are as DrainInput's.
+	WorkerID string          `json:"worker_id,omitempty"`
+	Proof    *identity.Proof `json:"proof,omitempty"`
 }
 
 // RevokeInput revokes a worker's identity: its incarnation ends OFFLINE,

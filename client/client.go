@@ -250,14 +250,24 @@ func (c *Client) heartbeatByID(ctx context.Context, wfID, actID string, seq int6
 // DrainWorker stops new reservations on a worker.
 func (c *Client) DrainWorker(ctx context.Context, workerID, reason string) (api.WorkerView, error) {
 	var v api.WorkerView
-	err := c.update(ctx, api.WorkerWorkflowID(workerID), "", api.UpdateDrain, api.DrainInput{Reason: reason}, &v)
+	in := api.DrainInput{Reason: reason, WorkerID: workerID}
+	var err error
+	if in.Proof, err = c.sign(api.UpdateDrain, in); err != nil {
+		return v, err
+	}
+	err = c.update(ctx, api.WorkerWorkflowID(workerID), "", api.UpdateDrain, in, &v)
 	return v, wrap("worker "+workerID, err)
 }
 
 // UndrainWorker lets a drained worker take reservations again.
 func (c *Client) UndrainWorker(ctx context.Context, workerID string) (api.WorkerView, error) {
 	var v api.WorkerView
-	err := c.update(ctx, api.WorkerWorkflowID(workerID), "", api.UpdateUndrain, api.UndrainInput{}, &v)
+	in := api.UndrainInput{WorkerID: workerID}
+	var err error
+	if in.Proof, err = c.sign(api.UpdateUndrain, in); err != nil {
+		return v, err
+	}
+	err = c.update(ctx, api.WorkerWorkflowID(workerID), "", api.UpdateUndrain, in, &v)
 	return v, wrap("worker "+workerID, err)
 }
 
@@ -265,7 +275,12 @@ func (c *Client) UndrainWorker(ctx context.Context, workerID string) (api.Worker
 // completes). Errors: a conflict *Error while it holds leases, unless force.
 func (c *Client) DeregisterWorker(ctx context.Context, workerID string, force bool, reason string) (api.WorkerView, error) {
 	var v api.WorkerView
-	err := c.update(ctx, api.WorkerWorkflowID(workerID), "", api.UpdateDeregister, api.DeregisterInput{Force: force, Reason: reason}, &v)
+	in := api.DeregisterInput{Force: force, Reason: reason, WorkerID: workerID}
+	var err error
+	if in.Proof, err = c.sign(api.UpdateDeregister, in); err != nil {
+		return v, err
+	}
+	err = c.update(ctx, api.WorkerWorkflowID(workerID), "", api.UpdateDeregister, in, &v)
 	return v, wrap("worker "+workerID, err)
 }
 

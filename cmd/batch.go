@@ -19,6 +19,7 @@ import (
 	wdcclient "github.com/wdc-runtime/wdc/client"
 	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
+	"github.com/wdc-runtime/wdc/lease"
 )
 
 // maxBatchProblems bounds the bad lines a refused batch lists.
@@ -223,8 +224,16 @@ func (a *app) submitLines(ctx context.Context, wc *wdcclient.Client, lines []bat
 		switch {
 		case d.sealing:
 			return d.err
+		case d.err != nil && k == 0 && identityRefusal(d.err):
+			// Every batch is signed alike: the first one's refusal is
+			// every one's, and a refused batch adds nothing.
+			return fmt.Errorf("nothing was submitted: %w", appError(d.err))
 		case d.err != nil:
-			return fmt.Errorf("lines %d-%d: %w (the lines before them were submitted, these and later ones may have been; submitting the file again is idempotent)", chunk[0].line, chunk[len(chunk)-1].line, appError(d.err))
+			before := "the lines before them were submitted"
+			if k == 0 {
+				before = "nothing before them"
+			}
+			return fmt.Errorf("lines %d-%d: %w (%s; these and later ones may have been; submitting the file again is idempotent)", chunk[0].line, chunk[len(chunk)-1].line, appError(d.err), before)
 		}
 		for i, l := range chunk {
 			out := batchOutcome{Line: l.line, TaskID: l.env.TaskID, RunID: l.env.RunID, Existing: d.res.Results[i].Existing, Error: d.res.Errors[i]}
@@ -353,4 +362,18 @@ func (a *app) batchProgress(total int) func(done int, run string) {
 	return func(done int, run string) {
 		fmt.Fprintf(a.deps.Stderr, "wdc: sent %d/%d (run %s)\n", done, total, run)
 	}
+}
+
+// identityRefusal reports whether err is the control plane's refusal of a
+// message's identity (unauthenticated, wrong_identity, replayed).
+func identityRefusal(err error) bool {
+	var we *wdcclient.Error
+	if !errors.As(err, &we) {
+		return false
+	}
+	switch lease.RejectReason(we.Type) {
+	case lease.RejectUnauthenticated, lease.RejectWrongIdentity, lease.RejectReplayed:
+		return true
+	}
+	return false
 }

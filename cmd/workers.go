@@ -267,37 +267,55 @@ func (a *app) workerUpdateCommand(c *cobra.Command, apply func(ctx context.Conte
 	return c
 }
 
+// signedNote is the help's paragraph on the identity a command to a
+// registry entry needs.
+const signedNote = `A control plane with identity required takes it only signed by a submitter
+(--svid-dir, --spiffe-socket, or --ca-dir / WDC_CA_DIR: as submitter $USER)
+or by the worker itself.`
+
 func (a *app) newWorkersDrainCommand() *cobra.Command {
-	var reason string
+	var (
+		reason string
+		svid   svidFlags
+	)
 	c := a.workerUpdateCommand(&cobra.Command{
 		Use:     "drain",
 		Short:   "Stop new reservations on a worker; running attempts finish",
+		Long:    "Stop new reservations on a worker; running attempts finish.\n\n" + signedNote,
 		Example: `  wdc workers drain gpu-01 --reason "kernel upgrade"`,
-	}, func(ctx context.Context, wc *wdcclient.Client, id string) (api.WorkerView, error) {
-		return wc.DrainWorker(ctx, id, reason)
+	}, func(ctx context.Context, wc *wdcclient.Client, id string) (v api.WorkerView, err error) {
+		err = svid.withSigner(ctx, wc, func() error { v, err = wc.DrainWorker(ctx, id, reason); return err })
+		return v, err
 	}, func(v api.WorkerView) string {
 		return fmt.Sprintf("worker %s is %s; %d lease(s) still running", v.WorkerID, v.State, len(v.Reservations))
 	})
 	c.Flags().StringVar(&reason, "reason", "", "why, for operators")
+	svid.bindSubmitter(c.Flags(), a.deps.Getenv)
 	return c
 }
 
 func (a *app) newWorkersUndrainCommand() *cobra.Command {
-	return a.workerUpdateCommand(&cobra.Command{
+	var svid svidFlags
+	c := a.workerUpdateCommand(&cobra.Command{
 		Use:     "undrain",
 		Short:   "Let a drained worker take new reservations again",
+		Long:    "Let a drained worker take new reservations again.\n\n" + signedNote,
 		Example: `  wdc workers undrain gpu-01`,
-	}, func(ctx context.Context, wc *wdcclient.Client, id string) (api.WorkerView, error) {
-		return wc.UndrainWorker(ctx, id)
+	}, func(ctx context.Context, wc *wdcclient.Client, id string) (v api.WorkerView, err error) {
+		err = svid.withSigner(ctx, wc, func() error { v, err = wc.UndrainWorker(ctx, id); return err })
+		return v, err
 	}, func(v api.WorkerView) string {
 		return fmt.Sprintf("worker %s is %s", v.WorkerID, v.State)
 	})
+	svid.bindSubmitter(c.Flags(), a.deps.Getenv)
+	return c
 }
 
 func (a *app) newWorkersDeregisterCommand() *cobra.Command {
 	var (
 		reason string
 		force  bool
+		svid   svidFlags
 	)
 	c := a.workerUpdateCommand(&cobra.Command{
 		Use:   "deregister",
@@ -306,16 +324,20 @@ func (a *app) newWorkersDeregisterCommand() *cobra.Command {
 --force, which tells those tasks the worker is lost (they retry elsewhere).
 Registering the same worker ID later starts a new registry entry whose
 incarnations continue above the old one's. Stop the worker's agent first, or it
-registers again.`,
+registers again.
+
+` + signedNote,
 		Example: `  wdc workers deregister old-box
   wdc workers deregister broken-box --force --reason "disk failed"`,
-	}, func(ctx context.Context, wc *wdcclient.Client, id string) (api.WorkerView, error) {
-		return wc.DeregisterWorker(ctx, id, force, reason)
+	}, func(ctx context.Context, wc *wdcclient.Client, id string) (v api.WorkerView, err error) {
+		err = svid.withSigner(ctx, wc, func() error { v, err = wc.DeregisterWorker(ctx, id, force, reason); return err })
+		return v, err
 	}, func(v api.WorkerView) string {
 		return fmt.Sprintf("worker %s deregistered (last incarnation %d)", v.WorkerID, v.Incarnation)
 	})
 	c.Flags().BoolVar(&force, "force", false, "deregister even while it holds leases (their tasks retry elsewhere)")
 	c.Flags().StringVar(&reason, "reason", "", "why, for operators")
+	svid.bindSubmitter(c.Flags(), a.deps.Getenv)
 	return c
 }
 

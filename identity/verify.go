@@ -121,7 +121,7 @@ func (v *Verifier) unsigned(kind string) (Verdict, *lease.Rejection) {
 	if v.Mode == ModeOptional {
 		return Verdict{}, nil
 	}
-	return Verdict{}, reject(lease.RejectUnauthenticated, "%s is not signed; this control plane requires signed messages (identity %s): sign with --svid-dir, or with --ca-dir (WDC_CA_DIR) naming the dev issuer 'wdc server start-dev' prints", kind, v.Mode)
+	return Verdict{}, reject(lease.RejectUnauthenticated, "%s is not signed; this control plane requires signed messages (identity %s): sign with --svid-dir or --spiffe-socket, or with --ca-dir (WDC_CA_DIR) naming the dev issuer 'wdc server start-dev' prints", kind, v.Mode)
 }
 
 // Worker judges message of kind that fleet worker `worker` signs with its

@@ -272,6 +272,38 @@ func TestIdentityRequired(t *testing.T) {
 	require.Equal(t, "id-a", view.Result.WorkerID)
 	require.Len(t, view.Result.Artifacts, 1)
 
+	t.Run("drain, undrain and deregister are believed only from a submitter or the worker", func(t *testing.T) {
+		// Believed unsigned, deregister --force would revoke every lease
+		// the worker holds and kill its commands (worker_lost).
+		ctx := context.Background()
+		_, err := wc.DrainWorker(ctx, "id-a", "forged")
+		requireRefused(t, err, lease.RejectUnauthenticated)
+		_, err = wc.DeregisterWorker(ctx, "id-a", true, "forged")
+		requireRefused(t, err, lease.RejectUnauthenticated)
+		_, err = (&wdcclient.Client{C: c, Signer: signerB}).DrainWorker(ctx, "id-a", "another worker")
+		requireRefused(t, err, lease.RejectWrongIdentity)
+		// A submitter's drain of id-b, moved to id-a's entry.
+		moved := api.DrainInput{WorkerID: "id-b", Reason: "for id-b"}
+		moved.Proof, err = sweeper.Sign(api.UpdateDrain, moved, time.Now())
+		require.NoError(t, err)
+		h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: api.WorkerWorkflowID("id-a"), UpdateName: api.UpdateDrain,
+			Args: []any{moved}, WaitForStage: client.WorkflowUpdateStageCompleted})
+		if err == nil {
+			err = h.Get(ctx, nil)
+		}
+		requireRefused(t, err, lease.RejectWrongIdentity)
+		v, err := wc.Worker(ctx, "id-a")
+		require.NoError(t, err)
+		require.Equal(t, fleet.Active, v.State, "no forged command moved the entry")
+
+		v, err = (&wdcclient.Client{C: c, Signer: signerA}).DrainWorker(ctx, "id-a", "the agent's own")
+		require.NoError(t, err)
+		require.Equal(t, fleet.Draining, v.State)
+		v, err = sub.UndrainWorker(ctx, "id-a")
+		require.NoError(t, err)
+		require.Equal(t, fleet.Active, v.State)
+	})
+
 	t.Run("the agent's signed launch failure is believed without a lock-delay", func(t *testing.T) {
 		// Anyone may fail a launch activity by its ID; an unsigned failure
 		// would hold the next attempt back a TTL (the command may run).
@@ -502,7 +534,7 @@ func TestIdentityRequired(t *testing.T) {
 		requireRefused(t, err, lease.RejectUnauthenticated)
 		require.ErrorContains(t, err, "was revoked")
 
-		_, err = wc.DeregisterWorker(ctx, victim, true, "forget it")
+		_, err = sub.DeregisterWorker(ctx, victim, true, "forget it")
 		require.ErrorContains(t, err, "keeps the revocation", "a new entry would not know the revocation")
 
 		// The victim's agent finds itself OFFLINE, and its registration

@@ -208,6 +208,19 @@ func TestStartDevIdentityNeedsOnlyItsCADir(t *testing.T) {
 	code = cmd.Main(cmd.Deps{Stdout: &sout, Stderr: &serr, Getenv: withCADir},
 		[]string{"runs", "start", e2.RunID, "--world-id", e2.WorldID, env2File, "--address", address, "--data-dir", data})
 	require.Equal(t, cmd.ExitOK, code, "runs start signs its tasks too: %s%s", sout.String(), serr.String())
+	e3 := e
+	e3.TaskID = "zs-task-3"
+	b, err = json.Marshal(e3)
+	require.NoError(t, err)
+	batchFile := filepath.Join(dir, "batch.jsonl")
+	require.NoError(t, os.WriteFile(batchFile, append(b, '\n'), 0o644))
+	sout.Reset()
+	serr.Reset()
+	code = cmd.Main(cmd.Deps{Stdout: &sout, Stderr: &serr, Getenv: cliGetenv},
+		[]string{"tasks", "submit", "--batch", batchFile, "--address", address, "--data-dir", data})
+	require.NotEqual(t, cmd.ExitOK, code, "an unsigned batch: %s%s", sout.String(), serr.String())
+	require.Contains(t, serr.String(), "nothing was submitted")
+	require.Contains(t, serr.String(), "not signed")
 	outcome, err := waitTaskIn(t, wc, e.TaskID)
 	require.NoError(t, err)
 	require.Equal(t, api.TaskCompleted, outcome.State, "the agent's signed result was accepted")

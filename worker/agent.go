@@ -112,7 +112,9 @@ func StartAgent(ctx context.Context, c client.Client, opts AgentOptions) (*Agent
 	}
 	reg := opts.Registration
 	log := opts.Logger.With("worker", reg.WorkerID)
-	a := &Agent{opts: opts, client: &wdcclient.Client{C: c}, log: log, lost: make(chan struct{})}
+	// The agent's own commands to its entry (the drain on stop) are signed
+	// with the worker's SVID.
+	a := &Agent{opts: opts, client: &wdcclient.Client{C: c, Signer: opts.Identity}, log: log, lost: make(chan struct{})}
 	runsLocal := opts.Launcher == nil && opts.HandOff == nil
 	// Local attempts die by their worker's liveness deadline (their
 	// executors run in this process), so a STALE revocation needs no

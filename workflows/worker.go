@@ -149,7 +149,14 @@ func (w *workerWorkflow) setup(ctx workflow.Context) error {
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, api.UpdateDrain, w.drain, workflow.UpdateHandlerOptions{
 		Description: descDrain,
-		Validator:   func(ctx workflow.Context, in api.DrainInput) error { return live() },
+		Validator: func(ctx workflow.Context, in api.DrainInput) error {
+			if err := live(); err != nil {
+				return err
+			}
+			unsigned := in
+			unsigned.Proof = nil
+			return w.authenticateOperator(ctx, api.UpdateDrain, in.WorkerID, unsigned, in.Proof)
+		},
 	}); err != nil {
 		return err
 	}
@@ -159,7 +166,14 @@ func (w *workerWorkflow) setup(ctx workflow.Context) error {
 		return w.view(), nil
 	}, workflow.UpdateHandlerOptions{
 		Description: descUndrain,
-		Validator:   func(ctx workflow.Context, in api.UndrainInput) error { return live() },
+		Validator: func(ctx workflow.Context, in api.UndrainInput) error {
+			if err := live(); err != nil {
+				return err
+			}
+			unsigned := in
+			unsigned.Proof = nil
+			return w.authenticateOperator(ctx, api.UpdateUndrain, in.WorkerID, unsigned, in.Proof)
+		},
 	}); err != nil {
 		return err
 	}
@@ -172,6 +186,11 @@ func (w *workerWorkflow) setup(ctx workflow.Context) error {
 		Description: descDeregister,
 		Validator: func(ctx workflow.Context, in api.DeregisterInput) error {
 			if err := live(); err != nil {
+				return err
+			}
+			unsigned := in
+			unsigned.Proof = nil
+			if err := w.authenticateOperator(ctx, api.UpdateDeregister, in.WorkerID, unsigned, in.Proof); err != nil {
 				return err
 			}
 			if !w.rec.RevokedThrough.IsZero() && verifierOf(ctx).Enabled() {
@@ -594,6 +613,34 @@ func (w *workerWorkflow) checkRevoked(ctx workflow.Context, p *identity.Proof) e
 		w.id, w.rec.RevokedAt.Format(time.RFC3339), w.rec.RevokeReason, through.Format(time.RFC3339))
 	workflow.GetLogger(ctx).Warn("message refused by the identity check", "kind", api.UpdateRegister, "reason", lease.RejectUnauthenticated, "detail", msg)
 	return temporal.NewApplicationError(msg, string(lease.RejectUnauthenticated))
+}
+
+// authenticateOperator is the identity check of an operator's command to
+// the entry (drain, undrain, deregister): signed by a submitter, or by the
+// worker itself (an agent drains its own entry when it stops), for this
+// worker (named, when signed, as forWorker). Identity off: nothing is
+// checked. A refusal is counted.
+func (w *workerWorkflow) authenticateOperator(ctx workflow.Context, kind, forWorker string, message any, p *identity.Proof) error {
+	if !verifierOf(ctx).Enabled() {
+		return nil
+	}
+	if p != nil && forWorker != w.id {
+		err := temporal.NewApplicationError(fmt.Sprintf("worker_id: a signed %s must name this worker %q, not %q", kind, w.id, forWorker), string(lease.RejectWrongIdentity))
+		countRejected(ctx, err)
+		return err
+	}
+	v, now := verifierOf(ctx), workflow.Now(ctx)
+	verdict, rej := v.Submitter(now, kind, message, p)
+	if rej != nil && rej.Reason == lease.RejectWrongIdentity {
+		if wv, wrej := v.Worker(now, w.id, kind, message, p); wrej == nil {
+			verdict, rej = wv, nil
+		}
+	}
+	if err := identityVerdict(ctx, kind, verdict, rej); err != nil {
+		countRejected(ctx, err)
+		return err
+	}
+	return nil
 }
 
 // validateRevoke admits a revoke signed by a submitter, on a control plane
