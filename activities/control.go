@@ -552,3 +552,30 @@ func (c *Control) lockDelay(earlier wdcclient.EarlierFences, in api.SelectWorker
 		LockDelayUntil: until,
 	}, true
 }
+
+// CheckWorkerLoss reads the registry entry of a worker-lost signal's
+// worker (query worker) and says whether it refutes the loss or agrees,
+// with its state and liveness fencing (api.WorkerLossCheck). An entry
+// that is gone agrees with State "". Errors: the entry could not be read
+// (the task then revokes with a lock-delay).
+func (c *Control) CheckWorkerLoss(ctx context.Context, lost api.WorkerLostSignal) (api.WorkerLossCheck, error) {
+	v, err := (&wdcclient.Client{C: c.Client}).Worker(ctx, lost.WorkerID)
+	switch {
+	case errors.Is(err, wdcclient.ErrNotFound):
+		return api.WorkerLossCheck{}, nil
+	case err != nil:
+		return api.WorkerLossCheck{}, err
+	case !v.Registered || v.Incarnation < lost.Incarnation:
+		return api.WorkerLossCheck{Refuted: true}, nil
+	case v.Incarnation > lost.Incarnation:
+		return api.WorkerLossCheck{State: api.WorkerReregistered, LivenessFenced: v.LivenessFenced}, nil
+	}
+	if v.State == fleet.Active || v.State == fleet.Draining {
+		for _, r := range v.Reservations {
+			if r.TaskID == lost.TaskID && r.Fence == lost.Fence {
+				return api.WorkerLossCheck{Refuted: true}, nil
+			}
+		}
+	}
+	return api.WorkerLossCheck{State: string(v.State), LivenessFenced: v.LivenessFenced}, nil
+}

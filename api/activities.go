@@ -85,6 +85,22 @@ type LaunchFailure struct {
 	Proof *identity.Proof `json:"proof,omitempty"`
 }
 
+// WorkerLossCheck is what a worker's registry entry says of a
+// worker-lost signal (Control.CheckWorkerLoss), which anyone may send: a
+// task revokes a lease only on a loss the entry does not refute, and
+// skips the lock-delay only when the entry agrees.
+type WorkerLossCheck struct {
+	// Refuted: the entry is ACTIVE or DRAINING in the signal's
+	// incarnation and holds its reservation, or never had that
+	// incarnation.
+	Refuted bool `json:"refuted,omitempty"`
+	// State is the entry's state (api.WorkerReregistered when a later
+	// incarnation replaced the signal's, "" when the entry is gone), and
+	// LivenessFenced its registration's.
+	State          string `json:"state,omitempty"`
+	LivenessFenced bool   `json:"liveness_fenced,omitempty"`
+}
+
 // LaunchResult says where the attempt runs.
 type LaunchResult struct {
 	// TaskDir is <work-dir>/<task>/<attempt>-<fence> on the worker.

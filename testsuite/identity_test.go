@@ -233,6 +233,22 @@ func TestIdentityRequired(t *testing.T) {
 		require.Empty(t, v.Directives)
 	})
 
+	t.Run("a forged worker-lost the registry refutes revokes nothing", func(t *testing.T) {
+		// Believed, it would revoke the lease with no lock-delay (a
+		// liveness-fenced STALE worker) while the command still runs.
+		markers := func() int { return countEventsIn(t, c, taskWF, enumspb.EVENT_TYPE_MARKER_RECORDED) }
+		before := markers()
+		forged := api.WorkerLostSignal{WorkerID: "id-a", Incarnation: agent.Incarnation(), TaskID: env.TaskID, Fence: claim.Fence,
+			State: string(fleet.Stale), LivenessFenced: true}
+		require.NoError(t, c.SignalWorkflow(context.Background(), taskWF, "", api.SignalWorkerLost, forged))
+		waitFor(t, 30*time.Second, "the task asked the registry", func() bool { return markers() > before })
+		v, err := wc.Task(context.Background(), env.TaskID)
+		require.NoError(t, err)
+		require.Equal(t, lease.Active, v.Lease.State, "the lease was not revoked")
+		require.Equal(t, claim.Fence, v.Lease.Fence)
+		require.Empty(t, v.Directives)
+	})
+
 	t.Run("a forged lease heartbeat renews nothing", func(t *testing.T) {
 		// Believed, it would keep a dead attempt's lease from expiring.
 		// The executor's own first heartbeat is a signal, signed.

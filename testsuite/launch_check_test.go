@@ -102,12 +102,14 @@ func launchFailure(t *testing.T, taskID string) string {
 // lease, and cancelling the stalled task takes effect at once.
 func TestAStalledLaunchDoesNotStopTheAgentsHeartbeats(t *testing.T) {
 	stalled := make(chan lease.Claim, 1)
+	unstalled := make(chan time.Time, 1)
 	startAgent(t, "stall-hb", func(o *worker.AgentOptions) {
 		o.Registration.HeartbeatInterval, o.Registration.StaleAfter, o.Registration.OfflineAfter = 500*time.Millisecond, 2*time.Second, 10*time.Second
 		o.Faults.Stall = func(ctx context.Context, c lease.Claim) {
 			if c.TaskID == "stall-hb-slow" {
 				stalled <- c
 				<-ctx.Done()
+				unstalled <- time.Now()
 			}
 		}
 	})
@@ -139,13 +141,16 @@ func TestAStalledLaunchDoesNotStopTheAgentsHeartbeats(t *testing.T) {
 	out, err := suite.wdc.WaitTask(ctx, slow.TaskID)
 	require.NoError(t, err)
 	assert.Equal(t, api.TaskCancelled, out.State)
-	var failure string
-	waitFor(t, 10*time.Second, "the stalled launch failed", func() bool {
-		failure = launchFailure(t, slow.TaskID)
-		return failure != ""
-	})
-	t.Logf("stalled launch ended %.1fs after the cancel: %s", time.Since(began).Seconds(), failure)
-	assert.Less(t, time.Since(began), 10*time.Second)
+	// The stalled launch ends (its staging is cancelled); whether its
+	// failure still reaches the history depends on whether the cancelled
+	// task's workflow has closed by then.
+	select {
+	case at := <-unstalled:
+		t.Logf("stalled launch ended %.1fs after the cancel (history: %q)", at.Sub(began).Seconds(), launchFailure(t, slow.TaskID))
+		assert.Less(t, at.Sub(began), 10*time.Second)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stalled launch was not stopped by the cancel")
+	}
 	_, err = suite.wdc.CancelTask(ctx, busy.TaskID, "stall test done")
 	require.NoError(t, err)
 }

@@ -131,10 +131,51 @@ func (t *taskWorkflow) onWorkerLost(ctx workflow.Context, lost api.WorkerLostSig
 	if rej := lease.Check(cur, claim); rej != nil {
 		return
 	}
+	lockDelay := needsLockDelay(lost)
+	if workflow.GetVersion(ctx, verifyWorkerLoss, workflow.DefaultVersion, 1) == 1 {
+		// Anyone may send worker-lost: the registry entry has the last
+		// word on whether the worker is lost, and on skipping the
+		// lock-delay.
+		check, err := t.checkWorkerLoss(ctx, lost)
+		switch {
+		case err == nil && check.Refuted:
+			workflow.GetLogger(ctx).Warn("worker lost ignored: its registry entry holds the reservation", "task", cur.TaskID, "worker", lost.WorkerID,
+				"fence", lost.Fence, "incarnation", lost.Incarnation, "state", lost.State)
+			count(ctx, api.MetricResultsRejected, string(lease.RejectUnauthenticated))
+			return
+		case err == nil:
+			lockDelay = lockDelay || needsLockDelay(api.WorkerLostSignal{State: check.State, LivenessFenced: check.LivenessFenced})
+		default:
+			lockDelay = true
+		}
+		if cur = t.ledger.Current(); cur == nil || lease.Check(cur, claim) != nil {
+			return // the lease ended meanwhile
+		}
+	}
 	t.revoke(ctx, lease.ReasonWorkerLost, fmt.Sprintf("worker %s is %s", lost.WorkerID, lost.State))
-	if t.directive != nil && needsLockDelay(lost) {
+	if t.directive != nil && lockDelay {
 		t.directive.LockDelayUntil = workflow.Now(ctx).Add(cur.TTL)
 	}
+}
+
+// verifyWorkerLoss is the change ID of checking a worker-lost signal
+// against the worker's registry entry (version 1: Control.CheckWorkerLoss,
+// a local activity). WdcTask is pinned to its build; the ID keeps the
+// histories recorded before it replaying, and retires with the other
+// WdcTask change IDs (docs/upgrading.md).
+const verifyWorkerLoss = "verify-worker-loss"
+
+// checkWorkerLoss asks the worker's registry entry about lost (a local
+// activity: one marker).
+func (t *taskWorkflow) checkWorkerLoss(ctx workflow.Context, lost api.WorkerLostSignal) (api.WorkerLossCheck, error) {
+	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: 10 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3},
+		Summary:             fmt.Sprintf("CheckWorkerLoss %s incarnation %d · fence %d", lost.WorkerID, lost.Incarnation, lost.Fence),
+	})
+	var check api.WorkerLossCheck
+	err := workflow.ExecuteLocalActivity(lctx, controlActs.CheckWorkerLoss, lost).Get(ctx, &check)
+	return check, err
 }
 
 // needsLockDelay reports whether the attempt of a lost reservation may

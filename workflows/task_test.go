@@ -83,6 +83,9 @@ type taskSuite struct {
 	// issuedAt is every grant's IdentityIssuedAt: zero for a worker that
 	// registered unsigned.
 	issuedAt time.Time
+	// workerLoss, when set, is the registry entry's answer to a
+	// worker-lost signal (CheckWorkerLoss); nil agrees with the signal.
+	workerLoss func(api.WorkerLostSignal) (api.WorkerLossCheck, error)
 }
 
 func TestTaskWorkflow(t *testing.T) { suite.Run(t, new(taskSuite)) }
@@ -90,7 +93,7 @@ func TestTaskWorkflow(t *testing.T) { suite.Run(t, new(taskSuite)) }
 func (s *taskSuite) SetupTest() {
 	s.env = s.NewTestWorkflowEnvironment()
 	s.ingestAfter, s.selectAfter, s.ingestErr, s.ingestLost, s.waits, s.ingestForged = 0, 0, nil, nil, nil, nil
-	s.issuedAt = time.Time{}
+	s.issuedAt, s.workerLoss = time.Time{}, nil
 	s.SetupTestWith(nil)
 	s.env.SetTestTimeout(20 * time.Second)
 }
@@ -178,6 +181,17 @@ func (s *taskSuite) SetupTestWith(launch func(env *testsuite.TestWorkflowEnviron
 				}
 			}
 			return api.IngestResult{Artifacts: in.Artifacts, Logs: in.Logs}, nil
+		})
+	// The registry entry agrees with every worker-lost signal unless a
+	// test says otherwise (workerLoss).
+	s.env.OnActivity(controlActs.CheckWorkerLoss, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, lost api.WorkerLostSignal) (api.WorkerLossCheck, error) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.workerLoss != nil {
+				return s.workerLoss(lost)
+			}
+			return api.WorkerLossCheck{State: lost.State, LivenessFenced: lost.LivenessFenced}, nil
 		})
 	s.env.OnActivity(controlActs.CleanupStaging, mock.Anything, mock.Anything).Return(
 		func(context.Context, api.CleanupInput) error {
@@ -443,6 +457,68 @@ func (s *taskSuite) TestLostWorkerWithoutLivenessFencingWaitsTheLockDelay() {
 			s.Equal(atRevoke.Leases[0].EndedAt.Add(ttl), until, "a TTL after the revocation")
 			s.Require().Len(s.grantTimes, 2)
 			s.False(s.grantTimes[1].Before(until), "attempt 2 selected at %s, before the lock-delay ends at %s", s.grantTimes[1], until)
+		})
+	}
+}
+
+// Anyone may send worker-lost: a loss the worker's registry entry
+// refutes (it holds the reservation, live) revokes nothing, and the
+// lock-delay is skipped only when the entry agrees that the worker was
+// liveness-fenced; an entry that cannot be read gets the lock-delay.
+func (s *taskSuite) TestWorkerLostIsTakenFromTheRegistryNotTheSignal() {
+	ttl := 40 * time.Second
+	forged := api.WorkerLostSignal{WorkerID: "worker-a", Incarnation: 1, TaskID: "t1", Fence: 1, State: "STALE", LivenessFenced: true}
+	for _, tc := range []struct {
+		name      string
+		entry     func(api.WorkerLostSignal) (api.WorkerLossCheck, error)
+		revoked   bool
+		lockDelay bool
+	}{
+		{name: "refuted", entry: func(api.WorkerLostSignal) (api.WorkerLossCheck, error) {
+			return api.WorkerLossCheck{Refuted: true}, nil
+		}},
+		{name: "the entry is live but not liveness-fenced", revoked: true, lockDelay: true,
+			entry: func(api.WorkerLostSignal) (api.WorkerLossCheck, error) {
+				return api.WorkerLossCheck{State: "STALE"}, nil
+			}},
+		{name: "the entry cannot be read", revoked: true, lockDelay: true,
+			entry: func(api.WorkerLostSignal) (api.WorkerLossCheck, error) {
+				return api.WorkerLossCheck{}, errors.New("query timed out")
+			}},
+		{name: "the entry agrees", revoked: true,
+			entry: func(api.WorkerLostSignal) (api.WorkerLossCheck, error) {
+				return api.WorkerLossCheck{State: "STALE", LivenessFenced: true}, nil
+			}},
+	} {
+		s.Run(tc.name, func() {
+			s.SetupTest()
+			s.workerLoss = tc.entry
+			s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(api.SignalWorkerLost, forged) }, 2*time.Second)
+			var after api.TaskView
+			s.env.RegisterDelayedCallback(func() { after = s.lastView() }, 8*time.Second)
+			switch {
+			case tc.revoked && tc.lockDelay:
+				s.submit(60*time.Second, "t1/2/2", s.claim("worker-b", 2))
+			case tc.revoked:
+				s.submit(10*time.Second, "t1/2/2", s.claim("worker-b", 2))
+			default:
+				s.submit(10*time.Second, "t1/1/1", s.claim("worker-a", 1))
+			}
+			res := s.execute(api.TaskOptions{LeaseTTL: ttl})
+			s.Equal(api.TaskCompleted, res.State)
+			s.Require().NotEmpty(after.Leases)
+			if !tc.revoked {
+				s.Equal(lease.Active, after.Leases[0].State, "the lease holds")
+				s.Equal(int64(1), res.Attempts)
+				return
+			}
+			s.Equal(lease.Revoked, after.Leases[0].State)
+			s.Require().NotEmpty(after.Directives)
+			if tc.lockDelay {
+				s.Equal(after.Leases[0].EndedAt.Add(ttl), after.Directives[0].LockDelayUntil)
+			} else {
+				s.True(after.Directives[0].LockDelayUntil.IsZero())
+			}
 		})
 	}
 }
