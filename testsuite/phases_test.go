@@ -24,12 +24,18 @@ import (
 // phaseLabels keep the phase test's tasks on its own workers.
 var phaseLabels = map[string]string{"suite": "phases"}
 
+// phaseRegistration is a phase worker's registration: liveness-fenced,
+// like a Local agent's, so that its loss needs no lock-delay.
+func phaseRegistration(id string) fleet.Registration {
+	return fleet.Registration{WorkerID: id, Capacity: resource.List{CPUMillis: 4000, MemoryBytes: 4 << 30},
+		Labels: phaseLabels, StaleAfter: time.Hour, OfflineAfter: 2 * time.Hour, LivenessFenced: true}
+}
+
 // phaseWorker registers a fleet worker in the soak namespace whose agent
 // launches nothing (the test plays the attempts).
 func phaseWorker(t *testing.T, c client.Client, wc *wdcclient.Client, id string) {
 	t.Helper()
-	_, err := wc.RegisterWorker(context.Background(), fleet.Registration{WorkerID: id, Capacity: resource.List{CPUMillis: 4000, MemoryBytes: 4 << 30},
-		Labels: phaseLabels, StaleAfter: time.Hour, OfflineAfter: 2 * time.Hour})
+	_, err := wc.RegisterWorker(context.Background(), phaseRegistration(id))
 	require.NoError(t, err)
 	aw := sdkworker.New(c, api.AgentTaskQueue(id), sdkworker.Options{})
 	aw.RegisterActivityWithOptions(&activities.Agent{WorkerID: id, Launcher: &soakLauncher{}}, activity.RegisterOptions{SkipInvalidStructFunctions: true})
@@ -80,8 +86,10 @@ func TestLeaseLoopPhasesOnTheRealServer(t *testing.T) {
 	_, err := wc.SubmitTask(ctx, env, api.TaskOptions{LeaseTTL: time.Hour, Backoff: lease.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}})
 	require.NoError(t, err)
 	first := waitLaunched(t, wc, env.TaskID, 1)
-	require.NoError(t, c.SignalWorkflow(ctx, api.TaskWorkflowID(env.TaskID), "", api.SignalWorkerLost,
-		api.WorkerLostSignal{WorkerID: first.WorkerID, TaskID: env.TaskID, Fence: first.Fence, State: "STALE", LivenessFenced: true}))
+	// The worker's agent restarts: its new registration loses the old
+	// incarnation's reservation, and the registry tells the task.
+	_, err = wc.RegisterWorker(ctx, phaseRegistration(first.WorkerID))
+	require.NoError(t, err)
 	second := waitLaunched(t, wc, env.TaskID, 2)
 	require.NotEqual(t, first.WorkerID, second.WorkerID, "the retry avoids the lost worker")
 	// runs status shows the live state and attempt of a task still running.
