@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
 
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
@@ -53,9 +54,10 @@ echo "attempt $WDC_ATTEMPT" > outputs/out.txt`)
 		return err == nil && v.AttemptDir != "" && v.Lease != nil && v.Lease.Attempt == 1
 	})
 	proxy.Cut() // the control plane's store is down
-	waitFor(t, 60*time.Second, "attempt 1's result abandoned and attempt 2 granted", func() bool {
-		v, err := s.wc.Task(ctx, env.TaskID)
-		return err == nil && len(v.Leases) >= 2
+	// Read from the history, not a query: attempt 2's ingest may hold the
+	// task's workflow task (the store is still down) until the heal.
+	waitFor(t, 60*time.Second, "attempt 1's result abandoned and attempt 2 launched", func() bool {
+		return launchesIn(t, s.wc.C, api.TaskWorkflowID(env.TaskID)) >= 2
 	})
 	proxy.Heal()
 
@@ -87,4 +89,19 @@ echo "attempt $WDC_ATTEMPT" > outputs/out.txt`)
 	require.Equal(t, int64(1), run.WorkerResultEvents)
 	require.Len(t, run.Events, 1)
 	assert.Equal(t, &want, run.Events[0].Result, "the run's result is the task's")
+}
+
+// launchesIn counts the LaunchAttempt activities a workflow scheduled.
+func launchesIn(t *testing.T, c client.Client, wfID string) int {
+	t.Helper()
+	iter := c.GetWorkflowHistory(context.Background(), wfID, "", false, 0)
+	n := 0
+	for iter.HasNext() {
+		ev, err := iter.Next()
+		require.NoError(t, err)
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == "LaunchAttempt" {
+			n++
+		}
+	}
+	return n
 }
