@@ -272,6 +272,12 @@ type Result struct {
 	// --address).
 	CPUCost
 	CPUPerWorkflowBare *float64 `json:"cpu_seconds_per_workflow_bare"`
+	// RunEventsPerTask and RegistryEventsPerTask are what the CLI path's
+	// tasks wrote beyond their own histories, per task: the events of
+	// their run's workflow, and those the agents' registry entries gained
+	// over the batch (null when a history continued as new meanwhile).
+	RunEventsPerTask      *float64 `json:"run_events_per_task"`
+	RegistryEventsPerTask *float64 `json:"registry_events_per_task"`
 	// EventsPerTask is the history length of a single-attempt WdcTask
 	// from the throughput phase; EventsByType breaks it down by event type
 	// (Temporal's enum names: "WorkflowTaskCompleted").

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -135,6 +138,10 @@ func (b *bench) throughputCLI(ctx context.Context, res *Result, bare float64) er
 		return err
 	}
 	b.say("throughput: wdc tasks submit --batch of %d tasks to run %s", n, runID)
+	registryFrom, err := b.historyLengths(ctx, b.registryIDs())
+	if err != nil {
+		return err
+	}
 	from := b.cpuNow()
 	sub, err := b.submitBatch(ctx, path)
 	if err != nil {
@@ -147,6 +154,13 @@ func (b *bench) throughputCLI(ctx context.Context, res *Result, bare float64) er
 		return err
 	}
 	cost := b.cost(from, b.cpuNow(), sub.cpu, n)
+	res.RunEventsPerTask, err = b.eventsPerTask(ctx, map[string]execLength{api.RunWorkflowID(runID): {}}, n)
+	if err != nil {
+		return err
+	}
+	if res.RegistryEventsPerTask, err = b.eventsPerTask(ctx, registryFrom, n); err != nil {
+		return err
+	}
 	wfIDs := []string{api.RunWorkflowID(runID)}
 	for i := range n {
 		wfIDs = append(wfIDs, api.TaskWorkflowID(fmt.Sprintf("%s-%05d", runID, i+1)))
@@ -162,8 +176,8 @@ func (b *bench) throughputCLI(ctx context.Context, res *Result, bare float64) er
 		res.ThroughputRatioCLI = ptr(round3(wdc / bare))
 	}
 	res.CPUCost = cost
-	b.say("throughput: CLI path %.1f tasks/s (ratio %.2f), accepted in %.1fs (%.1f tasks/s); CPU per task: %s",
-		wdc, wdc/bare, sub.took.Seconds(), *res.SubmitRateCLI, cost)
+	b.say("throughput: CLI path %.1f tasks/s (ratio %.2f), accepted in %.1fs (%.1f tasks/s); CPU per task: %s; events per task on the run %s, on the registry %s",
+		wdc, wdc/bare, sub.took.Seconds(), *res.SubmitRateCLI, cost, orNull(res.RunEventsPerTask), orNull(res.RegistryEventsPerTask))
 	b.closeRun(ctx, runID)
 	return nil
 }
@@ -348,6 +362,65 @@ func (b *bench) windows(ctx context.Context, wfIDs []string) (starts, closes []t
 		return nil
 	})
 	return starts, closes, err
+}
+
+// execLength is one workflow execution's history length; continued says
+// it is not the workflow's first execution.
+type execLength struct {
+	runID     string
+	events    int64
+	continued bool
+}
+
+// registryIDs are the workflow IDs of the agents' registry entries.
+func (b *bench) registryIDs() []string {
+	var ids []string
+	for _, id := range b.agentIDs {
+		ids = append(ids, api.WorkerWorkflowID(id))
+	}
+	return ids
+}
+
+// historyLengths describes each workflow's current execution.
+func (b *bench) historyLengths(ctx context.Context, wfIDs []string) (map[string]execLength, error) {
+	out := map[string]execLength{}
+	for _, id := range wfIDs {
+		d, err := b.opts.Client.DescribeWorkflowExecution(ctx, id, "")
+		if err != nil {
+			return nil, fmt.Errorf("describe %s: %w", id, err)
+		}
+		info := d.GetWorkflowExecutionInfo()
+		run := info.GetExecution().GetRunId()
+		out[id] = execLength{runID: run, events: info.GetHistoryLength(), continued: info.GetFirstRunId() != "" && info.GetFirstRunId() != run}
+	}
+	return out, nil
+}
+
+// eventsPerTask is the events the workflows in from gained since from was
+// taken (a zero execLength: since their first execution started), per
+// task; nil when one of them continued as new meanwhile.
+func (b *bench) eventsPerTask(ctx context.Context, from map[string]execLength, n int) (*float64, error) {
+	now, err := b.historyLengths(ctx, slices.Collect(maps.Keys(from)))
+	if err != nil {
+		return nil, err
+	}
+	var sum int64
+	for id, f := range from {
+		cur := now[id]
+		if (f.runID == "" && cur.continued) || (f.runID != "" && cur.runID != f.runID) {
+			return nil, nil
+		}
+		sum += cur.events - f.events
+	}
+	return ptr(round3(float64(sum) / float64(n))), nil
+}
+
+// orNull formats a figure that may be missing.
+func orNull(v *float64) string {
+	if v == nil {
+		return "null"
+	}
+	return strconv.FormatFloat(*v, 'f', -1, 64)
 }
 
 // history counts a workflow's history (see historyCount).
