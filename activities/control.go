@@ -378,9 +378,9 @@ func WaitingMessage(active int, passed []fleet.Ineligible) string {
 // Ingest is parent ingest: each declared artifact is re-hashed from the
 // attempt's staging keys while it is streamed into the blob store, and
 // promoted only when the hash matches. The attempt's staging is removed
-// afterwards and the holder's reservation released. It tells the run
-// nothing: the task reports a result once it has kept it. A repeat of an
-// ingest that finished returns the same artifacts (alreadyIngested).
+// afterwards and the holder's reservation released, and in.Report, if
+// any, sent to the run (reportIngested). A repeat of an ingest that
+// finished returns the same artifacts (alreadyIngested).
 //
 // Errors: a non-retryable artifact_mismatch ApplicationError when an
 // object is missing or hashes differently; nothing of that result is then
@@ -396,7 +396,7 @@ func (c *Control) Ingest(ctx context.Context, in api.IngestInput) (api.IngestRes
 		// result is in the store already, and the release is idempotent.
 		activity.GetLogger(ctx).Info("ingest already done", "task", in.TaskID, "attempt", in.Attempt, "fence", in.Fence)
 		c.releaseHolder(ctx, in)
-		return api.IngestResult{Artifacts: in.Artifacts, Logs: in.Logs}, nil
+		return api.IngestResult{Artifacts: in.Artifacts, Logs: in.Logs, Reported: c.reportIngested(ctx, in)}, nil
 	}
 	arts, err := c.promoteAll(ctx, blobstore.StagingPrefix(in.TaskID, in.Attempt, in.Fence), in.Artifacts)
 	if err != nil {
@@ -411,7 +411,25 @@ func (c *Control) Ingest(ctx context.Context, in api.IngestInput) (api.IngestRes
 	}
 	countIngested(ctx, arts, logs)
 	c.releaseHolder(ctx, in)
-	return api.IngestResult{Artifacts: arts, Logs: logs}, nil
+	return api.IngestResult{Artifacts: arts, Logs: logs, Reported: c.reportIngested(ctx, in)}, nil
+}
+
+// reportIngested sends in.Report, if any, to its run (signal
+// task-ended), best effort: false when there is none or it did not reach
+// the run (the task then reports by itself). The run takes a report as a
+// hint and reads the outcome from the task.
+func (c *Control) reportIngested(ctx context.Context, in api.IngestInput) bool {
+	if in.Report == nil {
+		return false
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	err := c.Client.SignalWorkflow(rctx, api.RunWorkflowID(in.Report.RunID), "", api.SignalTaskEnded, *in.Report)
+	if err != nil {
+		activity.GetLogger(ctx).Warn("report with the ingest failed", "task", in.TaskID, "run", in.Report.RunID, "error", err)
+		return false
+	}
+	return true
 }
 
 // alreadyIngested reports whether an ingest of in finished before: the

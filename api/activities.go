@@ -124,12 +124,18 @@ type IngestInput struct {
 	Artifacts []Artifact `json:"artifacts"`
 	// Logs are staged in the attempt's log staging dir.
 	Logs []Artifact `json:"logs,omitempty"`
+	// Report, when set, is sent to the run (signal task-ended) once the
+	// ingest kept every artifact and log: the task's report for when it
+	// keeps the result in the workflow task running this ingest.
+	Report *TaskEndedSignal `json:"report,omitempty"`
 }
 
 // IngestResult lists the artifacts and logs now in the blob store.
 type IngestResult struct {
 	Artifacts []Artifact `json:"artifacts"`
 	Logs      []Artifact `json:"logs,omitempty"`
+	// Reported says IngestInput.Report reached the run.
+	Reported bool `json:"reported,omitempty"`
 }
 
 // IngestProgress is the Ingest activity's heartbeat detail: artifacts

@@ -278,6 +278,13 @@ func TestControlPlaneAndAgentTelemetry(t *testing.T) {
 	view, err := wc.Task(context.Background(), "telemetry-task")
 	require.NoError(t, err)
 	require.NotNil(t, view.Result)
+	// The task reported from the workflow task that kept its result; the
+	// run's check of the report (the task's lease query) waited for that
+	// workflow task and believed it, well before the run's 10-minute sweep.
+	waitFor(t, 20*time.Second, "the run recording the task's result from its report", func() bool {
+		rv, err := wc.Run(context.Background(), "telemetry-run")
+		return err == nil && rv.WorkerResultEvents == 1
+	})
 
 	waitFor(t, 15*time.Second, "the task's counters and the agent's heartbeats on /metrics", func() bool {
 		cpFams, agFams = scrape(t, cp.metrics), scrape(t, ag.metrics)
@@ -288,6 +295,7 @@ func TestControlPlaneAndAgentTelemetry(t *testing.T) {
 	assert.Equal(t, 0.0, sample(cpFams, "wdc_leases_expired_total"))
 	assert.Equal(t, 1.0, sample(cpFams, "wdc_worker_selection_seconds"), "one selection")
 	assert.Equal(t, 1.0, sample(cpFams, "wdc_ingest_seconds"), "one ingest, on the zero series")
+	assert.LessOrEqual(t, sample(cpFams, "wdc_task_reports_unverified_total"), 0.0, "the task's report was believed")
 	for _, name := range []string{"wdc_leases_granted_total", "wdc_results_accepted_total", "wdc_worker_selection_seconds", "wdc_ingest_seconds", "wdc_ingest_bytes_total"} {
 		assert.Len(t, cpFams[name].GetMetric(), 1, "%s: the events landed on the zero series (same labels)", name)
 	}

@@ -102,8 +102,10 @@ type taskWorkflow struct {
 	selectInterval time.Duration
 	// attemptDir is the launched attempt's task directory.
 	attemptDir string
-	// result is set once a result was ingested.
-	result *api.TaskResult
+	// result is set once a result was ingested; reported says the local
+	// ingest that kept it also reported it to the run.
+	result   *api.TaskResult
+	reported bool
 
 	// The launch activity (nil once done) and its cancel; the watch of the
 	// ACTIVE lease; what ended the lease, once something did.
@@ -540,14 +542,11 @@ func (t *taskWorkflow) finish(ctx workflow.Context, state api.TaskState) (api.Ta
 		_ = workflow.ExecuteActivity(actx, controlActs.CleanupStaging, api.CleanupInput{TaskID: t.env.TaskID}).Get(ctx, nil)
 	}
 	out := api.TaskOutcome{TaskID: t.env.TaskID, RunID: t.env.RunID, State: state, Attempts: t.ledger.Attempt, Result: t.result}
-	report := out
-	if t.result != nil {
-		if ref, err := api.ResultRefOf(*t.result); err == nil {
-			report.Result, report.Ref = nil, &ref
+	if state != api.TaskCompleted || !t.reported {
+		err := workflow.SignalExternalWorkflow(ctx, api.RunWorkflowID(t.env.RunID), "", api.SignalTaskEnded, *t.reportOf(state, t.result)).Get(ctx, nil)
+		if err != nil {
+			workflow.GetLogger(ctx).Warn("could not report to run", "run", t.env.RunID, "error", err)
 		}
-	}
-	if err := workflow.SignalExternalWorkflow(ctx, api.RunWorkflowID(t.env.RunID), "", api.SignalTaskEnded, report).Get(ctx, nil); err != nil {
-		workflow.GetLogger(ctx).Warn("could not report to run", "run", t.env.RunID, "error", err)
 	}
 	if err := workflow.Await(ctx, func() bool {
 		return t.unawaited.releasesDone() && workflow.AllHandlersFinished(ctx)
@@ -555,6 +554,18 @@ func (t *taskWorkflow) finish(ctx workflow.Context, state api.TaskState) (api.Ta
 		return out, err
 	}
 	return out, nil
+}
+
+// reportOf is the task-ended report of an outcome: a compact reference to
+// the result, not the result.
+func (t *taskWorkflow) reportOf(state api.TaskState, result *api.TaskResult) *api.TaskEndedSignal {
+	report := api.TaskOutcome{TaskID: t.env.TaskID, RunID: t.env.RunID, State: state, Attempts: t.ledger.Attempt, Result: result}
+	if result != nil {
+		if ref, err := api.ResultRefOf(*result); err == nil {
+			report.Result, report.Ref = nil, &ref
+		}
+	}
+	return &report
 }
 
 // settleForContinueAsNew is the ContinuingAsNew phase's last look. decide

@@ -29,8 +29,8 @@ func (s *taskSuite) started() (local, remote *[]string) {
 
 // A task selects and ingests in its workflow tasks (local
 // activities); the launch is its one activity. The ingest releases the
-// reservation, so the workflow itself sends no release; it runs no
-// cleanup, and reports the result it kept to the run, once.
+// reservation and reports the result it kept to the run, once, so the
+// workflow itself sends no release and no report; it runs no cleanup.
 func (s *taskSuite) TestSelectsAndIngestsLocallyAndReportsTheKeptResultOnce() {
 	local, remote := s.started()
 	sub := s.submit(time.Second, "t1/1/1", s.claim("worker-a", 1))
@@ -42,7 +42,7 @@ func (s *taskSuite) TestSelectsAndIngestsLocallyAndReportsTheKeptResultOnce() {
 	s.Equal([]string{"LaunchAttempt"}, *remote)
 	s.Require().Len(s.ingests, 1)
 	s.Len(s.releases, 1, "the ingest releases")
-	s.Equal(map[string]int{api.SignalTaskEnded: 1}, s.signalled, "one report, no release, from the workflow")
+	s.Empty(s.signalled, "the ingest reported and released: the workflow signalled nothing")
 	s.Require().Len(s.ended, 1)
 	s.Require().NotNil(out.Result)
 	ref, err := api.ResultRefOf(*out.Result)
@@ -99,8 +99,13 @@ func (s *taskSuite) TestIngestAnsweringOtherArtifactsKeepsNothing() {
 }
 
 // A result larger than LocalIngestMaxBytes is ingested by an activity of
-// its own (it heartbeats by bytes).
+// its own (it heartbeats by bytes), which reports nothing: the task
+// reports once it kept the result, even when the activity's completion
+// (anyone may send it by the activity's ID) claims it reported.
 func (s *taskSuite) TestIngestsALargeResultInAnActivity() {
+	s.ingestForged = func(in api.IngestInput) *api.IngestResult {
+		return &api.IngestResult{Artifacts: in.Artifacts, Logs: in.Logs, Reported: true}
+	}
 	local, remote := s.started()
 	out := &updateOutcome{}
 	s.env.RegisterDelayedCallback(func() {
@@ -116,6 +121,9 @@ func (s *taskSuite) TestIngestsALargeResultInAnActivity() {
 	s.Equal([]string{"LaunchAttempt", "Ingest"}, *remote)
 	s.Require().Len(s.ingests, 1)
 	s.Equal(int64(1), s.ingests[0].Fence)
+	s.Nil(s.ingests[0].Report, "an ingest by activity does not report")
+	s.Require().Len(s.ended, 1)
+	s.Equal(map[string]int{api.SignalTaskEnded: 1}, s.signalled, "the task reported, once it kept the result")
 }
 
 // Attempt 1's ingest did its work, but its completion was lost and every
@@ -138,4 +146,30 @@ func (s *taskSuite) TestAbandonedIngestIsNeverReportedToTheRun() {
 	s.Equal(api.TaskCompleted, s.ended[0].State)
 	s.Equal(&want, s.ended[0].Ref, "the kept result's reference")
 	s.Equal(int64(2), s.ended[0].Attempts)
+}
+
+// A result the ingest reported but the task did not keep (the ingest
+// answered other artifacts than the result names) counts as no report of
+// the task's: when attempt 2's ingest keeps its result but its report
+// does not reach the run, the task reports attempt 2's result itself.
+func (s *taskSuite) TestReportOfAnAbandonedIngestIsNotTakenForTheTasks() {
+	s.ingestForged = func(in api.IngestInput) *api.IngestResult {
+		if in.Fence != 1 {
+			return &api.IngestResult{Artifacts: in.Artifacts, Logs: in.Logs} // its report was lost
+		}
+		s.ended = append(s.ended, *in.Report) // it did report
+		return &api.IngestResult{Artifacts: []api.Artifact{{Name: "out.txt", Digest: "sha256:" + strings.Repeat("f", 64), SizeBytes: 1}}, Reported: true}
+	}
+	first := s.submit(time.Second, "t1/1/1", s.claim("worker-a", 1))
+	second := s.submit(45*time.Second, "t1/2/2", s.claim("worker-b", 2))
+	out := s.execute(api.TaskOptions{LeaseTTL: 30 * time.Second, Backoff: lease.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}})
+	s.Equal(api.TaskCompleted, out.State)
+	s.ErrorContains(first.err, "ingest failed")
+	s.NoError(second.err)
+	s.Require().NotNil(out.Result)
+	s.Equal(int64(2), out.Result.Fence)
+	s.Require().Len(s.ended, 2, "attempt 1's ingest, then the task itself")
+	s.Equal(int64(1), s.ended[0].Attempts)
+	s.Equal(int64(2), s.ended[1].Attempts)
+	s.Equal(1, s.signalled[api.SignalTaskEnded])
 }

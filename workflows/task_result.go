@@ -77,8 +77,9 @@ const LocalIngestMaxBytes = 8 << 20
 
 // ingest is the Ingesting phase: parent ingest of the pending submission.
 // The ingest promotes the result and releases the holder's reservation;
-// it tells the run nothing, since the result is not the task's until
-// ingested decides to keep it (finish then reports it, once). The lease
+// a local one also reports it to the run (the task closes in this
+// workflow task if it keeps the result), any other reports nothing, and
+// finish reports once the task kept the result. The lease
 // watch is left to the workflow's end (a result pending is never
 // expired). On success the lease completes; on failure the result is
 // abandoned and the lease stays ACTIVE. Either way the submission gets
@@ -95,6 +96,12 @@ func (t *taskWorkflow) ingest(ctx workflow.Context) {
 	var err error
 	t.state = api.TaskIngesting
 	if size <= LocalIngestMaxBytes {
+		// Kept, the result ends the task in this workflow task: the
+		// ingest reports it, and the run's check of a report (the task's
+		// lease query) waits for this workflow task, so a report of a
+		// result the task then abandons is refused there.
+		kept := t.resultOf(in, api.IngestResult{Artifacts: in.Artifacts, Logs: in.Logs})
+		input.Report = t.reportOf(api.TaskCompleted, &kept)
 		lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 			StartToCloseTimeout: time.Minute,
 			RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5},
@@ -112,6 +119,9 @@ func (t *taskWorkflow) ingest(ctx workflow.Context) {
 		})
 		err = workflow.ExecuteActivity(actx, controlActs.Ingest, input).Get(ctx, &ingested)
 	}
+	// Only a report the task asked for counts: anyone may complete an
+	// activity by its ID, with any answer.
+	ingested.Reported = ingested.Reported && input.Report != nil
 	t.ingested(ctx, sub, ingested, err)
 }
 
@@ -155,6 +165,7 @@ func (t *taskWorkflow) ingested(ctx workflow.Context, sub *submission, ingested 
 	in := sub.in
 	res := t.resultOf(in, ingested)
 	t.result = &res
+	t.reported = ingested.Reported
 	sub.result = t.result
 	workflow.GetLogger(ctx).Info("result accepted", "task", t.env.TaskID, "worker", in.WorkerID, "attempt", in.Attempt, "fence", in.Fence, "exit_code", in.ExitCode)
 	count(ctx, api.MetricResultsAccepted, "")

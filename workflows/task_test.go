@@ -55,10 +55,10 @@ type taskSuite struct {
 	ingests    []api.IngestInput
 	cancels    []api.CancelAttemptInput
 	releases   []api.ReleaseSignal
-	// ended are the task-ended reports the workflow sent; releases the
-	// releases sent, by the workflow or (as the real Ingest does) by the
-	// Ingest mock; signalled counts the ones the workflow sent itself, by
-	// signal name.
+	// ended are the task-ended reports sent: by the workflow or, as the
+	// real Ingest does, by the Ingest mock when asked (IngestInput.Report);
+	// releases the releases sent, by the workflow or by the Ingest mock;
+	// signalled counts the ones the workflow sent itself, by signal name.
 	ended     []api.TaskOutcome
 	signalled map[string]int
 	cleanups  int
@@ -180,7 +180,12 @@ func (s *taskSuite) SetupTestWith(launch func(env *testsuite.TestWorkflowEnviron
 					return *f, nil
 				}
 			}
-			return api.IngestResult{Artifacts: in.Artifacts, Logs: in.Logs}, nil
+			res := api.IngestResult{Artifacts: in.Artifacts, Logs: in.Logs}
+			if in.Report != nil && !stale() {
+				s.ended = append(s.ended, *in.Report)
+				res.Reported = true
+			}
+			return res, nil
 		})
 	// The registry entry agrees with every worker-lost signal unless a
 	// test says otherwise (workerLoss).
