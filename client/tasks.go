@@ -248,10 +248,13 @@ type EarlierFences struct {
 // FenceFloor reads what the runs of the task's workflow other than self
 // (a run ID) that published a fence at or above from granted: a run that
 // an operator reset away or terminated may have granted fences the current
-// run's ledger does not remember, and its command may still run. Errors:
-// Temporal's.
+// run's ledger does not remember, and its command may still run. It
+// lists by workflow ID alone and filters the fence here: SQLite
+// visibility would otherwise answer from its WdcFence index, every task's
+// row, at a cost that grows with every task the namespace ever ran.
+// Errors: Temporal's.
 func (c *Client) FenceFloor(ctx context.Context, taskID, self string, from int64) (EarlierFences, error) {
-	q := fmt.Sprintf("WorkflowId = %q AND %s >= %d", api.TaskWorkflowID(taskID), api.SAFence.GetName(), from)
+	q := fmt.Sprintf("WorkflowId = %q", api.TaskWorkflowID(taskID))
 	var out EarlierFences
 	var token []byte
 	dc := converter.GetDefaultDataConverter()
@@ -265,9 +268,10 @@ func (c *Client) FenceFloor(ctx context.Context, taskID, self string, from int64
 				continue
 			}
 			var fence int64
-			if p := e.GetSearchAttributes().GetIndexedFields()[api.SAFence.GetName()]; p != nil && dc.FromPayload(p, &fence) == nil {
-				out.Fence = max(out.Fence, fence)
+			if p := e.GetSearchAttributes().GetIndexedFields()[api.SAFence.GetName()]; p == nil || dc.FromPayload(p, &fence) != nil || fence < from {
+				continue
 			}
+			out.Fence = max(out.Fence, fence)
 			if e.GetCloseTime() == nil {
 				out.Open = true
 			} else if at := e.GetCloseTime().AsTime(); at.After(out.ClosedAt) {
