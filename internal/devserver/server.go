@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -22,8 +23,11 @@ import (
 	"go.temporal.io/server/common/log"
 	"go.temporal.io/server/common/membership/static"
 	"go.temporal.io/server/common/metrics"
+	"go.temporal.io/server/common/persistence/sql"
+	"go.temporal.io/server/common/persistence/sql/sqlplugin"
 	sqliteplugin "go.temporal.io/server/common/persistence/sql/sqlplugin/sqlite"
 	"go.temporal.io/server/common/primitives"
+	"go.temporal.io/server/common/resolver"
 	"go.temporal.io/server/schema/sqlite"
 	"go.temporal.io/server/temporal"
 
@@ -301,7 +305,53 @@ func prepareStore(opts Options) (*config.SQL, error) {
 	if err := sqlite.CreateNamespaces(sqlCfg, nsConfigs...); err != nil {
 		return nil, fmt.Errorf("create namespaces: %w", err)
 	}
+	if err := seedVisibilityStats(sqlCfg); err != nil {
+		return nil, fmt.Errorf("visibility index statistics: %w", err)
+	}
 	return sqlCfg, nil
+}
+
+// visibilityStats are the SQLite planner statistics (sqlite_stat1) that
+// seedVisibilityStats gives the visibility indexes: one namespace of a
+// million rows, in which a workflow or run ID names about two rows, a
+// keyword value a thousand, and any other indexed value (a status, an
+// empty namespace division, an integer) a tenth or more. Without them
+// SQLite picks an index by the shape of the query alone: Temporal adds
+// "TemporalNamespaceDivision IS NULL" to every list, whose index holds
+// every row, so a list by workflow ID read the whole table.
+const visibilityStats = `
+DELETE FROM sqlite_stat1 WHERE tbl = 'executions_visibility';
+INSERT INTO sqlite_stat1 (tbl, idx, stat)
+SELECT 'executions_visibility', m.name,
+       '1000000 1000000 ' ||
+       CASE WHEN m.name IN ('by_workflow_id', 'by_root_workflow_id', 'by_parent_workflow_id', 'by_root_run_id', 'by_parent_run_id') THEN '2'
+            WHEN m.name LIKE 'by_keyword%' THEN '1000'
+            WHEN m.name = 'default_idx' THEN '1'
+            ELSE '100000' END ||
+       substr(' 1 1 1 1 1 1 1 1 1 1', 1, 2 * ((SELECT count(*) FROM pragma_index_info(m.name)) - 2))
+FROM sqlite_master AS m
+WHERE m.type = 'index' AND m.tbl_name = 'executions_visibility' AND m.sql IS NOT NULL;
+ANALYZE sqlite_master;`
+
+// seedVisibilityStats writes visibilityStats into the store, replacing
+// any statistics a file database had (ANALYZE first creates the table).
+func seedVisibilityStats(cfg *config.SQL) error {
+	db, err := sql.NewSQLAdminDB(sqlplugin.DbKindUnknown, cfg, resolver.NewNoopResolver(), log.NewNoopLogger(), metrics.NoopMetricsHandler)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = db.Close() }()
+	if err := db.Exec("ANALYZE sqlite_master"); err != nil {
+		return err
+	}
+	for _, stmt := range strings.Split(visibilityStats, ";") {
+		if stmt = strings.TrimSpace(stmt); stmt != "" {
+			if err := db.Exec(stmt); err != nil {
+				return fmt.Errorf("%.40s…: %w", stmt, err)
+			}
+		}
+	}
+	return nil
 }
 
 // staticHosts maps every service to its single local host.
