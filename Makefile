@@ -112,8 +112,8 @@ demo: build
 # Benchmarks print figures; they assert nothing. First `wdc bench` at full
 # size (wdc against bare Temporal; several minutes; BENCH_FLAGS adds flags,
 # e.g. BENCH_FLAGS='-o json'), then its sweep phase: BENCH_SWEEP_TASKS tasks
-# in one run through `wdc tasks submit --batch` (10,000: about a quarter of
-# an hour; BENCH_SWEEP_TASKS=1000 for a short one, 0 to skip it), then the
+# in one run through `wdc tasks submit --batch` (10,000: about 20 minutes on
+# 2 cores; BENCH_SWEEP_TASKS=1000 for a short one, 0 to skip it), then the
 # Go benchmarks (server time to ready).
 BENCH_FLAGS ?=
 BENCH_SWEEP_TASKS ?= 10000
