@@ -43,6 +43,8 @@ type signalLog struct {
 	client.Client
 	mu   sync.Mutex
 	sent []sentSignal
+	// refuse, when set, fails every signal of that name (not recorded).
+	refuse string
 }
 
 type sentSignal struct {
@@ -53,12 +55,40 @@ type sentSignal struct {
 func (s *signalLog) SignalWorkflow(_ context.Context, workflowID, _, name string, arg any) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if name == s.refuse {
+		return errors.New("unavailable")
+	}
 	s.sent = append(s.sent, sentSignal{workflowID, name, arg})
 	return nil
 }
 
+// Asked to (IngestInput.Report), the ingest sends the task's report to
+// its run once the result is stored, and says whether it reached it; a
+// report that could not be sent fails nothing and says Reported false.
+func TestIngestSendsTheReportItWasGiven(t *testing.T) {
+	env, store, sent := ingestEnvSignals(t)
+	a := stage(t, store, blobstore.StagingPrefix("t1", 2, 3), "r.csv", []byte("1,2\n"))
+	report := api.TaskEndedSignal{TaskID: "t1", RunID: "r1", State: api.TaskCompleted, Attempts: 2}
+	in := api.IngestInput{Claim: claim, Artifacts: []api.Artifact{a}, Report: &report}
+	val, err := env.ExecuteActivity("Ingest", in)
+	require.NoError(t, err)
+	var res api.IngestResult
+	require.NoError(t, val.Get(&res))
+	assert.True(t, res.Reported)
+	release := sentSignal{api.WorkerWorkflowID("w"), api.SignalRelease, api.ReleaseSignal{TaskID: "t1", Fence: 3}}
+	assert.Equal(t, []sentSignal{release, {api.RunWorkflowID("r1"), api.SignalTaskEnded, report}}, sent.sent, "released, then reported")
+
+	sent.sent, sent.refuse = nil, api.SignalTaskEnded
+	val, err = env.ExecuteActivity("Ingest", in) // a repeat: already stored
+	require.NoError(t, err, "a report that did not go fails no ingest")
+	var again api.IngestResult
+	require.NoError(t, val.Get(&again))
+	assert.False(t, again.Reported, "the task then reports itself")
+	assert.Equal(t, []api.Artifact{a}, again.Artifacts)
+}
+
 // The ingest releases the holder's reservation once the result is stored,
-// and tells the run nothing (the task reports the result it keeps); a
+// and tells the run nothing unless asked (IngestInput.Report); a
 // repeat of a finished ingest releases again and returns the same
 // artifacts.
 func TestIngestReleasesTheHolderAndReportsNothingToTheRun(t *testing.T) {

@@ -153,9 +153,10 @@ const (
 	// one update: all are validated first (one bad task refuses the
 	// batch, nothing added), then started together.
 	UpdateAddTasks = "add-tasks"
-	// SignalTaskEnded (TaskEndedSignal) is how a task hands its outcome to
-	// the run, once it decided it (for an accepted result: after the ingest
-	// succeeded); the run appends a worker_result event for an accepted
+	// SignalTaskEnded (TaskEndedSignal) tells a run that a task ended: sent
+	// by the task once it decided, or by the local ingest of a result in
+	// the workflow task that decides it. A hint only: the run reads the
+	// outcome from the task, appends a worker_result event for an accepted
 	// result and keeps a task's first outcome.
 	SignalTaskEnded = "task-ended"
 	// UpdateCommit (CommitInput → CommitResult) is the only way evidence,

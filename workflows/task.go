@@ -36,7 +36,10 @@ var (
 //
 // It returns COMPLETED, RETRIES_EXHAUSTED or CANCELLED — never a failure for
 // an attempt's fate (invariant 1) — and tells its run through the
-// task-ended signal, once, after it decided. Its input is validated by whoever starts it (the run's
+// task-ended signal: from the local ingest of a result, in the workflow
+// task that then keeps or abandons it, else itself once it decided. The
+// run believes only what the task's own query says. Its input is
+// validated by whoever starts it (the run's
 // add-task validator), never again here, so a stricter rule in a later
 // version cannot change what a replayed history did.
 func WdcTask(ctx workflow.Context, in api.TaskInput) (api.TaskOutcome, error) {
@@ -518,8 +521,8 @@ func (t *taskWorkflow) backoff(ctx workflow.Context) {
 }
 
 // finish is the Ended phase: cleans the staging area, reports the outcome
-// to the run (a compact result reference, not the full result) — the one
-// report, sent once the task has decided it — waits for the reservation
+// to the run (a compact result reference, not the full result) unless the
+// local ingest of the kept result reported it, waits for the reservation
 // releases and every update handler, and returns the outcome.
 //
 // A completed task's lease watch ends with the workflow. A task completed

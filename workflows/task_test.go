@@ -173,6 +173,9 @@ func (s *taskSuite) SetupTestWith(launch func(env *testsuite.TestWorkflowEnviron
 			// What the real Ingest sends once the result is stored.
 			s.releases = append(s.releases, api.ReleaseSignal{TaskID: in.TaskID, Fence: in.Fence})
 			if s.ingestLost != nil && s.ingestLost(in) {
+				if in.Report != nil && !stale() {
+					s.ended = append(s.ended, *in.Report) // sent before the completion was lost
+				}
 				return api.IngestResult{}, errors.New("blob store unreachable")
 			}
 			if s.ingestForged != nil {
