@@ -27,16 +27,28 @@ import (
 
 func countEvents(t *testing.T, wfID string, eventType enumspb.EventType) int {
 	t.Helper()
-	iter := suite.client.GetWorkflowHistory(context.Background(), wfID, "", false, 0)
+	return countMatching(t, suite.client, wfID, func(ev *historypb.HistoryEvent) bool {
+		if ev.GetEventType() != eventType {
+			return false
+		}
+		if a := ev.GetWorkflowTaskFailedEventAttributes(); a != nil {
+			t.Logf("%s: event %d: workflow task failed: %s: %s", wfID, ev.GetEventId(), a.GetCause(), a.GetFailure().GetMessage())
+		}
+		return true
+	})
+}
+
+// countMatching counts the events of a workflow's current run, reached
+// through c, for which match is true.
+func countMatching(t *testing.T, c client.Client, wfID string, match func(*historypb.HistoryEvent) bool) int {
+	t.Helper()
+	iter := c.GetWorkflowHistory(context.Background(), wfID, "", false, 0)
 	n := 0
 	for iter.HasNext() {
 		ev, err := iter.Next()
 		require.NoError(t, err)
-		if ev.GetEventType() == eventType {
+		if match(ev) {
 			n++
-			if a := ev.GetWorkflowTaskFailedEventAttributes(); a != nil {
-				t.Logf("%s: event %d: workflow task failed: %s: %s", wfID, ev.GetEventId(), a.GetCause(), a.GetFailure().GetMessage())
-			}
 		}
 	}
 	return n

@@ -12,6 +12,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -61,16 +62,7 @@ func requireRefused(t *testing.T, err error, reason lease.RejectReason) {
 // countEventsIn counts the events of type et in a workflow's current run.
 func countEventsIn(t *testing.T, c client.Client, wfID string, et enumspb.EventType) int {
 	t.Helper()
-	iter := c.GetWorkflowHistory(context.Background(), wfID, "", false, 0)
-	n := 0
-	for iter.HasNext() {
-		ev, err := iter.Next()
-		require.NoError(t, err)
-		if ev.GetEventType() == et {
-			n++
-		}
-	}
-	return n
+	return countMatching(t, c, wfID, func(ev *historypb.HistoryEvent) bool { return ev.GetEventType() == et })
 }
 
 // Issue #20, attacks 2 and 3, through the SDK client any namespace member

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/wdc-runtime/wdc/api"
@@ -94,14 +95,8 @@ echo "attempt $WDC_ATTEMPT" > outputs/out.txt`)
 // launchesIn counts the LaunchAttempt activities a workflow scheduled.
 func launchesIn(t *testing.T, c client.Client, wfID string) int {
 	t.Helper()
-	iter := c.GetWorkflowHistory(context.Background(), wfID, "", false, 0)
-	n := 0
-	for iter.HasNext() {
-		ev, err := iter.Next()
-		require.NoError(t, err)
-		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == "LaunchAttempt" {
-			n++
-		}
-	}
-	return n
+	return countMatching(t, c, wfID, func(ev *historypb.HistoryEvent) bool {
+		a := ev.GetActivityTaskScheduledEventAttributes()
+		return a != nil && a.GetActivityType().GetName() == "LaunchAttempt"
+	})
 }

@@ -62,13 +62,7 @@ func (s *taskSuite) TestFailedIngestKeepsTheLeaseWhichThenExpires() {
 		}
 		return nil
 	}
-	first := s.submit(time.Second, "t1/1/1", s.claim("worker-a", 1))
-	second := s.submit(45*time.Second, "t1/2/2", s.claim("worker-b", 2))
-	out := s.execute(api.TaskOptions{LeaseTTL: 30 * time.Second, Backoff: lease.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}})
-	s.Equal(api.TaskCompleted, out.State)
-	s.True(first.completed)
-	s.ErrorContains(first.err, "ingest failed")
-	s.NoError(second.err)
+	s.secondAttemptKeeps(45*time.Second, "ingest failed")
 	view := s.lastView()
 	s.Require().Len(view.Directives, 1)
 	s.Equal(lease.ReasonLeaseExpired, view.Directives[0].Reason)
@@ -89,12 +83,7 @@ func (s *taskSuite) TestIngestAnsweringOtherArtifactsKeepsNothing() {
 		}
 		return &api.IngestResult{Artifacts: []api.Artifact{{Name: "out.txt", Digest: "sha256:" + strings.Repeat("f", 64), SizeBytes: 1}}}
 	}
-	first := s.submit(time.Second, "t1/1/1", s.claim("worker-a", 1))
-	second := s.submit(45*time.Second, "t1/2/2", s.claim("worker-b", 2))
-	out := s.execute(api.TaskOptions{LeaseTTL: 30 * time.Second, Backoff: lease.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}})
-	s.Equal(api.TaskCompleted, out.State)
-	s.ErrorContains(first.err, "other artifacts")
-	s.NoError(second.err)
+	s.secondAttemptKeeps(45*time.Second, "other artifacts")
 	s.Equal(int64(2), s.lastView().Result.Fence, "the forged answer was not kept")
 }
 
@@ -134,14 +123,7 @@ func (s *taskSuite) TestIngestsALargeResultInAnActivity() {
 // last word is attempt 2's kept result.
 func (s *taskSuite) TestAbandonedIngestIsNotTheTasksLastReport() {
 	s.ingestLost = func(in api.IngestInput) bool { return in.Fence == 1 }
-	first := s.submit(time.Second, "t1/1/1", s.claim("worker-a", 1))
-	second := s.submit(70*time.Second, "t1/2/2", s.claim("worker-b", 2))
-	out := s.execute(api.TaskOptions{LeaseTTL: 30 * time.Second, Backoff: lease.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}})
-	s.Equal(api.TaskCompleted, out.State)
-	s.ErrorContains(first.err, "ingest failed")
-	s.NoError(second.err)
-	s.Require().NotNil(out.Result)
-	s.Equal(int64(2), out.Result.Fence)
+	out := s.secondAttemptKeeps(70*time.Second, "ingest failed")
 	want, err := api.ResultRefOf(*out.Result)
 	s.Require().NoError(err)
 	s.Require().GreaterOrEqual(len(s.ended), 2)
@@ -167,16 +149,26 @@ func (s *taskSuite) TestReportOfAnAbandonedIngestIsNotTakenForTheTasks() {
 		s.ended = append(s.ended, *in.Report) // it did report
 		return &api.IngestResult{Artifacts: []api.Artifact{{Name: "out.txt", Digest: "sha256:" + strings.Repeat("f", 64), SizeBytes: 1}}, Reported: true}
 	}
-	first := s.submit(time.Second, "t1/1/1", s.claim("worker-a", 1))
-	second := s.submit(45*time.Second, "t1/2/2", s.claim("worker-b", 2))
-	out := s.execute(api.TaskOptions{LeaseTTL: 30 * time.Second, Backoff: lease.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}})
-	s.Equal(api.TaskCompleted, out.State)
-	s.ErrorContains(first.err, "ingest failed")
-	s.NoError(second.err)
-	s.Require().NotNil(out.Result)
-	s.Equal(int64(2), out.Result.Fence)
+	s.secondAttemptKeeps(45*time.Second, "ingest failed")
 	s.Require().Len(s.ended, 2, "attempt 1's ingest, then the task itself")
 	s.Equal(int64(1), s.ended[0].Attempts)
 	s.Equal(int64(2), s.ended[1].Attempts)
 	s.Equal(1, s.signalled[api.SignalTaskEnded])
+}
+
+// secondAttemptKeeps submits attempt 1's result at 1 s and attempt 2's at
+// second, runs the task (lease TTL 30 s, backoff 1 s), and checks that
+// attempt 1's result was answered, refused with firstErr, and attempt 2's
+// kept.
+func (s *taskSuite) secondAttemptKeeps(second time.Duration, firstErr string) api.TaskOutcome {
+	first := s.submit(time.Second, "t1/1/1", s.claim("worker-a", 1))
+	next := s.submit(second, "t1/2/2", s.claim("worker-b", 2))
+	out := s.execute(api.TaskOptions{LeaseTTL: 30 * time.Second, Backoff: lease.Backoff{Initial: time.Second, Max: time.Second, Multiplier: 1}})
+	s.Equal(api.TaskCompleted, out.State)
+	s.True(first.completed)
+	s.ErrorContains(first.err, firstErr)
+	s.NoError(next.err)
+	s.Require().NotNil(out.Result)
+	s.Equal(int64(2), out.Result.Fence)
+	return out
 }
