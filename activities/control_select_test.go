@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
@@ -85,31 +86,11 @@ func (f *fakeRegistry) ListWorkflow(_ context.Context, req *workflowservice.List
 	var resp workflowservice.ListWorkflowExecutionsResponse
 	if strings.Contains(req.GetQuery(), "WorkflowId") {
 		// A task's fence floor: the fake serves f.fenceFloor.
-		if f.fenceFloor > 0 {
-			p, err := converter.GetDefaultDataConverter().ToPayload(f.fenceFloor)
-			if err != nil {
-				return nil, err
-			}
-			info := &workflowpb.WorkflowExecutionInfo{
-				Execution:        &commonpb.WorkflowExecution{WorkflowId: "wdc-task/t1", RunId: "earlier"},
-				SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{api.SAFence.GetName(): p}},
-			}
-			if f.fenceSelf {
-				info.Execution.RunId = testRunID
-			}
-			if !f.fenceClosed.IsZero() || f.fenceOpen {
-				ttl, err := converter.GetDefaultDataConverter().ToPayload(f.fenceTTL)
-				if err != nil {
-					return nil, err
-				}
-				info.Memo = &commonpb.Memo{Fields: map[string]*commonpb.Payload{api.MemoLeaseTTL: ttl}}
-			}
-			if !f.fenceClosed.IsZero() && !f.fenceOpen {
-				info.CloseTime = timestamppb.New(f.fenceClosed)
-			}
+		info, err := f.earlierRun()
+		if info != nil {
 			resp.Executions = append(resp.Executions, info)
 		}
-		return &resp, nil
+		return &resp, err
 	}
 	f.lists++
 	for id, w := range f.workers {
@@ -134,6 +115,50 @@ func (f *fakeRegistry) ListWorkflow(_ context.Context, req *workflowservice.List
 		resp.Executions = append(resp.Executions, info)
 	}
 	return &resp, nil
+}
+
+// earlierRun is the row of the earlier run that published f.fenceFloor
+// (nil when none), in visibility as in its description.
+func (f *fakeRegistry) earlierRun() (*workflowpb.WorkflowExecutionInfo, error) {
+	if f.fenceFloor == 0 {
+		return nil, nil
+	}
+	p, err := converter.GetDefaultDataConverter().ToPayload(f.fenceFloor)
+	if err != nil {
+		return nil, err
+	}
+	info := &workflowpb.WorkflowExecutionInfo{
+		Execution:        &commonpb.WorkflowExecution{WorkflowId: "wdc-task/t1", RunId: "earlier"},
+		SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{api.SAFence.GetName(): p}},
+	}
+	if f.fenceSelf {
+		info.Execution.RunId = testRunID
+	}
+	if !f.fenceClosed.IsZero() || f.fenceOpen {
+		ttl, err := converter.GetDefaultDataConverter().ToPayload(f.fenceTTL)
+		if err != nil {
+			return nil, err
+		}
+		info.Memo = &commonpb.Memo{Fields: map[string]*commonpb.Payload{api.MemoLeaseTTL: ttl}}
+	}
+	if !f.fenceClosed.IsZero() && !f.fenceOpen {
+		info.CloseTime = timestamppb.New(f.fenceClosed)
+	}
+	return info, nil
+}
+
+// DescribeWorkflowExecution describes the earlier run (earlierRun) alone.
+func (f *fakeRegistry) DescribeWorkflowExecution(_ context.Context, _, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	info, err := f.earlierRun()
+	if err != nil {
+		return nil, err
+	}
+	if info == nil || info.GetExecution().GetRunId() != runID {
+		return nil, serviceerror.NewNotFound("no such run")
+	}
+	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: info}, nil
 }
 
 func (f *fakeRegistry) QueryWorkflow(_ context.Context, workflowID, _, _ string, _ ...any) (converter.EncodedValue, error) {

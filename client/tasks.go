@@ -251,10 +251,13 @@ type EarlierFences struct {
 // run's ledger does not remember, and its command may still run. It
 // lists by workflow ID alone and filters the fence here: SQLite
 // visibility would otherwise answer from its WdcFence index, every task's
-// row, at a cost that grows with every task the namespace ever ran.
-// Errors: Temporal's.
+// row, at a cost that grows with every task the namespace ever ran. A run
+// visibility lists as open is read from its description instead, since
+// visibility indexes a grant's WdcFence after the grant (about a second
+// later on Elasticsearch). Errors: Temporal's.
 func (c *Client) FenceFloor(ctx context.Context, taskID, self string, from int64) (EarlierFences, error) {
-	q := fmt.Sprintf("WorkflowId = %q", api.TaskWorkflowID(taskID))
+	wfID := api.TaskWorkflowID(taskID)
+	q := fmt.Sprintf("WorkflowId = %q", wfID)
 	var out EarlierFences
 	var token []byte
 	dc := converter.GetDefaultDataConverter()
@@ -266,6 +269,19 @@ func (c *Client) FenceFloor(ctx context.Context, taskID, self string, from int64
 		for _, e := range resp.GetExecutions() {
 			if e.GetExecution().GetRunId() == self {
 				continue
+			}
+			if e.GetCloseTime() == nil {
+				// A closed row holds the run's final attributes; an open
+				// one may predate its last grant.
+				d, err := c.C.DescribeWorkflowExecution(ctx, wfID, e.GetExecution().GetRunId())
+				var nf *serviceerror.NotFound
+				switch {
+				case errors.As(err, &nf):
+				case err != nil:
+					return EarlierFences{}, wrap("fences of task "+taskID, err)
+				default:
+					e = d.GetWorkflowExecutionInfo()
+				}
 			}
 			var fence int64
 			if p := e.GetSearchAttributes().GetIndexedFields()[api.SAFence.GetName()]; p == nil || dc.FromPayload(p, &fence) != nil || fence < from {

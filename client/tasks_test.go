@@ -189,3 +189,67 @@ func TestTaskStateQueryTakesTheExecutionStatusIntoAccount(t *testing.T) {
 		assert.Equal(t, want, TaskStateQuery(state), state)
 	}
 }
+
+// fenceRow is a visibility row (or a description) of run runID of task
+// t1 that published fence, with a 30 s lease TTL; open when closedAt is
+// zero.
+func fenceRow(t *testing.T, runID string, fence int64, closedAt time.Time) *workflowpb.WorkflowExecutionInfo {
+	t.Helper()
+	dc := converter.GetDefaultDataConverter()
+	f, err := dc.ToPayload(fence)
+	require.NoError(t, err)
+	ttl, err := dc.ToPayload(30 * time.Second)
+	require.NoError(t, err)
+	e := &workflowpb.WorkflowExecutionInfo{
+		Execution:        &commonpb.WorkflowExecution{WorkflowId: api.TaskWorkflowID("t1"), RunId: runID},
+		SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{api.SAFence.GetName(): f}},
+		Memo:             &commonpb.Memo{Fields: map[string]*commonpb.Payload{api.MemoLeaseTTL: ttl}},
+	}
+	if !closedAt.IsZero() {
+		e.CloseTime = timestamppb.New(closedAt)
+	}
+	return e
+}
+
+// A run that visibility still lists as open is judged by its own
+// description: visibility indexes a grant's fence after the grant, and a
+// fence granted just before an operator's reset must still be skipped.
+func TestFenceFloorReadsAnOpenRunFromItsDescription(t *testing.T) {
+	closed := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
+	rows := []*workflowpb.WorkflowExecutionInfo{
+		fenceRow(t, "current", 1, time.Time{}),
+		fenceRow(t, "reset-away", 1, time.Time{}),
+		fenceRow(t, "continued", 1, closed.Add(-time.Hour)),
+	}
+	described := fenceRow(t, "reset-away", 2, closed)
+	fake := &fenceRuns{rows: rows, describe: map[string]*workflowpb.WorkflowExecutionInfo{"reset-away": described}}
+	past, err := (&Client{C: fake}).FenceFloor(context.Background(), "t1", "current", 2)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), past.Fence, "the fence the reset-away run granted")
+	assert.False(t, past.Open)
+	assert.True(t, past.ClosedAt.Equal(closed), "closed at %s", past.ClosedAt)
+	assert.Equal(t, 30*time.Second, past.LeaseTTL)
+	assert.Equal(t, []string{"reset-away"}, fake.described, "only a run listed as open is described")
+}
+
+// fenceRuns lists rows for any query and describes a run from describe
+// (NotFound otherwise), recording each run it described.
+type fenceRuns struct {
+	client.Client
+	rows      []*workflowpb.WorkflowExecutionInfo
+	describe  map[string]*workflowpb.WorkflowExecutionInfo
+	described []string
+}
+
+func (f *fenceRuns) ListWorkflow(context.Context, *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
+	return &workflowservice.ListWorkflowExecutionsResponse{Executions: f.rows}, nil
+}
+
+func (f *fenceRuns) DescribeWorkflowExecution(_ context.Context, _, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	f.described = append(f.described, runID)
+	e, ok := f.describe[runID]
+	if !ok {
+		return nil, serviceerror.NewNotFound("no such run")
+	}
+	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: e}, nil
+}
