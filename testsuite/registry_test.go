@@ -83,7 +83,12 @@ func TestRegistryThroughTheCLI(t *testing.T) {
 	views = listWorkersJSON(t)
 	assert.Equal(t, fleet.Active, views[a].State, "a heartbeats and stays ACTIVE")
 	assert.WithinDuration(t, time.Now(), views[a].LastHeartbeatAt, 2*time.Second, "its last heartbeat, as Temporal recorded it on the liveness activity")
-	assert.Contains(t, listWorkersJSON(t, "--state", "STALE"), b)
+	// The --state filter is a visibility query, which indexes the state
+	// after the registry published it.
+	waitFor(t, 5*time.Second, "b listed under --state STALE", func() bool {
+		_, ok := listWorkersJSON(t, "--state", "STALE")[b]
+		return ok
+	})
 	assert.NotContains(t, listWorkersJSON(t, "--state", "STALE"), a)
 
 	// Drain: no new reservations; sweep runs.
@@ -185,8 +190,11 @@ func TestServerRestartKeepsTheRegistry(t *testing.T) {
 	})
 	assert.Equal(t, int64(2), v.Incarnation, "the incarnation survives the restart")
 	assert.Equal(t, int64(3000), v.Capacity.CPUMillis)
-	views, err := wc2.ListWorkers(context.Background(), "")
-	require.NoError(t, err)
+	var views []api.WorkerView
+	waitFor(t, 10*time.Second, "the worker in visibility after the restart", func() bool {
+		views, err = wc2.ListWorkers(context.Background(), "")
+		return err == nil && len(views) >= 1
+	})
 	require.Len(t, views, 1)
 	assert.Equal(t, "survivor", views[0].WorkerID)
 }
