@@ -50,14 +50,17 @@ func TestServerEndpoints(t *testing.T) {
 	assert.Equal(t, http.StatusOK, code)
 
 	// What goes through the SDK handler shows on /metrics with Prometheus
-	// names, once reported.
+	// names, once reported (each tagged scope in its own turn: wait for
+	// both counters).
 	m.Handler.WithTags(map[string]string{"reason": "stale_fence"}).Counter("wdc_test_things").Inc(3)
 	m.Handler.WithTags(map[string]string{"task_queue": "wdc-agent/a1"}).Counter("wdc_test_polls").Inc(1)
 	m.Handler.Timer("wdc_test_wait").Record(250 * time.Millisecond)
 	deadline := time.Now().Add(10 * ReportInterval)
 	for {
 		_, body = get(t, base+"/metrics")
-		if strings.Contains(body, `wdc_test_things_total{reason="stale_fence"} 3`) || time.Now().After(deadline) {
+		reported := strings.Contains(body, `wdc_test_things_total{reason="stale_fence"} 3`) &&
+			strings.Contains(body, `wdc_test_polls_total{task_queue="wdc-agent/a1"} 1`)
+		if reported || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
