@@ -321,7 +321,17 @@ func TestControlPlaneAndAgentTelemetry(t *testing.T) {
 		assert.NotEqual(t, "metric not registered", l["msg"], "control plane: %v", l)
 	}
 	assertAttemptLines(t, "control plane", cpLines, "telemetry-task", "lease granted", "result accepted")
-	agLines := logLines(t, ag.stderr)
+	// The executor logs its attempt's end after the result was accepted.
+	var agLines []map[string]any
+	waitFor(t, 10*time.Second, "the agent's attempt-ended line", func() bool {
+		agLines = logLines(t, ag.stderr)
+		for _, l := range agLines {
+			if l["task"] == "telemetry-task" && l["msg"] == "attempt ended" {
+				return true
+			}
+		}
+		return false
+	})
 	for _, l := range agLines {
 		assert.NotEqual(t, "metric not registered", l["msg"], "agent: %v", l)
 	}
