@@ -346,12 +346,12 @@ func nextChunk(lines []batchLine) []batchLine {
 	return lines[:n]
 }
 
-// batchProgress reports submission progress on stderr: a bar on a
-// terminal, else one line per batch.
 // runFullRetry is how often a batch waiting for room in a full run tries
 // again.
 const runFullRetry = 2 * time.Second
 
+// batchProgress reports submission progress on stderr: a bar on a
+// terminal, else one line per batch.
 func (a *app) batchProgress(total int) func(done int, run string) {
 	if f, ok := a.deps.Stderr.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
 		bar := progressbar.NewOptions(total, progressbar.OptionSetWriter(f), progressbar.OptionSetDescription("submitting"),
