@@ -59,13 +59,17 @@ type fakeRegistry struct {
 	lists, queries int
 	// fenceFloor is the highest fence an earlier run of the task published;
 	// fenceClosed, when set, is when that run closed, with fenceTTL in its
-	// memo.
+	// memo. Its description says so.
 	fenceFloor  int64
 	fenceClosed time.Time
 	fenceTTL    time.Duration
-	// fenceOpen lists that run as still running (its close not yet in
-	// visibility), and fenceSelf lists it under the caller's own run ID.
-	fenceOpen, fenceSelf bool
+	// Visibility trailing that run: fenceOpen lists it as still running
+	// (its close not yet indexed), fenceListed (when set) with an older
+	// fence; fenceGone describes it as not found (deleted).
+	fenceOpen, fenceGone bool
+	fenceListed          int64
+	// fenceSelf lists that run under the caller's own run ID.
+	fenceSelf bool
 }
 
 // testRunID is the run ID the SDK's test activity environment gives the
@@ -85,8 +89,9 @@ func (f *fakeRegistry) ListWorkflow(_ context.Context, req *workflowservice.List
 	defer f.mu.Unlock()
 	var resp workflowservice.ListWorkflowExecutionsResponse
 	if strings.Contains(req.GetQuery(), "WorkflowId") {
-		// A task's fence floor: the fake serves f.fenceFloor.
-		info, err := f.earlierRun()
+		// A task's fence floor: the fake serves the earlier run as
+		// visibility lists it.
+		info, err := f.earlierRun(true)
 		if info != nil {
 			resp.Executions = append(resp.Executions, info)
 		}
@@ -117,31 +122,33 @@ func (f *fakeRegistry) ListWorkflow(_ context.Context, req *workflowservice.List
 	return &resp, nil
 }
 
-// earlierRun is the row of the earlier run that published f.fenceFloor
-// (nil when none), in visibility as in its description.
-func (f *fakeRegistry) earlierRun() (*workflowpb.WorkflowExecutionInfo, error) {
+// earlierRun is the earlier run that published f.fenceFloor (nil when
+// none): as visibility lists it when listed, else as its description.
+func (f *fakeRegistry) earlierRun(listed bool) (*workflowpb.WorkflowExecutionInfo, error) {
 	if f.fenceFloor == 0 {
 		return nil, nil
 	}
-	p, err := converter.GetDefaultDataConverter().ToPayload(f.fenceFloor)
+	fence := f.fenceFloor
+	if listed && f.fenceListed != 0 {
+		fence = f.fenceListed
+	}
+	p, err := converter.GetDefaultDataConverter().ToPayload(fence)
+	if err != nil {
+		return nil, err
+	}
+	ttl, err := converter.GetDefaultDataConverter().ToPayload(f.fenceTTL)
 	if err != nil {
 		return nil, err
 	}
 	info := &workflowpb.WorkflowExecutionInfo{
 		Execution:        &commonpb.WorkflowExecution{WorkflowId: "wdc-task/t1", RunId: "earlier"},
 		SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{api.SAFence.GetName(): p}},
+		Memo:             &commonpb.Memo{Fields: map[string]*commonpb.Payload{api.MemoLeaseTTL: ttl}},
 	}
 	if f.fenceSelf {
 		info.Execution.RunId = testRunID
 	}
-	if !f.fenceClosed.IsZero() || f.fenceOpen {
-		ttl, err := converter.GetDefaultDataConverter().ToPayload(f.fenceTTL)
-		if err != nil {
-			return nil, err
-		}
-		info.Memo = &commonpb.Memo{Fields: map[string]*commonpb.Payload{api.MemoLeaseTTL: ttl}}
-	}
-	if !f.fenceClosed.IsZero() && !f.fenceOpen {
+	if !f.fenceClosed.IsZero() && !(listed && f.fenceOpen) {
 		info.CloseTime = timestamppb.New(f.fenceClosed)
 	}
 	return info, nil
@@ -151,11 +158,11 @@ func (f *fakeRegistry) earlierRun() (*workflowpb.WorkflowExecutionInfo, error) {
 func (f *fakeRegistry) DescribeWorkflowExecution(_ context.Context, _, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	info, err := f.earlierRun()
+	info, err := f.earlierRun(false)
 	if err != nil {
 		return nil, err
 	}
-	if info == nil || info.GetExecution().GetRunId() != runID {
+	if info == nil || f.fenceGone || info.GetExecution().GetRunId() != runID {
 		return nil, serviceerror.NewNotFound("no such run")
 	}
 	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: info}, nil
@@ -616,13 +623,28 @@ func TestSelectWorkerWaitsOutTheLockDelayOfAClosedEarlierRun(t *testing.T) {
 	assert.Zero(t, res.LockDelayUntil)
 }
 
+// An earlier run that visibility lists as running is read from its
+// description: visibility indexes a grant's fence, and the run's close,
+// after the fact. The lock-delay runs from the close the description
+// gives.
+func TestSelectWorkerReadsAnEarlierRunThatVisibilityTrails(t *testing.T) {
+	reg := newFakeRegistry(idleWorker("a", 0))
+	reg.fenceFloor, reg.fenceClosed, reg.fenceTTL = 2, t0.Add(-time.Second), 6*time.Second
+	reg.fenceOpen, reg.fenceListed = true, 1
+	res := runSelect(t, selectEnv(reg, t0), api.SelectWorkerInput{TaskID: "t1", Fence: 2, LeaseTTL: 5 * time.Second})
+	assert.Empty(t, res.WorkerID)
+	assert.Empty(t, reg.reserves, "nothing reserved during the lock-delay")
+	assert.Equal(t, int64(3), res.Fence, "above the fence visibility had not indexed yet")
+	assert.Equal(t, t0.Add(5*time.Second), res.LockDelayUntil, "from its close, with its TTL")
+	assert.Contains(t, res.Waiting, "fence 2 of an earlier run")
+}
+
 // A run that visibility still lists as running, other than the caller's,
-// is closing now (an operator's reset or terminate whose close has not
-// reached visibility yet): the lock-delay runs from now, not from a close
-// time it does not know.
+// and that cannot be described (deleted) is closing now: the lock-delay
+// runs from now, not from a close time nobody knows.
 func TestSelectWorkerCountsAnEarlierRunStillListedAsClosingNow(t *testing.T) {
 	reg := newFakeRegistry(idleWorker("a", 0))
-	reg.fenceFloor, reg.fenceTTL, reg.fenceOpen = 2, 6*time.Second, true
+	reg.fenceFloor, reg.fenceTTL, reg.fenceOpen, reg.fenceGone = 2, 6*time.Second, true, true
 	res := runSelect(t, selectEnv(reg, t0), api.SelectWorkerInput{TaskID: "t1", Fence: 2, LeaseTTL: 5 * time.Second})
 	assert.Empty(t, res.WorkerID)
 	assert.Empty(t, reg.reserves, "nothing reserved during the lock-delay")

@@ -235,9 +235,9 @@ func statusName(s enumspb.WorkflowExecutionStatus) string {
 // EarlierFences is what the other runs of a task's workflow, running or
 // closed, published: the highest fence (search attribute WdcFence, 0 when
 // none); of the closed runs among them, the latest close time; whether one
-// is still listed as running (Open: its close has not reached visibility
-// yet, so it closes now); and the longest lease TTL among them (memo
-// api.MemoLeaseTTL; 0 when none says).
+// is still listed as running yet has no description to say when it
+// closed (Open: it counts as closing now); and the longest lease TTL
+// among them (memo api.MemoLeaseTTL; 0 when none says).
 type EarlierFences struct {
 	Fence    int64
 	ClosedAt time.Time
@@ -254,7 +254,8 @@ type EarlierFences struct {
 // row, at a cost that grows with every task the namespace ever ran. A run
 // visibility lists as open is read from its description instead, since
 // visibility indexes a grant's WdcFence after the grant (about a second
-// later on Elasticsearch). Errors: Temporal's.
+// later on Elasticsearch); a run whose start visibility has not indexed
+// is not found. Errors: Temporal's.
 func (c *Client) FenceFloor(ctx context.Context, taskID, self string, from int64) (EarlierFences, error) {
 	wfID := api.TaskWorkflowID(taskID)
 	q := fmt.Sprintf("WorkflowId = %q", wfID)
