@@ -144,6 +144,9 @@ func TestMetricsAfterTheDemo(t *testing.T) {
 			sample(fams, "wdc_worker_selection_seconds") >= 2 && sample(fams, "wdc_ingest_seconds") >= 1 &&
 			sample(fams, "wdc_ingest_bytes_total") > 0
 	})
+	// Close reports what is still pending, so a count too many shows too.
+	require.NoError(t, m.Close())
+	fams = scrape(t, srv.Addr())
 	assert.Equal(t, 2.0, sample(fams, "wdc_leases_granted_total", task), "two attempts, two leases")
 	assert.Equal(t, 1.0, sample(fams, "wdc_leases_expired_total", task), "attempt 1's lease expired")
 	assert.Equal(t, -1.0, sample(fams, "wdc_leases_revoked_total"), "no lease revoked")
