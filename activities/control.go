@@ -108,7 +108,16 @@ func (c *Control) SelectWorker(ctx context.Context, in api.SelectWorkerInput) (a
 	// Fences never repeat for a task: a run that an operator reset away
 	// or terminated may have granted in.Fence already, and its command
 	// may run until a TTL after that run closed.
-	past, err := (&wdcclient.Client{C: c.Client}).FenceFloor(ctx, in.TaskID, activity.GetInfo(ctx).WorkflowExecution.RunID, in.Fence)
+	wc := &wdcclient.Client{C: c.Client}
+	self := activity.GetInfo(ctx).WorkflowExecution.RunID
+	var bases []string
+	if in.Reset {
+		var err error
+		if bases, err = wc.ResetBases(ctx, in.TaskID, self); err != nil {
+			return api.SelectWorkerResult{}, err
+		}
+	}
+	past, err := wc.FenceFloor(ctx, in.TaskID, self, in.Fence, bases...)
 	if err != nil {
 		return api.SelectWorkerResult{}, err
 	}

@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
@@ -68,6 +70,9 @@ type fakeRegistry struct {
 	// fence; fenceGone describes it as not found (deleted).
 	fenceOpen, fenceGone bool
 	fenceListed          int64
+	// fenceUnlisted keeps that run out of visibility (its start not yet
+	// indexed); the caller's history records a reset from it.
+	fenceUnlisted bool
 	// fenceSelf lists that run under the caller's own run ID.
 	fenceSelf bool
 }
@@ -92,7 +97,7 @@ func (f *fakeRegistry) ListWorkflow(_ context.Context, req *workflowservice.List
 		// A task's fence floor: the fake serves the earlier run as
 		// visibility lists it.
 		info, err := f.earlierRun(true)
-		if info != nil {
+		if info != nil && !f.fenceUnlisted {
 			resp.Executions = append(resp.Executions, info)
 		}
 		return &resp, err
@@ -166,6 +171,31 @@ func (f *fakeRegistry) DescribeWorkflowExecution(_ context.Context, _, runID str
 		return nil, serviceerror.NewNotFound("no such run")
 	}
 	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: info}, nil
+}
+
+// GetWorkflowHistory is the caller's history: a reset from the earlier
+// run when fenceUnlisted.
+func (f *fakeRegistry) GetWorkflowHistory(context.Context, string, string, bool, enumspb.HistoryEventFilterType) client.HistoryEventIterator {
+	events := []*historypb.HistoryEvent{{EventType: enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED}}
+	if f.fenceUnlisted {
+		events = append(events, &historypb.HistoryEvent{
+			EventType: enumspb.EVENT_TYPE_WORKFLOW_TASK_FAILED,
+			Attributes: &historypb.HistoryEvent_WorkflowTaskFailedEventAttributes{WorkflowTaskFailedEventAttributes: &historypb.WorkflowTaskFailedEventAttributes{
+				Cause: enumspb.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW, BaseRunId: "earlier",
+			}},
+		})
+	}
+	return &historyOf{events: events}
+}
+
+// historyOf iterates over events.
+type historyOf struct{ events []*historypb.HistoryEvent }
+
+func (h *historyOf) HasNext() bool { return len(h.events) > 0 }
+func (h *historyOf) Next() (*historypb.HistoryEvent, error) {
+	ev := h.events[0]
+	h.events = h.events[1:]
+	return ev, nil
 }
 
 func (f *fakeRegistry) QueryWorkflow(_ context.Context, workflowID, _, _ string, _ ...any) (converter.EncodedValue, error) {
@@ -637,6 +667,19 @@ func TestSelectWorkerReadsAnEarlierRunThatVisibilityTrails(t *testing.T) {
 	assert.Equal(t, int64(3), res.Fence, "above the fence visibility had not indexed yet")
 	assert.Equal(t, t0.Add(5*time.Second), res.LockDelayUntil, "from its close, with its TTL")
 	assert.Contains(t, res.Waiting, "fence 2 of an earlier run")
+}
+
+// A run started by a reset also judges the runs its history says the
+// reset replaced, which visibility may not list yet.
+func TestSelectWorkerOfAResetRunReadsTheRunItReplaced(t *testing.T) {
+	reg := newFakeRegistry(idleWorker("a", 0))
+	reg.fenceFloor, reg.fenceClosed, reg.fenceTTL = 2, t0.Add(-time.Second), 6*time.Second
+	reg.fenceUnlisted = true
+	res := runSelect(t, selectEnv(reg, t0), api.SelectWorkerInput{TaskID: "t1", Fence: 2, LeaseTTL: 5 * time.Second, Reset: true})
+	assert.Empty(t, res.WorkerID)
+	assert.Empty(t, reg.reserves, "nothing reserved during the lock-delay")
+	assert.Equal(t, int64(3), res.Fence, "above the fence the replaced run granted")
+	assert.Equal(t, t0.Add(5*time.Second), res.LockDelayUntil)
 }
 
 // A run that visibility still lists as running, other than the caller's,

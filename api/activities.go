@@ -22,6 +22,11 @@ type SelectWorkerInput struct {
 	// LeaseTTL is the TTL the task grants its leases with: the least
 	// lock-delay after an earlier run of the task closed (LockDelayUntil).
 	LeaseTTL time.Duration `json:"lease_ttl,omitempty"`
+	// Reset says the task's run was started by an operator's reset (its
+	// workflow.Info.OriginalRunID names another run): the runs the reset
+	// replaced are then read from its history too, not only from
+	// visibility, which may not list them yet.
+	Reset bool `json:"reset,omitempty"`
 }
 
 // SelectWorkerResult is the reserved worker, or (WorkerID empty) why no

@@ -10,6 +10,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
@@ -254,55 +255,103 @@ type EarlierFences struct {
 // row, at a cost that grows with every task the namespace ever ran. A run
 // visibility lists as open is read from its description instead, since
 // visibility indexes a grant's WdcFence after the grant (about a second
-// later on Elasticsearch); a run whose start visibility has not indexed
-// is not found. Errors: Temporal's.
-func (c *Client) FenceFloor(ctx context.Context, taskID, self string, from int64) (EarlierFences, error) {
+// later on Elasticsearch), and so is each run of bases (ResetBases), which
+// visibility may not list yet. Errors: Temporal's.
+func (c *Client) FenceFloor(ctx context.Context, taskID, self string, from int64, bases ...string) (EarlierFences, error) {
 	wfID := api.TaskWorkflowID(taskID)
 	q := fmt.Sprintf("WorkflowId = %q", wfID)
 	var out EarlierFences
-	var token []byte
 	dc := converter.GetDefaultDataConverter()
+	add := func(e *workflowpb.WorkflowExecutionInfo) {
+		var fence int64
+		if p := e.GetSearchAttributes().GetIndexedFields()[api.SAFence.GetName()]; p == nil || dc.FromPayload(p, &fence) != nil || fence < from {
+			return
+		}
+		out.Fence = max(out.Fence, fence)
+		if e.GetCloseTime() == nil {
+			out.Open = true
+		} else if at := e.GetCloseTime().AsTime(); at.After(out.ClosedAt) {
+			out.ClosedAt = at
+		}
+		var ttl time.Duration
+		if p := e.GetMemo().GetFields()[api.MemoLeaseTTL]; p != nil && dc.FromPayload(p, &ttl) == nil {
+			out.LeaseTTL = max(out.LeaseTTL, ttl)
+		}
+	}
+	// describe is the run's description, nil when it no longer exists.
+	describe := func(runID string) (*workflowpb.WorkflowExecutionInfo, error) {
+		d, err := c.C.DescribeWorkflowExecution(ctx, wfID, runID)
+		var nf *serviceerror.NotFound
+		switch {
+		case errors.As(err, &nf):
+			return nil, nil
+		case err != nil:
+			return nil, wrap("fences of task "+taskID, err)
+		}
+		return d.GetWorkflowExecutionInfo(), nil
+	}
+	seen := map[string]bool{self: true}
+	var token []byte
 	for {
 		resp, err := c.C.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, NextPageToken: token, PageSize: 100})
 		if err != nil {
 			return EarlierFences{}, wrap("fences of task "+taskID, err)
 		}
 		for _, e := range resp.GetExecutions() {
-			if e.GetExecution().GetRunId() == self {
+			if seen[e.GetExecution().GetRunId()] {
 				continue
 			}
+			seen[e.GetExecution().GetRunId()] = true
 			if e.GetCloseTime() == nil {
 				// A closed row holds the run's final attributes; an open
 				// one may predate its last grant.
-				d, err := c.C.DescribeWorkflowExecution(ctx, wfID, e.GetExecution().GetRunId())
-				var nf *serviceerror.NotFound
-				switch {
-				case errors.As(err, &nf):
-				case err != nil:
-					return EarlierFences{}, wrap("fences of task "+taskID, err)
-				default:
-					e = d.GetWorkflowExecutionInfo()
+				d, err := describe(e.GetExecution().GetRunId())
+				if err != nil {
+					return EarlierFences{}, err
+				}
+				if d != nil {
+					e = d
 				}
 			}
-			var fence int64
-			if p := e.GetSearchAttributes().GetIndexedFields()[api.SAFence.GetName()]; p == nil || dc.FromPayload(p, &fence) != nil || fence < from {
-				continue
-			}
-			out.Fence = max(out.Fence, fence)
-			if e.GetCloseTime() == nil {
-				out.Open = true
-			} else if at := e.GetCloseTime().AsTime(); at.After(out.ClosedAt) {
-				out.ClosedAt = at
-			}
-			var ttl time.Duration
-			if p := e.GetMemo().GetFields()[api.MemoLeaseTTL]; p != nil && dc.FromPayload(p, &ttl) == nil {
-				out.LeaseTTL = max(out.LeaseTTL, ttl)
-			}
+			add(e)
 		}
 		if token = resp.GetNextPageToken(); len(token) == 0 {
-			return out, nil
+			break
 		}
 	}
+	for _, id := range bases {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		d, err := describe(id)
+		if err != nil {
+			return EarlierFences{}, err
+		}
+		if d != nil {
+			add(d)
+		}
+	}
+	return out, nil
+}
+
+// ResetBases returns the runs that operator resets replaced on the way to
+// run runID of the task's workflow, newest first: the base run of each
+// workflow task its history records as failed by a reset
+// (WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW). Errors: Temporal's.
+func (c *Client) ResetBases(ctx context.Context, taskID, runID string) ([]string, error) {
+	iter := c.C.GetWorkflowHistory(ctx, api.TaskWorkflowID(taskID), runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	var bases []string
+	for iter.HasNext() {
+		ev, err := iter.Next()
+		if err != nil {
+			return nil, wrap("history of task "+taskID, err)
+		}
+		if a := ev.GetWorkflowTaskFailedEventAttributes(); a != nil && a.GetCause() == enumspb.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW && a.GetBaseRunId() != "" {
+			bases = append([]string{a.GetBaseRunId()}, bases...)
+		}
+	}
+	return bases, nil
 }
 
 // LeaseHeartbeatAt is when Temporal last recorded a heartbeat by ID on

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
@@ -252,4 +253,61 @@ func (f *fenceRuns) DescribeWorkflowExecution(_ context.Context, _, runID string
 		return nil, serviceerror.NewNotFound("no such run")
 	}
 	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: e}, nil
+}
+
+// A run that visibility does not list yet (its start not indexed) is
+// still judged when it is a base the caller's reset replaced.
+func TestFenceFloorDescribesTheRunsAResetReplaced(t *testing.T) {
+	closed := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
+	fake := &fenceRuns{
+		rows:     []*workflowpb.WorkflowExecutionInfo{fenceRow(t, "current", 1, time.Time{})},
+		describe: map[string]*workflowpb.WorkflowExecutionInfo{"reset-away": fenceRow(t, "reset-away", 2, closed)},
+	}
+	past, err := (&Client{C: fake}).FenceFloor(context.Background(), "t1", "current", 2, "reset-away", "current", "deleted")
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), past.Fence)
+	assert.True(t, past.ClosedAt.Equal(closed))
+	assert.Equal(t, []string{"reset-away", "deleted"}, fake.described, "each base once, never the caller's own run; a deleted one is skipped")
+}
+
+// resetHistory is a client.Client whose task history holds events.
+type resetHistory struct {
+	client.Client
+	events []*historypb.HistoryEvent
+}
+
+func (r resetHistory) GetWorkflowHistory(context.Context, string, string, bool, enumspb.HistoryEventFilterType) client.HistoryEventIterator {
+	return &eventIterator{events: r.events}
+}
+
+type eventIterator struct{ events []*historypb.HistoryEvent }
+
+func (it *eventIterator) HasNext() bool { return len(it.events) > 0 }
+func (it *eventIterator) Next() (*historypb.HistoryEvent, error) {
+	ev := it.events[0]
+	it.events = it.events[1:]
+	return ev, nil
+}
+
+func resetFailure(cause enumspb.WorkflowTaskFailedCause, base string) *historypb.HistoryEvent {
+	return &historypb.HistoryEvent{
+		EventType: enumspb.EVENT_TYPE_WORKFLOW_TASK_FAILED,
+		Attributes: &historypb.HistoryEvent_WorkflowTaskFailedEventAttributes{WorkflowTaskFailedEventAttributes: &historypb.WorkflowTaskFailedEventAttributes{
+			Cause: cause, BaseRunId: base,
+		}},
+	}
+}
+
+// A run reset twice names both runs the resets replaced, the latest
+// first; a workflow task failed for any other cause names none.
+func TestResetBasesReadsEveryResetInTheHistory(t *testing.T) {
+	events := []*historypb.HistoryEvent{
+		{EventType: enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED},
+		resetFailure(enumspb.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW, "first"),
+		resetFailure(enumspb.WORKFLOW_TASK_FAILED_CAUSE_WORKFLOW_WORKER_UNHANDLED_FAILURE, ""),
+		resetFailure(enumspb.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW, "second"),
+	}
+	bases, err := (&Client{C: resetHistory{events: events}}).ResetBases(context.Background(), "t1", "third")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"second", "first"}, bases)
 }

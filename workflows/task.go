@@ -280,6 +280,13 @@ func (t *taskWorkflow) outcomeState() api.TaskState {
 	return api.TaskRetriesExhausted
 }
 
+// startedByReset reports whether this run was started by a reset: a reset
+// copies the start event, whose original run ID is then another run's.
+func startedByReset(ctx workflow.Context) bool {
+	info := workflow.GetInfo(ctx)
+	return info.OriginalRunID != "" && info.OriginalRunID != info.WorkflowExecution.RunID
+}
+
 // selectAndGrant is the Selecting phase: one request for a worker; on a
 // reservation, the lease is granted and launched; otherwise the task waits
 // (handling signals) before decide runs again. The wait grows from
@@ -293,6 +300,7 @@ func (t *taskWorkflow) selectAndGrant(ctx workflow.Context) error {
 		Requirements: t.env.Requirements(),
 		AvoidWorkers: t.lostWorkers(),
 		LeaseTTL:     t.opts.LeaseTTL,
+		Reset:        startedByReset(ctx),
 	}
 	// A local activity, in the workflow task that asks for it: a marker in
 	// the history instead of three activity events and a workflow task.
