@@ -269,6 +269,9 @@ type TaskCarry struct {
 	Pending *lease.RetryDirective `json:"pending,omitempty"`
 	// AttemptDir is the ACTIVE lease's task directory, once launched.
 	AttemptDir string `json:"attempt_dir,omitempty"`
+	// AfterReset says a reset started this run or one it continues, and
+	// no lease was granted since (SelectWorkerInput.Reset).
+	AfterReset bool `json:"after_reset,omitempty"`
 }
 
 // TaskStats counts messages the task ignored or refused.

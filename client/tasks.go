@@ -335,10 +335,12 @@ func (c *Client) FenceFloor(ctx context.Context, taskID, self string, from int64
 	return out, nil
 }
 
-// ResetBases returns the runs that operator resets replaced on the way to
-// run runID of the task's workflow, newest first: the base run of each
+// ResetBases returns the base runs of the resets on the way to run runID
+// of the task's workflow, newest first: the run named as base by each
 // workflow task its history records as failed by a reset
-// (WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW). Errors: Temporal's.
+// (WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW). A reset of a run other
+// than the current one terminates the current run without naming it.
+// Errors: Temporal's.
 func (c *Client) ResetBases(ctx context.Context, taskID, runID string) ([]string, error) {
 	iter := c.C.GetWorkflowHistory(ctx, api.TaskWorkflowID(taskID), runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	var bases []string

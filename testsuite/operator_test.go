@@ -107,6 +107,13 @@ sleep 3; echo "fence $WDC_FENCE" > outputs/fence.txt`)
 		return err == nil && v.AttemptDir != "" && v.Lease != nil && v.Lease.Fence != 1
 	})
 	assert.Equal(t, int64(2), second.Lease.Fence, "a fence above the reset-away run's")
+	// The new run knew a reset started it, so its selection also read the
+	// run the reset replaced from its history (SelectWorkerInput.Reset).
+	afterReset := countMatching(t, suite.client, wfID, func(ev *historypb.HistoryEvent) bool {
+		return ev.GetEventType() == enumspb.EVENT_TYPE_MARKER_RECORDED &&
+			strings.Contains(payloadString(t, ev.GetUserMetadata().GetSummary()), "after a reset")
+	})
+	assert.Positive(t, afterReset, "a selection of the new run marked after a reset")
 	assert.False(t, second.Lease.GrantedAt.Before(reset.Add(ttl)),
 		"granted at %s, within a TTL of the reset at %s: the reset-away run's command may still run", second.Lease.GrantedAt, reset)
 	assert.NotEqual(t, first.AttemptDir, second.AttemptDir, "task directories never collide")

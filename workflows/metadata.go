@@ -79,6 +79,9 @@ func leaseActivitySummary(l lease.Lease) string {
 
 func selectSummary(in api.SelectWorkerInput) string {
 	s := fmt.Sprintf("SelectWorker for fence %d", in.Fence)
+	if in.Reset {
+		s += " · after a reset"
+	}
 	if len(in.AvoidWorkers) > 0 {
 		s += " · avoiding " + strings.Join(in.AvoidWorkers, ", ")
 	}

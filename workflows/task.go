@@ -48,6 +48,9 @@ func WdcTask(ctx workflow.Context, in api.TaskInput) (api.TaskOutcome, error) {
 		in.Carry = nil
 	}
 	t := newTaskWorkflow(in)
+	if startedByReset(ctx) {
+		t.carry.AfterReset = true
+	}
 	if err := t.setup(ctx); err != nil {
 		return api.TaskOutcome{}, err
 	}
@@ -281,7 +284,8 @@ func (t *taskWorkflow) outcomeState() api.TaskState {
 }
 
 // startedByReset reports whether this run was started by a reset: a reset
-// copies the start event, whose original run ID is then another run's.
+// copies the start event, whose original run ID is then another run's
+// (a continue-as-new's is its own: TaskCarry.AfterReset carries it).
 func startedByReset(ctx workflow.Context) bool {
 	info := workflow.GetInfo(ctx)
 	return info.OriginalRunID != "" && info.OriginalRunID != info.WorkflowExecution.RunID
@@ -300,7 +304,7 @@ func (t *taskWorkflow) selectAndGrant(ctx workflow.Context) error {
 		Requirements: t.env.Requirements(),
 		AvoidWorkers: t.lostWorkers(),
 		LeaseTTL:     t.opts.LeaseTTL,
-		Reset:        startedByReset(ctx),
+		Reset:        t.carry.AfterReset,
 	}
 	// A local activity, in the workflow task that asks for it: a marker in
 	// the history instead of three activity events and a workflow task.
@@ -364,6 +368,9 @@ func (t *taskWorkflow) grant(ctx workflow.Context, sel api.SelectWorkerResult) e
 	if _, err := t.ledger.Grant(sel.WorkerID, t.opts.LeaseTTL, workflow.Now(ctx)); err != nil {
 		return err // a broken invariant: fail loudly
 	}
+	// The fence is above any a replaced run granted: later selections
+	// need not look for those runs.
+	t.carry.AfterReset = false
 	cur := t.ledger.Current()
 	cur.IdentityIssuedAt, cur.Incarnation = sel.IdentityIssuedAt, sel.Incarnation
 	l := *cur

@@ -609,6 +609,22 @@ func (s *taskSuite) TestLaunchFailureRetries() {
 	s.Equal(2, calls)
 }
 
+// A run continued from one that a reset started reads the runs the reset
+// replaced (SelectWorkerInput.Reset) while it waits and until its first
+// grant, whose fence is above theirs; its later selections do not.
+func (s *taskSuite) TestSelectionReadsTheRunsAResetReplacedUntilTheFirstGrant() {
+	s.waits = []api.SelectWorkerResult{{Waiting: "fence 1 of an earlier run", RetryAfter: time.Second}}
+	in := s.startInput(s.env, api.TaskOptions{LeaseTTL: 10 * time.Second, MaxAttempts: 2})
+	in.Carry = &api.TaskCarry{Ledger: lease.NewLedger(s.envl.TaskID, s.digest), AfterReset: true}
+	s.env.SetContinuedExecutionRunID("the-previous-run") // a carry comes only from continue-as-new
+	s.env.ExecuteWorkflow(api.TaskWorkflowType, in)
+	s.Require().True(s.env.IsWorkflowCompleted())
+	s.Require().Len(s.grants, 3, "a wait, the first grant, the retry's grant")
+	s.True(s.grants[0].Reset, "while it waits")
+	s.True(s.grants[1].Reset, "until its first grant")
+	s.False(s.grants[2].Reset, "after it")
+}
+
 func (s *taskSuite) TestMaxAttemptsGivesRetriesExhausted() {
 	res := s.execute(api.TaskOptions{LeaseTTL: 10 * time.Second, MaxAttempts: 3})
 	s.Equal(api.TaskRetriesExhausted, res.State, "never FAILED")
