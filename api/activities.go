@@ -22,10 +22,10 @@ type SelectWorkerInput struct {
 	// LeaseTTL is the TTL the task grants its leases with: the least
 	// lock-delay after an earlier run of the task closed (LockDelayUntil).
 	LeaseTTL time.Duration `json:"lease_ttl,omitempty"`
-	// Reset says the task's run was started by an operator's reset (its
-	// workflow.Info.OriginalRunID names another run): the runs the reset
-	// replaced are then read from its history too, not only from
-	// visibility, which may not list them yet.
+	// Reset says the task's run, or one it continues, was started by an
+	// operator's reset (its workflow.Info.OriginalRunID names another run)
+	// and has granted no lease since: the reset's base runs are then read
+	// from its history too, since visibility may not list them yet.
 	Reset bool `json:"reset,omitempty"`
 }
 
