@@ -98,6 +98,14 @@ type runWorkflow struct {
 	reconciles, sweepFrom int
 }
 
+// startHeartbeat and startBackoff bound how long a batch's start waits
+// for a control plane killed under its StartTasks activity: the
+// activity's heartbeat timeout and its retry policy's MaximumInterval.
+const (
+	startHeartbeat = 10 * time.Second
+	startBackoff   = 5 * time.Second
+)
+
 // childDoneBuffer is the capacity of the channel of child outcomes: more
 // than a run ever has open at once (the buffer grows as needed).
 const childDoneBuffer = 1 << 20
@@ -747,10 +755,12 @@ func (r *runWorkflow) startBatch(ctx workflow.Context, ins []api.AddTaskInput) (
 	if len(batch) == 0 {
 		return results, errs
 	}
+	// The batch's add waits for this activity (startHeartbeat).
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:           api.ControlTaskQueue,
 		StartToCloseTimeout: 2 * time.Minute,
-		HeartbeatTimeout:    30 * time.Second,
+		HeartbeatTimeout:    startHeartbeat,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: startBackoff},
 		Summary:             fmt.Sprintf("StartTasks %d tasks", len(batch)),
 	})
 	var res api.StartTasksResult

@@ -1,12 +1,15 @@
 package workflows
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
@@ -347,5 +350,37 @@ func (h *runHarness) terminatedUntilRerun(task string) {
 			return api.ReconcileTasksResult{} // the new execution runs
 		}
 		return api.ReconcileTasksResult{Closed: []api.ReconciledTask{{TaskID: task, Status: "TERMINATED"}}}
+	}
+}
+
+// A batch whose StartTasks dies with its control plane again and again (a
+// soak killed both control planes for minutes) starts within a bounded
+// backoff of the last death: each try is noticed within startHeartbeat and
+// retried within startBackoff. Before, the default retry policy doubled
+// the wait up to 100 s, and the CLI's retries of the batch gave up first.
+// Found by the nemesis soak. (This environment retries a nil policy every
+// second, so only a policy that lets the backoff grow fails here.)
+func TestRunRetriesABatchStartKilledWithItsControlPlaneSoon(t *testing.T) {
+	h := newRunHarness(t)
+	var tries []time.Time
+	h.startFault = func(ctx context.Context) error {
+		require.LessOrEqual(t, activity.GetInfo(ctx).HeartbeatTimeout, startHeartbeat)
+		tries = append(tries, h.env.Now())
+		if len(tries) <= 6 {
+			return errors.New("control plane killed")
+		}
+		return nil
+	}
+	var add updateOutcome
+	var res api.AddTasksResult
+	h.update(time.Second, api.UpdateAddTasks, batchOf(t, "a", "b"), &add, &res)
+	h.env.RegisterDelayedCallback(func() { h.env.CancelWorkflow() }, time.Minute)
+	h.env.ExecuteWorkflow(api.RunWorkflowType, api.RunInput{RunID: "r1", WorldID: "w1"})
+	require.True(t, add.completed)
+	require.NoError(t, add.err)
+	require.Equal(t, []string{"", ""}, res.Errors)
+	require.Len(t, tries, 7)
+	for i := 1; i < len(tries); i++ {
+		require.LessOrEqual(t, tries[i].Sub(tries[i-1]), startBackoff, "wait before try %d", i+1)
 	}
 }

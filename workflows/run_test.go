@@ -37,8 +37,10 @@ type runHarness struct {
 	// StartTasks' error message for a task ("" starts it).
 	started  []api.StartTasksInput
 	startErr func(taskID string) string
-	// startCall is StartTasks' mock (startCall.After delays it).
-	startCall *testsuite.MockCallWrapper
+	// startCall is StartTasks' mock (startCall.After delays it);
+	// startFault, when set, fails a try of it with the error it returns.
+	startCall  *testsuite.MockCallWrapper
+	startFault func(ctx context.Context) error
 	// reconciled records every ReconcileTasks input; reconcile, when set,
 	// answers it (else nothing is closed).
 	reconciled []api.ReconcileTasksInput
@@ -71,7 +73,12 @@ func newRunHarnessIn(t *testing.T, ts *testsuite.WorkflowTestSuite) *runHarness 
 	env.RegisterActivity(&activities.Control{})
 	h := &runHarness{t: t, env: env, ended: map[string]api.TaskOutcome{}}
 	h.startCall = env.OnActivity(controlActs.StartTasks, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in api.StartTasksInput) (api.StartTasksResult, error) {
+		func(ctx context.Context, in api.StartTasksInput) (api.StartTasksResult, error) {
+			if h.startFault != nil {
+				if err := h.startFault(ctx); err != nil {
+					return api.StartTasksResult{}, err
+				}
+			}
 			h.started = append(h.started, in)
 			res := api.StartTasksResult{Errors: make([]string, len(in.Tasks))}
 			for i, st := range in.Tasks {
