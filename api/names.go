@@ -20,6 +20,12 @@ const (
 	// tasks it started. Runs started before it existed stay on
 	// ControlTaskQueue, which serves every workflow too.
 	RunTaskQueue = "wdc-control-runs"
+	// RegistryTaskQueue is also polled by `wdc control-plane`, for the
+	// workflow tasks of registry entries (WdcWorker) only: a worker's
+	// reserve updates and record queries do not queue behind the workflow
+	// tasks of the thousands of tasks that ask for them. Entries started
+	// before it existed stay on ControlTaskQueue.
+	RegistryTaskQueue = "wdc-control-registry"
 	// agentTaskQueuePrefix + worker ID is polled by that worker's agent.
 	agentTaskQueuePrefix = "wdc-agent/"
 )

@@ -103,7 +103,7 @@ func (c *Client) RegisterWorker(ctx context.Context, reg api.RegisterInput) (api
 	}
 	start := c.C.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
 		ID:                       api.WorkerWorkflowID(reg.WorkerID),
-		TaskQueue:                api.ControlTaskQueue,
+		TaskQueue:                api.RegistryTaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			api.SAKind.ValueSet(api.KindWorker), api.SAWorkerID.ValueSet(reg.WorkerID),

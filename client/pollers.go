@@ -80,7 +80,7 @@ func (e *UnavailableError) Error() string {
 
 // role names the process that polls the queue.
 func (e *UnavailableError) role() string {
-	if e.TaskQueue == api.ControlTaskQueue {
+	if controlQueue(e.TaskQueue) {
 		return "control plane"
 	}
 	return "agent"
@@ -89,10 +89,15 @@ func (e *UnavailableError) role() string {
 // StartCommand is the command that starts a poller of the queue:
 // "wdc control-plane", or "wdc agent --worker-id ID" for an agent queue.
 func (e *UnavailableError) StartCommand() string {
-	if e.TaskQueue == api.ControlTaskQueue {
+	if controlQueue(e.TaskQueue) {
 		return "wdc control-plane"
 	}
 	return "wdc agent --worker-id " + strings.TrimPrefix(e.TaskQueue, api.AgentTaskQueue(""))
+}
+
+// controlQueue says whether the control plane polls taskQueue.
+func controlQueue(taskQueue string) bool {
+	return taskQueue == api.ControlTaskQueue || taskQueue == api.RunTaskQueue || taskQueue == api.RegistryTaskQueue
 }
 
 // queueType is the task-queue type whose pollers show that the process
@@ -100,7 +105,7 @@ func (e *UnavailableError) StartCommand() string {
 // polls activities, but every update and query needs the workflow poller),
 // activity tasks for anything else (agents run activities only).
 func queueType(taskQueue string) enumspb.TaskQueueType {
-	if taskQueue == api.ControlTaskQueue {
+	if controlQueue(taskQueue) {
 		return enumspb.TASK_QUEUE_TYPE_WORKFLOW
 	}
 	return enumspb.TASK_QUEUE_TYPE_ACTIVITY

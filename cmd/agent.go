@@ -268,7 +268,7 @@ an earlier agent of this work directory left behind.`,
 			defer cancelStart()
 			agent, err := worker.StartAgent(sctx, tc, opts)
 			if err != nil && ctx.Err() == nil && errors.Is(sctx.Err(), context.DeadlineExceeded) {
-				return &wdcclient.UnavailableError{TaskQueue: api.ControlTaskQueue, Address: a.global.address, Namespace: a.global.namespace,
+				return &wdcclient.UnavailableError{TaskQueue: api.RegistryTaskQueue, Address: a.global.address, Namespace: a.global.namespace,
 					Op: "register worker " + r.WorkerID, Waited: a.global.controlPlaneTimeout}
 			}
 			if err != nil {

@@ -62,13 +62,14 @@ func (o ControlPlaneOptions) withDefaults() ControlPlaneOptions {
 
 // ControlPlane is the control plane's Temporal workers: one on
 // api.ControlTaskQueue with every workflow and the Control activities, one
-// on api.RunTaskQueue for the workflow tasks of runs. Both poll as one
+// on api.RunTaskQueue for the workflow tasks of runs and one on
+// api.RegistryTaskQueue for those of registry entries. All poll as one
 // Worker Deployment Version (ControlPlaneOptions.Version).
 type ControlPlane struct {
-	c             client.Client
-	opts          ControlPlaneOptions
-	control, runs sdkworker.Worker
-	status        VersionStatus
+	c                       client.Client
+	opts                    ControlPlaneOptions
+	control, runs, registry sdkworker.Worker
+	status                  VersionStatus
 }
 
 // NewControlPlane returns an unstarted control plane with the default
@@ -99,7 +100,9 @@ func NewControlPlaneWith(c client.Client, blobs *blobstore.Store, opts ControlPl
 	control.RegisterActivityWithOptions(&activities.Control{Client: c, Blobs: blobs}, activity.RegisterOptions{SkipInvalidStructFunctions: true})
 	runs := sdkworker.New(c, api.RunTaskQueue, wo)
 	RegisterWorkflows(runs)
-	return &ControlPlane{c: c, opts: opts, control: control, runs: runs}
+	registry := sdkworker.New(c, api.RegistryTaskQueue, wo)
+	RegisterWorkflows(registry)
+	return &ControlPlane{c: c, opts: opts, control: control, runs: runs, registry: registry}
 }
 
 // controlPlaneIdentity is the identity of the control plane's workflow
@@ -115,18 +118,18 @@ func controlPlaneIdentity() string {
 // Start is StartContext without a context of its own.
 func (p *ControlPlane) Start() error { return p.StartContext(context.Background()) }
 
-// StartContext starts both workers and waits, at most
+// StartContext starts the workers and waits, at most
 // ControlPlaneOptions.SettleTimeout (or until ctx ends), for the Worker
 // Deployment to take their version: when the deployment has never had a
 // current version, the control plane makes its own current, so the first
 // control plane serves at once; otherwise it leaves the current version
 // alone (Status says which it is) and returns once Temporal has seen the
-// version on all three of its task queues (wdc-control's workflows and
-// activities, wdc-control-runs' workflows), so that it can be made
-// current. Workflows started meanwhile wait in their task queue and run
-// once a version is current.
+// version on all four of its task queues (wdc-control's workflows and
+// activities, wdc-control-runs' and wdc-control-registry's workflows), so
+// that it can be made current. Workflows started meanwhile wait in their
+// task queue and run once a version is current.
 //
-// On an error neither worker runs: a worker did not start, or the
+// On an error no worker runs: a worker did not start, or the
 // deployment did not answer in time or refused (permission denied, or a
 // server without Worker Deployment Versioning).
 func (p *ControlPlane) StartContext(ctx context.Context) error {
@@ -138,12 +141,18 @@ func (p *ControlPlane) StartContext(ctx context.Context) error {
 		p.control.Stop()
 		return err
 	}
+	if err := p.registry.Start(); err != nil {
+		p.runs.Stop()
+		p.control.Stop()
+		return err
+	}
 	sctx, cancel := context.WithTimeout(ctx, p.opts.SettleTimeout)
 	defer cancel()
 	queues := []client.WorkerDeploymentTaskQueueInfo{
 		{Name: api.ControlTaskQueue, Type: client.TaskQueueTypeWorkflow},
 		{Name: api.ControlTaskQueue, Type: client.TaskQueueTypeActivity},
 		{Name: api.RunTaskQueue, Type: client.TaskQueueTypeWorkflow},
+		{Name: api.RegistryTaskQueue, Type: client.TaskQueueTypeWorkflow},
 	}
 	s := settler{
 		h:        p.c.WorkerDeploymentClient().GetHandle(p.opts.Version.DeploymentName),
@@ -165,8 +174,9 @@ func (p *ControlPlane) StartContext(ctx context.Context) error {
 // Status is where the control plane's version stood when Start returned.
 func (p *ControlPlane) Status() VersionStatus { return p.status }
 
-// Stop stops both workers.
+// Stop stops the workers.
 func (p *ControlPlane) Stop() {
+	p.registry.Stop()
 	p.runs.Stop()
 	p.control.Stop()
 }
