@@ -33,8 +33,6 @@ type Control struct {
 	fleet fleetView
 	// loads holds the workers' records as selections asked for them.
 	loads loadCache
-	// records shares the worker queries of concurrent selections.
-	records recordFlights
 	// pacer spaces the looks of tasks that wait for room.
 	pacer waitPacer
 }
@@ -237,7 +235,7 @@ func (c *Control) selectWorker(ctx context.Context, in api.SelectWorkerInput, pr
 		drawn, possible, passed := fleet.Probe(listed, in.Requirements, draw, fleet.DefaultProbes, asked)
 		if len(drawn) > 0 && rounds < MaxSelectionRounds {
 			rounds++
-			res, ok, passedHere, err := c.tryWorkers(ctx, wc, drawn, in, place, began, progress)
+			res, ok, passedHere, err := c.tryWorkers(ctx, wc, drawn, in, place, progress)
 			if err != nil || ok {
 				return res, err
 			}
@@ -265,11 +263,10 @@ func (c *Control) selectWorker(ctx context.Context, in api.SelectWorkerInput, pr
 	}
 }
 
-// tryWorkers asks the drawn workers for their record (concurrently, each
-// from a query that began at or after since: recordFlights), ranks the
-// answers with fleet.Place and reserves on the first that accepts. ok is
-// false when none did; passed says why each was passed over.
-func (c *Control) tryWorkers(ctx context.Context, wc *wdcclient.Client, drawn []string, in api.SelectWorkerInput, place fleet.Placement, since time.Time, progress *selectProgress) (res api.SelectWorkerResult, ok bool, passed []fleet.Ineligible, err error) {
+// tryWorkers asks the drawn workers for their record (concurrently), ranks
+// the answers with fleet.Place and reserves on the first that accepts. ok
+// is false when none did; passed says why each was passed over.
+func (c *Control) tryWorkers(ctx context.Context, wc *wdcclient.Client, drawn []string, in api.SelectWorkerInput, place fleet.Placement, progress *selectProgress) (res api.SelectWorkerResult, ok bool, passed []fleet.Ineligible, err error) {
 	views := make([]api.WorkerView, len(drawn))
 	errs := make([]error, len(drawn))
 	var wg sync.WaitGroup
@@ -283,10 +280,15 @@ func (c *Control) tryWorkers(ctx context.Context, wc *wdcclient.Client, drawn []
 			defer wg.Done()
 			qctx, cancel := context.WithTimeout(ctx, workerQueryTimeout)
 			defer cancel()
-			var asked time.Time
-			views[i], asked, errs[i] = c.records.ask(qctx, id, since, workerQueryTimeout, func(qctx context.Context) (api.WorkerView, error) {
-				return askWorker(qctx, wc, id)
-			})
+			asked := time.Now()
+			views[i], errs[i] = wc.Worker(qctx, id)
+			if errs[i] == nil && views[i].LivenessActivity != "" {
+				// Its heartbeats are Temporal's to record: the last one
+				// says whether it is late (fleet.Worker.Fresh).
+				if e, err := wc.DescribeWorker(qctx, id); err == nil && e.LastHeartbeatAt.After(views[i].LastHeartbeatAt) {
+					views[i].LastHeartbeatAt = e.LastHeartbeatAt
+				}
+			}
 			if errs[i] == nil && views[i].Registered {
 				c.loads.asked(views[i].Worker, asked)
 			}
@@ -343,18 +345,6 @@ func (c *Control) tryWorkers(ctx context.Context, wc *wdcclient.Client, drawn []
 		passed = append(passed, fleet.Ineligible{WorkerID: w.WorkerID, Reason: "unreachable", Detail: err.Error()})
 	}
 	return res, false, passed, nil
-}
-
-// askWorker queries a worker's record and takes its liveness activity's
-// last heartbeat from Temporal, which records it (fleet.Worker.Fresh).
-func askWorker(ctx context.Context, wc *wdcclient.Client, id string) (api.WorkerView, error) {
-	v, err := wc.Worker(ctx, id)
-	if err == nil && v.LivenessActivity != "" {
-		if e, err := wc.DescribeWorker(ctx, id); err == nil && e.LastHeartbeatAt.After(v.LastHeartbeatAt) {
-			v.LastHeartbeatAt = e.LastHeartbeatAt
-		}
-	}
-	return v, err
 }
 
 // workerQueryTimeout bounds one worker query during selection: a worker

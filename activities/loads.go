@@ -54,15 +54,10 @@ func (c *loadCache) fits(workerID, taskID string, req fleet.Requirements, now ti
 	return w, true
 }
 
-// asked records a worker's record as a query that began at now returned
-// it, unless the cached one is from that query or a later one (and may
-// hold this control plane's reservations since).
+// asked records a worker's record as a query returned it at now.
 func (c *loadCache) asked(w fleet.Worker, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e, ok := c.entries[w.WorkerID]; ok && !now.After(e.asked) {
-		return
-	}
 	if c.entries == nil {
 		c.entries = map[string]loadEntry{}
 	}
