@@ -197,6 +197,17 @@ func TestWorkflowsCarryUserMetadataForTheUI(t *testing.T) {
 
 	summary, _, _ = describeMetadata(t, api.WorkerWorkflowID("meta-a"))
 	assert.Equal(t, "worker meta-a · local · cpu 2 · mem 1Gi", summary)
+	// Each kind on its own task queue: a registry entry's reserves and a
+	// run's submissions do not wait behind the tasks' workflow tasks.
+	for wfID, queue := range map[string]string{
+		api.WorkerWorkflowID("meta-a"):     api.RegistryTaskQueue,
+		api.RunWorkflowID(env.RunID):       api.RunTaskQueue,
+		api.TaskWorkflowID(trivial.TaskID): api.ControlTaskQueue,
+	} {
+		resp, err := suite.client.DescribeWorkflowExecution(context.Background(), wfID, "")
+		require.NoError(t, err)
+		assert.Equal(t, queue, resp.GetExecutionConfig().GetTaskQueue().GetName(), wfID)
+	}
 	md = workflowMetadata(t, api.WorkerWorkflowID("meta-a"))
 	t.Logf("worker current details:\n%s", md.GetCurrentDetails())
 	assert.Contains(t, md.GetCurrentDetails(), "**ACTIVE** · incarnation ")
