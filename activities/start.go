@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
@@ -16,6 +17,11 @@ import (
 
 // startConcurrency is how many task workflows StartTasks starts at once.
 const startConcurrency = 32
+
+// startHeartbeatEvery is how often StartTasks heartbeats while it runs,
+// whether or not a start returned meanwhile: its heartbeat timeout detects
+// a dead control plane, not a slow server (StartToClose bounds that).
+const startHeartbeatEvery = 2 * time.Second
 
 // StartTasks starts every task of a batch its run admitted as a top-level
 // WdcTask workflow, startConcurrency at a time, so a batch costs its run
@@ -34,6 +40,23 @@ func (c *Control) StartTasks(ctx context.Context, in api.StartTasksInput) (api.S
 		started  int
 	)
 	sem := make(chan struct{}, startConcurrency)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		tick := time.NewTicker(startHeartbeatEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				mu.Lock()
+				n := started
+				mu.Unlock()
+				activity.RecordHeartbeat(ctx, n)
+			}
+		}
+	}()
 	for i, t := range in.Tasks {
 		wg.Add(1)
 		sem <- struct{}{}

@@ -13,7 +13,9 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/wdc-runtime/wdc/api"
@@ -76,4 +78,39 @@ func TestStartTasksStartsNothingTwiceAndNothingOfAnotherRun(t *testing.T) {
 	require.Empty(t, res.Errors[1], "started by an earlier try")
 	require.Contains(t, res.Errors[2], "run r1")
 	require.Contains(t, res.Errors[3], "run r2")
+}
+
+// slowStarts is a client.Client whose every workflow start takes delay.
+type slowStarts struct {
+	client.Client
+	delay time.Duration
+}
+
+func (f slowStarts) ExecuteWorkflow(context.Context, client.StartWorkflowOptions, any, ...any) (client.WorkflowRun, error) {
+	time.Sleep(f.delay)
+	return nil, nil
+}
+
+// startTasksUnder runs StartTasks once with a heartbeat timeout of 3 s.
+func startTasksUnder(ctx workflow.Context, in api.StartTasksInput) error {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: time.Minute, HeartbeatTimeout: 3 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
+	})
+	return workflow.ExecuteActivity(ctx, "StartTasks", in).Get(ctx, nil)
+}
+
+// StartTasks heartbeats while its starts are slow, not only when one
+// returns: a slow server must not pass for a dead control plane, whose
+// heartbeat timeout lets a second try run beside the first.
+func TestStartTasksHeartbeatsWhileItsStartsAreSlow(t *testing.T) {
+	var ts testsuite.WorkflowTestSuite
+	env := ts.NewTestWorkflowEnvironment()
+	env.SetTestTimeout(30 * time.Second)
+	env.RegisterWorkflow(startTasksUnder)
+	env.RegisterActivity(&Control{Client: slowStarts{delay: 5 * time.Second}})
+	in := api.StartTasksInput{RunID: "r1", Tasks: []api.StartTask{{Input: api.TaskInput{Envelope: envelope.Envelope{TaskID: "slow", RunID: "r1", Command: []string{"true"}}}}}}
+	env.ExecuteWorkflow(startTasksUnder, in)
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError(), "a start slower than the heartbeat timeout")
 }

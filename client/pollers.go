@@ -80,7 +80,7 @@ func (e *UnavailableError) Error() string {
 
 // role names the process that polls the queue.
 func (e *UnavailableError) role() string {
-	if controlQueue(e.TaskQueue) {
+	if e.TaskQueue == api.ControlTaskQueue {
 		return "control plane"
 	}
 	return "agent"
@@ -89,15 +89,10 @@ func (e *UnavailableError) role() string {
 // StartCommand is the command that starts a poller of the queue:
 // "wdc control-plane", or "wdc agent --worker-id ID" for an agent queue.
 func (e *UnavailableError) StartCommand() string {
-	if controlQueue(e.TaskQueue) {
+	if e.TaskQueue == api.ControlTaskQueue {
 		return "wdc control-plane"
 	}
 	return "wdc agent --worker-id " + strings.TrimPrefix(e.TaskQueue, api.AgentTaskQueue(""))
-}
-
-// controlQueue says whether the control plane polls taskQueue.
-func controlQueue(taskQueue string) bool {
-	return taskQueue == api.ControlTaskQueue || taskQueue == api.RunTaskQueue || taskQueue == api.RegistryTaskQueue
 }
 
 // queueType is the task-queue type whose pollers show that the process
@@ -105,7 +100,7 @@ func controlQueue(taskQueue string) bool {
 // polls activities, but every update and query needs the workflow poller),
 // activity tasks for anything else (agents run activities only).
 func queueType(taskQueue string) enumspb.TaskQueueType {
-	if controlQueue(taskQueue) {
+	if taskQueue == api.ControlTaskQueue {
 		return enumspb.TASK_QUEUE_TYPE_WORKFLOW
 	}
 	return enumspb.TASK_QUEUE_TYPE_ACTIVITY

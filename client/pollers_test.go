@@ -173,12 +173,3 @@ func TestRetryNotReady(t *testing.T) {
 	require.ErrorIs(t, retryNotReady(context.Background(), func(context.Context) error { calls++; return other }), other)
 	require.Equal(t, 1, calls, "other errors are not retried")
 }
-
-// The registry's queue is the control plane's too: an agent whose
-// registration gets no answer is told to start a control plane.
-func TestUnavailableRegistryQueueNamesTheControlPlane(t *testing.T) {
-	err := &UnavailableError{TaskQueue: api.RegistryTaskQueue, Address: "h:1", Op: "register worker w", Waited: time.Second}
-	assert.Contains(t, err.Error(), "from the control plane polling wdc-control-registry")
-	assert.Equal(t, "wdc control-plane", err.StartCommand())
-	assert.Equal(t, enumspb.TASK_QUEUE_TYPE_WORKFLOW, queueType(api.RunTaskQueue))
-}

@@ -268,7 +268,7 @@ an earlier agent of this work directory left behind.`,
 			defer cancelStart()
 			agent, err := worker.StartAgent(sctx, tc, opts)
 			if err != nil && ctx.Err() == nil && errors.Is(sctx.Err(), context.DeadlineExceeded) {
-				return &wdcclient.UnavailableError{TaskQueue: api.RegistryTaskQueue, Address: a.global.address, Namespace: a.global.namespace,
+				return &wdcclient.UnavailableError{TaskQueue: api.ControlTaskQueue, Address: a.global.address, Namespace: a.global.namespace,
 					Op: "register worker " + r.WorkerID, Waited: a.global.controlPlaneTimeout}
 			}
 			if err != nil {
@@ -346,10 +346,12 @@ func (a *app) newControlPlaneCommand() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "control-plane",
 		Short: "Run the control plane: every wdc workflow and the control activities (task queue wdc-control)",
-		Long: `Run a Temporal worker on task queue wdc-control with the WdcWorker, WdcTask and
+		Long: `Run Temporal workers on task queue wdc-control with the WdcWorker, WdcTask and
 WdcRun workflows and the control activities: worker selection and reservation,
 parent ingest into the blob store (--blob-url, default under --data-dir),
-staging cleanup. Run several for availability; they share the task queue and
+staging cleanup. Runs and registry entries have their workflow tasks on
+wdc-control-runs and wdc-control-registry, which it polls too, so they do
+not wait behind the tasks'. Run several for availability; they share the task queues and
 must share the blob store with each other and the agents. Stop with Ctrl-C.
 
 The namespace needs wdc's search attributes (WdcKind, WdcWorkerState,

@@ -144,10 +144,13 @@ func TestTasksWaitWithoutAControlPlaneWarnsAndKeepsWaiting(t *testing.T) {
 // wait and says the request may still take effect.
 func TestAControlPlaneThatNeverAnswersIsBounded(t *testing.T) {
 	nsc := dialNamespace(t, nsMuteControlPlane)
-	mute := sdkworker.New(nsc, api.ControlTaskQueue, sdkworker.Options{})
-	mute.RegisterWorkflowWithOptions(func(workflow.Context) error { return nil }, workflow.RegisterOptions{Name: "NotWdc"})
-	require.NoError(t, mute.Start())
-	defer mute.Stop()
+	// It polls the control plane's queues, the registry's among them.
+	for _, q := range []string{api.ControlTaskQueue, api.RegistryTaskQueue} {
+		mute := sdkworker.New(nsc, q, sdkworker.Options{})
+		mute.RegisterWorkflowWithOptions(func(workflow.Context) error { return nil }, workflow.RegisterOptions{Name: "NotWdc"})
+		require.NoError(t, mute.Start())
+		defer mute.Stop()
+	}
 
 	began := time.Now()
 	code, stdout, stderr := cli(t, "workers", "register", "--worker-id", "mute-w1", "--cpu", "1", "--memory", "1Gi",

@@ -34,7 +34,7 @@ func RegisterWorkflows(r sdkworker.WorkflowRegistry) {
 // ControlPlaneOptions configures NewControlPlaneWith; the zero value is
 // the defaults.
 type ControlPlaneOptions struct {
-	// Version is the Worker Deployment Version that both workers poll as.
+	// Version is the Worker Deployment Version that the workers poll as.
 	// An empty DeploymentName is DefaultDeploymentName, an empty BuildID
 	// DefaultBuildID(); see ValidateVersion.
 	Version sdkworker.WorkerDeploymentVersion

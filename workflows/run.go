@@ -755,14 +755,7 @@ func (r *runWorkflow) startBatch(ctx workflow.Context, ins []api.AddTaskInput) (
 	if len(batch) == 0 {
 		return results, errs
 	}
-	// The batch's add waits for this activity (startHeartbeat).
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue:           api.ControlTaskQueue,
-		StartToCloseTimeout: 2 * time.Minute,
-		HeartbeatTimeout:    startHeartbeat,
-		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: startBackoff},
-		Summary:             fmt.Sprintf("StartTasks %d tasks", len(batch)),
-	})
+	actx := workflow.WithActivityOptions(ctx, startTasksOptions(len(batch)))
 	var res api.StartTasksResult
 	err := workflow.ExecuteActivity(actx, controlActs.StartTasks, api.StartTasksInput{RunID: r.st.RunID, Tasks: batch}).Get(ctx, &res)
 	for j, i := range pos {
@@ -788,6 +781,18 @@ func (r *runWorkflow) startBatch(ctx workflow.Context, ins []api.AddTaskInput) (
 	}
 	r.wake.SendAsync(true)
 	return results, errs
+}
+
+// startTasksOptions are the options of the StartTasks activity of a batch
+// of n tasks, which the batch's add waits for (startHeartbeat).
+func startTasksOptions(n int) workflow.ActivityOptions {
+	return workflow.ActivityOptions{
+		TaskQueue:           api.ControlTaskQueue,
+		StartToCloseTimeout: 2 * time.Minute,
+		HeartbeatTimeout:    startHeartbeat,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: startBackoff},
+		Summary:             fmt.Sprintf("StartTasks %d tasks", n),
+	}
 }
 
 // anyInStart says whether a task of ins is being started (r.inStart).

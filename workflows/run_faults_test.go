@@ -359,7 +359,7 @@ func (h *runHarness) terminatedUntilRerun(task string) {
 // retried within startBackoff. Before, the default retry policy doubled
 // the wait up to 100 s, and the CLI's retries of the batch gave up first.
 // Found by the nemesis soak. (This environment retries a nil policy every
-// second, so only a policy that lets the backoff grow fails here.)
+// second, so the policy itself is checked as scheduled, too.)
 func TestRunRetriesABatchStartKilledWithItsControlPlaneSoon(t *testing.T) {
 	h := newRunHarness(t)
 	var tries []time.Time
@@ -383,4 +383,8 @@ func TestRunRetriesABatchStartKilledWithItsControlPlaneSoon(t *testing.T) {
 	for i := 1; i < len(tries); i++ {
 		require.LessOrEqual(t, tries[i].Sub(tries[i-1]), startBackoff, "wait before try %d", i+1)
 	}
+	o := startTasksOptions(2)
+	require.NotNil(t, o.RetryPolicy, "the server's default doubles the wait up to 100 s")
+	require.LessOrEqual(t, o.RetryPolicy.MaximumInterval, startBackoff)
+	require.NotZero(t, o.RetryPolicy.MaximumInterval)
 }
