@@ -171,7 +171,11 @@ func TestManyTasksInOneRun(t *testing.T) {
 	code, stdout, stderr = cli(t, "runs", "status", runID, "--limit", "5")
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, fmt.Sprintf("tasks        %d: 0 open, %d completed", n, n))
-	assert.Contains(t, stdout, fmt.Sprintf("%d ended tasks are not listed here", last.EndedNotListed))
+	if last.EndedNotListed > 0 {
+		assert.Contains(t, stdout, fmt.Sprintf("%d ended tasks are not listed here", last.EndedNotListed))
+	} else {
+		assert.NotContains(t, stdout, "ended tasks are not listed here", "every task is listed")
+	}
 	assert.Contains(t, stdout, fmt.Sprintf("... %d more (--limit 0 for all)", len(last.Tasks)-5))
 
 	code, _, stderr = cli(t, "runs", "close", runID)
