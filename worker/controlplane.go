@@ -66,10 +66,12 @@ func (o ControlPlaneOptions) withDefaults() ControlPlaneOptions {
 // api.RegistryTaskQueue for those of registry entries. All poll as one
 // Worker Deployment Version (ControlPlaneOptions.Version).
 type ControlPlane struct {
-	c                       client.Client
-	opts                    ControlPlaneOptions
-	control, runs, registry sdkworker.Worker
-	status                  VersionStatus
+	c    client.Client
+	opts ControlPlaneOptions
+	// workers are on the control, run and registry queues, in the order
+	// they start (Stop: reversed).
+	workers []sdkworker.Worker
+	status  VersionStatus
 }
 
 // NewControlPlane returns an unstarted control plane with the default
@@ -102,7 +104,7 @@ func NewControlPlaneWith(c client.Client, blobs *blobstore.Store, opts ControlPl
 	RegisterWorkflows(runs)
 	registry := sdkworker.New(c, api.RegistryTaskQueue, wo)
 	RegisterWorkflows(registry)
-	return &ControlPlane{c: c, opts: opts, control: control, runs: runs, registry: registry}
+	return &ControlPlane{c: c, opts: opts, workers: []sdkworker.Worker{control, runs, registry}}
 }
 
 // controlPlaneIdentity is the identity of the control plane's workflow
@@ -134,17 +136,13 @@ func (p *ControlPlane) Start() error { return p.StartContext(context.Background(
 // server without Worker Deployment Versioning).
 func (p *ControlPlane) StartContext(ctx context.Context) error {
 	began := time.Now()
-	if err := p.control.Start(); err != nil {
-		return err
-	}
-	if err := p.runs.Start(); err != nil {
-		p.control.Stop()
-		return err
-	}
-	if err := p.registry.Start(); err != nil {
-		p.runs.Stop()
-		p.control.Stop()
-		return err
+	for i, w := range p.workers {
+		if err := w.Start(); err != nil {
+			for j := i - 1; j >= 0; j-- {
+				p.workers[j].Stop()
+			}
+			return err
+		}
 	}
 	sctx, cancel := context.WithTimeout(ctx, p.opts.SettleTimeout)
 	defer cancel()
@@ -176,7 +174,7 @@ func (p *ControlPlane) Status() VersionStatus { return p.status }
 
 // Stop stops the workers.
 func (p *ControlPlane) Stop() {
-	p.registry.Stop()
-	p.runs.Stop()
-	p.control.Stop()
+	for i := len(p.workers) - 1; i >= 0; i-- {
+		p.workers[i].Stop()
+	}
 }
