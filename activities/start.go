@@ -18,9 +18,10 @@ import (
 // startConcurrency is how many task workflows StartTasks starts at once.
 const startConcurrency = 32
 
-// startHeartbeatEvery is how often StartTasks heartbeats while it runs,
-// whether or not a start returned meanwhile: its heartbeat timeout detects
-// a dead control plane, not a slow server (StartToClose bounds that).
+// startHeartbeatEvery is how often StartTasks heartbeats (details: how
+// many tasks it has started), whether or not a start returned meanwhile:
+// its heartbeat timeout detects a dead control plane, not a slow server
+// (StartToClose bounds that).
 const startHeartbeatEvery = 2 * time.Second
 
 // StartTasks starts every task of a batch its run admitted as a top-level
@@ -70,7 +71,6 @@ func (c *Control) StartTasks(ctx context.Context, in api.StartTasksInput) (api.S
 			}
 			res.Errors[i] = msg
 			started++
-			activity.RecordHeartbeat(ctx, started)
 		}()
 	}
 	wg.Wait()
