@@ -268,6 +268,7 @@ func (s *Server) ensureSearchAttributes(ctx context.Context, c client.Client) er
 // prepareStore returns the SQLite config, creating the schema in a new file
 // and the namespaces (with search attributes) when absent.
 func prepareStore(opts Options) (*config.SQL, error) {
+	pinAllocatorPages()
 	sqlCfg := &config.SQL{PluginName: sqliteplugin.PluginName, ConnectAttributes: map[string]string{}}
 	if opts.DBFilename == "" {
 		sqlCfg.DatabaseName = fmt.Sprintf("wdc-mem-%d-%d", os.Getpid(), memoryDBCounter.Add(1))
