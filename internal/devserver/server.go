@@ -266,7 +266,8 @@ func (s *Server) ensureSearchAttributes(ctx context.Context, c client.Client) er
 }
 
 // prepareStore returns the SQLite config, creating the schema in a new file
-// and the namespaces (with search attributes) when absent.
+// and the namespaces (with search attributes) when absent. It first pins
+// SQLite's allocator pages (pinAllocatorPages).
 func prepareStore(opts Options) (*config.SQL, error) {
 	pinAllocatorPages()
 	sqlCfg := &config.SQL{PluginName: sqliteplugin.PluginName, ConnectAttributes: map[string]string{}}

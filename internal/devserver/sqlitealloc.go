@@ -7,63 +7,60 @@ import (
 	sqlitelib "modernc.org/sqlite/lib"
 )
 
-// The C allocator under modernc.org/sqlite (modernc.org/memory) serves a
-// request of up to 16 KiB from a 64 KiB page of equal power-of-two slots,
-// and unmaps the page as soon as its last slot is freed. sqlite3_malloc
-// adds an 8-byte size header to what it is asked for.
+// The C allocator under modernc.org/sqlite (modernc.org/memory v1.11)
+// serves a request of up to 16 KiB from a 64 KiB page of equal
+// power-of-two slots (its private pageSize and maxSlotSize), and unmaps
+// the page as soon as its last slot is freed. sqlite3_malloc adds an
+// 8-byte size header to what it is asked for.
 const (
 	allocatorPage     = 1 << 16
-	smallestSlotLog   = 4
-	largestSlotLog    = 14
+	smallestSlotShift = 4
+	largestSlotShift  = 14
 	sqliteMallocExtra = 8
 	// pagesPerSlotSize pages stay mapped for each slot size; journalPages
 	// for the 2 KiB slots a memory database's rollback journal takes its
-	// 1,024-byte chunks from: room for about 2 MiB of journal.
+	// 1,024-byte chunks from: room for about 2 MB of journal.
 	pagesPerSlotSize = 4
 	journalPages     = 64
-	journalSlotLog   = 11
+	journalSlotShift = 11
 )
 
 var pinOnce sync.Once
 
 // pinAllocatorPages keeps pages of every slot size of SQLite's allocator
-// mapped for the life of the process (about 7 MiB in all). Without them a
-// memory database maps, faults in and unmaps pages at every commit, for
-// its rollback journal and for each statement's buffers: a fifth of the
-// dev server's CPU in `wdc bench`. One slot per page stays allocated; the rest go on the
-// allocator's free list, where later requests of that size find them.
+// mapped for the life of the process (about 6.5 MiB), so that a commit
+// finds its journal's and statements' memory mapped. Safe to call again.
 func pinAllocatorPages() {
 	pinOnce.Do(func() {
 		tls := libc.NewTLS()
 		defer tls.Close()
-		for log := smallestSlotLog; log <= largestSlotLog; log++ {
+		for shift := smallestSlotShift; shift <= largestSlotShift; shift++ {
 			pages := pagesPerSlotSize
-			if log == journalSlotLog {
+			if shift == journalSlotShift {
 				pages = journalPages
 			}
-			pinSlots(tls, 1<<log, pages)
+			pinSlots(tls, 1<<shift, pages)
 		}
 	})
 }
 
-// pinSlots allocates whole pages of slot-byte slots and frees all but the
-// first slot of each page.
+// pinSlots allocates slot-byte slots until they span pages pages, then
+// frees all but the first slot it took from each page.
 func pinSlots(tls *libc.TLS, slot, pages int) {
-	perPage := (allocatorPage - 64) / slot // the page header is under 64 bytes
-	held := make([]uintptr, 0, pages*perPage)
-	for range pages * perPage {
+	pinned := map[uintptr]bool{}
+	var rest []uintptr
+	for len(pinned) < pages {
 		p := sqlitelib.Xsqlite3_malloc(tls, int32(slot-sqliteMallocExtra))
 		if p == 0 {
 			break
 		}
-		held = append(held, p)
-	}
-	kept := map[uintptr]bool{}
-	for _, p := range held {
-		if page := p &^ (allocatorPage - 1); !kept[page] {
-			kept[page] = true
+		if page := p &^ (allocatorPage - 1); !pinned[page] {
+			pinned[page] = true
 			continue
 		}
+		rest = append(rest, p)
+	}
+	for _, p := range rest {
 		sqlitelib.Xsqlite3_free(tls, p)
 	}
 }
