@@ -34,7 +34,7 @@ build:
 GOTESTFLAGS ?=
 K8S_TESTS := ^(TestKubernetesLauncher|TestClusterRunsAJobsPodAsALocalProcess|TestSPIREIdentity)$$
 K8S_PKGS  := ./testsuite/ ./internal/testenv/kube/
-SIDE_TESTS := ^(TestManyTasksInOneRun|TestBenchCommandSmall|TestBenchCLIPathAndSweepSmall)$$
+SIDE_TESTS := ^(TestManyTasksInOneRun|TestBenchCommandSmall|TestBenchCLIPathAndSweep)$$
 # The nemesis soak (testsuite/hosts) runs in make soak and soak-ci only.
 NOT_IN_TEST := |^TestNemesisSoak$$
 

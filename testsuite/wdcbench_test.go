@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/wdc-runtime/wdc/api"
 )
 
 // benchContractFields are the `wdc bench -o json` fields other tools read.
@@ -30,21 +32,12 @@ var benchContractFields = []string{
 // plausible, and no agent left behind. It asserts no figure against a
 // target: figures come from `make bench`.
 func TestBenchCommandSmall(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	began := time.Now()
-	c := exec.CommandContext(ctx, os.Args[0], "bench", "-o", "json",
+	out := runBench(t, 3*time.Minute,
 		"--tasks", "20", "--workers", "20", "--trials", "3", "--selections", "10",
 		"--heartbeat-window", "5s", "--heartbeat-interval", "1s", "--agent-heartbeat-interval", "500ms")
-	c.Env = append(os.Environ(), envRunCLI+"=1")
-	var stdout, stderr bytes.Buffer
-	c.Stdout, c.Stderr = &stdout, &stderr
-	err := c.Run()
-	t.Logf("wdc bench took %s; progress:\n%s", time.Since(began).Round(time.Millisecond), stderr.String())
-	require.NoError(t, err)
 
 	var raw map[string]any
-	require.NoError(t, json.Unmarshal(stdout.Bytes(), &raw), stdout.String())
+	require.NoError(t, json.Unmarshal(out, &raw), string(out))
 	for _, f := range benchContractFields {
 		assert.Contains(t, raw, f)
 		assert.NotNil(t, raw[f], f)
@@ -74,7 +67,7 @@ func TestBenchCommandSmall(t *testing.T) {
 			SDK            string `json:"temporal_sdk_module"`
 		} `json:"versions"`
 	}
-	require.NoError(t, json.Unmarshal(stdout.Bytes(), &r))
+	require.NoError(t, json.Unmarshal(out, &r))
 	assert.Positive(t, r.BareThroughput)
 	assert.Positive(t, r.WdcThroughput)
 	assert.InDelta(t, r.WdcThroughput/r.BareThroughput, r.ThroughputRatio, 0.01)
@@ -103,6 +96,24 @@ func TestBenchCommandSmall(t *testing.T) {
 	assert.Empty(t, processesWith(t, "bench-agent-"), "agent subprocesses left behind")
 }
 
+// runBench runs `wdc bench -o json ARGS…` as a subprocess of this binary
+// (its own in-process server, control plane and agents), failing the test
+// unless it exits 0 within timeout; it returns the JSON.
+func runBench(t *testing.T, timeout time.Duration, args ...string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	began := time.Now()
+	c := exec.CommandContext(ctx, os.Args[0], append([]string{"bench", "-o", "json"}, args...)...)
+	c.Env = append(os.Environ(), envRunCLI+"=1")
+	var stdout, stderr bytes.Buffer
+	c.Stdout, c.Stderr = &stdout, &stderr
+	err := c.Run()
+	t.Logf("wdc bench %s took %s; progress:\n%s", strings.Join(args, " "), time.Since(began).Round(time.Millisecond), stderr.String())
+	require.NoError(t, err)
+	return stdout.Bytes()
+}
+
 // processesWith lists the command lines of this binary's processes that
 // contain s.
 func processesWith(t *testing.T, s string) []string {
@@ -124,24 +135,16 @@ func processesWith(t *testing.T, s string) []string {
 	return out
 }
 
-// TestBenchCLIPathAndSweepSmall runs `wdc bench --phases throughput,sweep`
-// at 20 tasks as a real subprocess and checks the figures of the path
-// users take (`wdc tasks submit --batch`, a subprocess of the bench): the
-// CLI rates and their ratio against the same run's bare baseline, the CPU
-// time per task of each process, and the sweep's counts and run load.
-func TestBenchCLIPathAndSweepSmall(t *testing.T) {
-	const n = 20
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	began := time.Now()
-	c := exec.CommandContext(ctx, os.Args[0], "bench", "-o", "json", "--phases", "throughput,sweep",
-		"--tasks", strconv.Itoa(n), "--agent-heartbeat-interval", "500ms")
-	c.Env = append(os.Environ(), envRunCLI+"=1")
-	var stdout, stderr bytes.Buffer
-	c.Stdout, c.Stderr = &stdout, &stderr
-	err := c.Run()
-	t.Logf("wdc bench took %s; progress:\n%s", time.Since(began).Round(time.Millisecond), stderr.String())
-	require.NoError(t, err)
+// TestBenchCLIPathAndSweep runs `wdc bench --phases throughput` at 20
+// tasks and `wdc bench --phases sweep` at 1,000 (CI's sweep; make bench's
+// is 10,000), each as a real subprocess, and checks the figures of the
+// path users take (`wdc tasks submit --batch`, a subprocess of the bench):
+// the CLI rates and their ratio against the same run's bare baseline, the
+// CPU time per task of each process, and the sweep's counts and run load.
+func TestBenchCLIPathAndSweep(t *testing.T) {
+	const n, sweepTasks = 20, 1000
+	out := runBench(t, 2*time.Minute, "--phases", "throughput", "--tasks", strconv.Itoa(n), "--agent-heartbeat-interval", "500ms")
+	sweepOut := runBench(t, 12*time.Minute, "--phases", "sweep", "--tasks", strconv.Itoa(sweepTasks))
 
 	type load struct {
 		HistoryLength   int64 `json:"history_length"`
@@ -155,7 +158,7 @@ func TestBenchCLIPathAndSweepSmall(t *testing.T) {
 		Agents       *float64 `json:"cpu_seconds_per_task_agents"`
 		CLI          *float64 `json:"cpu_seconds_per_task_cli"`
 	}
-	var r struct {
+	var r, sw struct {
 		BareThroughput     float64  `json:"bare_throughput"`
 		SubmitRate         float64  `json:"submit_rate"`
 		SubmitRateCLI      float64  `json:"submit_rate_cli"`
@@ -178,7 +181,7 @@ func TestBenchCLIPathAndSweepSmall(t *testing.T) {
 			SubmitConcurrency int `json:"submit_concurrency"`
 		} `json:"params"`
 	}
-	require.NoError(t, json.Unmarshal(stdout.Bytes(), &r), stdout.String())
+	require.NoError(t, json.Unmarshal(out, &r), string(out))
 	assert.Positive(t, r.BareThroughput)
 	assert.Positive(t, r.SubmitRate)
 	assert.Positive(t, r.SubmitRateCLI)
@@ -196,10 +199,13 @@ func TestBenchCLIPathAndSweepSmall(t *testing.T) {
 	require.NotNil(t, r.CPUBare)
 	assert.Positive(t, *r.CPUBare)
 
-	s := r.Sweep
+	assert.Nil(t, r.Sweep, "the sweep runs only when named")
+
+	require.NoError(t, json.Unmarshal(sweepOut, &sw), string(sweepOut))
+	s := sw.Sweep
 	require.NotNil(t, s, "sweep")
-	assert.Equal(t, n, s.Tasks)
-	assert.Equal(t, int64(n), s.Submitted)
+	assert.Equal(t, sweepTasks, s.Tasks)
+	assert.Equal(t, int64(sweepTasks), s.Submitted)
 	assert.Equal(t, s.Submitted, s.Completed, "every submitted task completed")
 	assert.Positive(t, s.SubmitRate)
 	assert.Positive(t, s.CompletionRate)
@@ -209,7 +215,8 @@ func TestBenchCLIPathAndSweepSmall(t *testing.T) {
 	assert.GreaterOrEqual(t, s.Max.HistoryBytes, s.End.HistoryBytes)
 	assert.Positive(t, s.Max.PendingBytes, "open tasks and uncommitted results are pending state")
 	assert.GreaterOrEqual(t, s.Max.PendingBytes, s.End.PendingBytes)
-	assert.LessOrEqual(t, s.Max.PendingChildren, int64(n))
+	assert.LessOrEqual(t, s.Max.PendingChildren, int64(sweepTasks))
+	assert.LessOrEqual(t, s.Max.PendingBytes, int64(api.MaxRunPendingBytes))
 	positive("sweep", s.cpu)
 
 	assert.Empty(t, processesWith(t, "bench-agent-"), "agent subprocesses left behind")
