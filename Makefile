@@ -26,10 +26,11 @@ build:
 # them and is not listed waits for the build (internal/testenv/kube).
 # The SPIRE server and agent (spire-tools, about 10 minutes cold) build
 # after them in the same background job; TestSPIREIdentity runs last too.
-# SIDE_TESTS, testsuite's long CPU-bound tests with no timing assertions,
-# run in a second go test process (its own embedded server) beside the
-# rest, at nice 10: they use the CPU the waiting tests leave idle and take
-# none from the tests whose deadlines matter.
+# SIDE_TESTS, testsuite's long CPU-bound tests (no figure asserted; their
+# deadlines are minutes), run in a second go test process (its own
+# embedded server) beside the rest, at nice 10: they use the CPU the
+# waiting tests leave idle and take little from the tests whose deadlines
+# are seconds.
 # GOTESTFLAGS adds flags to make test's go test runs (e.g. -v, -json).
 GOTESTFLAGS ?=
 K8S_TESTS := ^(TestKubernetesLauncher|TestClusterRunsAJobsPodAsALocalProcess|TestSPIREIdentity)$$
@@ -41,12 +42,12 @@ NOT_IN_TEST := |^TestNemesisSoak$$
 test: lint temporal-tools k8s-check
 	@log=$$(mktemp); echo "make: building the Kubernetes binaries in the background (log: $$log)"; \
 	$(TIMED) 'k8s and spire tools (background)' nice -n 19 sh -c 'tools/k8s/build.sh && tools/spire/build.sh' >/dev/null 2>$$log & k8s=$$!; \
-	side=$$(mktemp); echo "make: SIDE_TESTS run beside the rest (their output follows it)"; \
+	side=$$(mktemp); echo "make: SIDE_TESTS run beside the rest (their output follows it):"; \
+	echo nice -n 10 $(GO) test -count=1 -timeout 45m $(GOTESTFLAGS) -run "'$(SIDE_TESTS)'" ./testsuite/; \
 	$(TIMED) 'go test (SIDE_TESTS, beside)' nice -n 10 $(GO) test -count=1 -timeout 45m $(GOTESTFLAGS) -run '$(SIDE_TESTS)' ./testsuite/ >$$side 2>&1 & sidepid=$$!; \
 	echo $(GO) test -count=1 -timeout 45m $(GOTESTFLAGS) -skip "'$(K8S_TESTS)|$(SIDE_TESTS)$(NOT_IN_TEST)'" $(PKGS); \
 	$(TIMED) 'go test (all but K8S_TESTS, SIDE_TESTS)' $(GO) test -count=1 -timeout 45m $(GOTESTFLAGS) -skip '$(K8S_TESTS)|$(SIDE_TESTS)$(NOT_IN_TEST)' $(PKGS); rc=$$?; \
-	echo $(GO) test -count=1 -timeout 45m $(GOTESTFLAGS) -run "'$(SIDE_TESTS)'" ./testsuite/; \
-	wait $$sidepid || rc=1; cat $$side; rm -f $$side; \
+	wait $$sidepid || rc=1; echo "make: SIDE_TESTS:"; cat $$side; rm -f $$side; \
 	wait $$k8s || { rc=1; echo "make: tools/k8s/build.sh or tools/spire/build.sh failed:"; cat $$log; }; rm -f $$log; \
 	echo $(GO) test -count=1 -timeout 15m $(GOTESTFLAGS) -run "'$(K8S_TESTS)'" $(K8S_PKGS); \
 	$(TIMED) 'go test (K8S_TESTS)' $(GO) test -count=1 -timeout 15m $(GOTESTFLAGS) -run '$(K8S_TESTS)' $(K8S_PKGS) || rc=1; \
