@@ -38,19 +38,23 @@ K8S_PKGS  := ./testsuite/ ./internal/testenv/kube/
 SIDE_TESTS := ^(TestManyTasksInOneRun|TestBenchCommandSmall|TestBenchCLIPathAndSweep)$$
 # The nemesis soak (testsuite/hosts) runs in make soak and soak-ci only.
 NOT_IN_TEST := |^TestNemesisSoak$$
+# make test's three go test runs, each echoed as it is run.
+MAIN_GOTEST = $(GO) test -count=1 -timeout 45m $(GOTESTFLAGS) -skip '$(K8S_TESTS)|$(SIDE_TESTS)$(NOT_IN_TEST)' $(PKGS)
+SIDE_GOTEST = nice -n 10 $(GO) test -count=1 -timeout 45m $(GOTESTFLAGS) -run '$(SIDE_TESTS)' ./testsuite/
+K8S_GOTEST  = $(GO) test -count=1 -timeout 15m $(GOTESTFLAGS) -run '$(K8S_TESTS)' $(K8S_PKGS)
 
 test: lint temporal-tools k8s-check
 	@log=$$(mktemp); echo "make: building the Kubernetes binaries in the background (log: $$log)"; \
 	$(TIMED) 'k8s and spire tools (background)' nice -n 19 sh -c 'tools/k8s/build.sh && tools/spire/build.sh' >/dev/null 2>$$log & k8s=$$!; \
 	side=$$(mktemp); echo "make: SIDE_TESTS run beside the rest (their output follows it):"; \
-	echo nice -n 10 $(GO) test -count=1 -timeout 45m $(GOTESTFLAGS) -run "'$(SIDE_TESTS)'" ./testsuite/; \
-	$(TIMED) 'go test (SIDE_TESTS, beside)' nice -n 10 $(GO) test -count=1 -timeout 45m $(GOTESTFLAGS) -run '$(SIDE_TESTS)' ./testsuite/ >$$side 2>&1 & sidepid=$$!; \
-	echo $(GO) test -count=1 -timeout 45m $(GOTESTFLAGS) -skip "'$(K8S_TESTS)|$(SIDE_TESTS)$(NOT_IN_TEST)'" $(PKGS); \
-	$(TIMED) 'go test (all but K8S_TESTS, SIDE_TESTS)' $(GO) test -count=1 -timeout 45m $(GOTESTFLAGS) -skip '$(K8S_TESTS)|$(SIDE_TESTS)$(NOT_IN_TEST)' $(PKGS); rc=$$?; \
+	echo "$(SIDE_GOTEST)"; \
+	$(TIMED) 'go test (SIDE_TESTS, beside)' $(SIDE_GOTEST) >$$side 2>&1 & sidepid=$$!; \
+	echo "$(MAIN_GOTEST)"; \
+	$(TIMED) 'go test (all but K8S_TESTS, SIDE_TESTS)' $(MAIN_GOTEST); rc=$$?; \
 	wait $$sidepid || rc=1; echo "make: SIDE_TESTS:"; cat $$side; rm -f $$side; \
 	wait $$k8s || { rc=1; echo "make: tools/k8s/build.sh or tools/spire/build.sh failed:"; cat $$log; }; rm -f $$log; \
-	echo $(GO) test -count=1 -timeout 15m $(GOTESTFLAGS) -run "'$(K8S_TESTS)'" $(K8S_PKGS); \
-	$(TIMED) 'go test (K8S_TESTS)' $(GO) test -count=1 -timeout 15m $(GOTESTFLAGS) -run '$(K8S_TESTS)' $(K8S_PKGS) || rc=1; \
+	echo "$(K8S_GOTEST)"; \
+	$(TIMED) 'go test (K8S_TESTS)' $(K8S_GOTEST) || rc=1; \
 	exit $$rc
 
 # The long tests at full size, which `make test` runs reduced: 10,000
