@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 )
 
@@ -19,7 +21,8 @@ type DirSource struct {
 
 	mu      sync.Mutex
 	svid    *x509svid.SVID
-	files   [2]os.FileInfo // svid.pem and svid.key at the last read
+	bundle  *x509bundle.Bundle // bundle.pem, read with the SVID
+	files   [2]os.FileInfo     // svid.pem and svid.key at the last read
 	lastErr error
 }
 
@@ -43,8 +46,9 @@ func (s *DirSource) GetX509SVID() (*x509svid.SVID, error) {
 	}
 	if err == nil {
 		var svid *x509svid.SVID
-		if svid, _, err = LoadSVID(s.dir); err == nil {
-			s.svid, s.files, s.lastErr = svid, files, nil
+		var bundle *x509bundle.Bundle
+		if svid, bundle, err = LoadSVID(s.dir); err == nil {
+			s.svid, s.bundle, s.files, s.lastErr = svid, bundle, files, nil
 			return svid, nil
 		}
 	}
@@ -53,6 +57,18 @@ func (s *DirSource) GetX509SVID() (*x509svid.SVID, error) {
 		return s.svid, nil
 	}
 	return nil, err
+}
+
+// GetX509BundleForTrustDomain is the trust bundle written beside the SVID
+// (bundle.pem), read again with it (x509bundle.Source). Errors: td is not
+// the SVID's trust domain, or no SVID was read.
+func (s *DirSource) GetX509BundleForTrustDomain(td spiffeid.TrustDomain) (*x509bundle.Bundle, error) {
+	if _, err := s.GetX509SVID(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bundle.GetX509BundleForTrustDomain(td)
 }
 
 // LastError is the last failed read of the directory (nil once a read

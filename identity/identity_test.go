@@ -547,3 +547,60 @@ func TestRevocationFileWatchReadsChangesAndSaysWhatFails(t *testing.T) {
 	_, ok = list.Revoked(id)
 	require.True(t, ok, "a line taken out is not forgotten while the process runs")
 }
+
+func TestAuthorityIsJudgedAtItsSigningTime(t *testing.T) {
+	td := spiffeid.RequireTrustDomainFromString(DefaultTrustDomain)
+	iss, err := NewIssuer(td)
+	require.NoError(t, err)
+	other, err := NewIssuer(td)
+	require.NoError(t, err)
+	submitter := func(iss *Issuer, name string, ttl time.Duration) *Signer {
+		id, err := SubmitterID(td, name)
+		require.NoError(t, err)
+		svid, err := iss.Issue(id, ttl)
+		require.NoError(t, err)
+		s, err := NewSigner(svid)
+		require.NoError(t, err)
+		return s
+	}
+	alice := submitter(iss, "alice", time.Minute)
+	forged := submitter(other, "alice", time.Hour)
+	worker := signerFor(t, iss, "worker-a", time.Hour)
+	now := time.Now()
+	base := msg{WorkerID: "task-1", N: 1}
+	sign := func(s *Signer, m msg, at time.Time) (msg, *Proof) {
+		p, err := s.Sign("task-authority", m, at)
+		require.NoError(t, err)
+		return m, p
+	}
+	for _, tc := range []struct {
+		name string
+		at   time.Time
+		make func() (msg, *Proof)
+		want lease.RejectReason
+	}{
+		{"signed by a submitter", now, func() (msg, *Proof) { return sign(alice, base, now) }, ""},
+		{"judged an hour later, after the SVID expired", now.Add(time.Hour), func() (msg, *Proof) { return sign(alice, base, now) }, ""},
+		{"unsigned", now, func() (msg, *Proof) { return base, nil }, lease.RejectUnauthenticated},
+		{"content changed", now, func() (msg, *Proof) {
+			m, p := sign(alice, base, now)
+			m.N = 2
+			return m, p
+		}, lease.RejectUnauthenticated},
+		{"signed by a worker", now, func() (msg, *Proof) { return sign(worker, base, now) }, lease.RejectWrongIdentity},
+		{"a root the bundle does not hold", now, func() (msg, *Proof) { return sign(forged, base, now) }, lease.RejectUnauthenticated},
+		{"dated after its SVID expired", now.Add(2 * time.Hour), func() (msg, *Proof) { return sign(alice, base, now.Add(2*time.Hour)) }, lease.RejectUnauthenticated},
+		{"dated in the future", now, func() (msg, *Proof) { return sign(alice, base, now.Add(MaxSignedAge+time.Second)) }, lease.RejectUnauthenticated},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := NewVerifier(ModeRequired, td, iss.Bundle())
+			require.NoError(t, err)
+			m, p := tc.make()
+			verdict, rej := v.Authority(tc.at, "task-authority", m, p)
+			require.Equal(t, tc.want, reasonOf(rej), "%v", rej)
+			if rej == nil {
+				require.Equal(t, "spiffe://wdc.local/wdc/submitter/alice", verdict.ID.String())
+			}
+		})
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 
@@ -106,6 +107,22 @@ func (s *Signer) current() (*x509svid.SVID, [][]byte, error) {
 		chain = append(chain, c.Raw)
 	}
 	return svid, chain, nil
+}
+
+// Verifier is a verifier in mode, in the signer's trust domain, over the
+// trust bundle that comes with its SVID source (a Workload API source, or
+// a DirSource's bundle.pem). Errors: the source carries no bundle, or it
+// has no SVID now.
+func (s *Signer) Verifier(mode Mode) (*Verifier, error) {
+	b, ok := s.src.(x509bundle.Source)
+	if !ok {
+		return nil, errors.New("identity: this SVID source carries no trust bundle")
+	}
+	id := s.ID()
+	if id.IsZero() {
+		return nil, errors.New("identity: no X.509-SVID to take the trust domain from")
+	}
+	return NewVerifier(mode, id.TrustDomain(), b)
 }
 
 // ID is the signer's SPIFFE ID (zero when its source has no SVID).

@@ -151,6 +151,33 @@ func (v *Verifier) Submitter(now time.Time, kind string, message any, p *Proof) 
 	}, "a submitter")
 }
 
+// Authority judges a submitter's standing authority for work (a task's
+// api.TaskAuthority): signed with a submitter's own SVID whose chain
+// verifies at the signing time, not at now, so a task started or reset
+// long after its submission still verifies; a revocation still refuses
+// it. SignedAt may not be later than now plus MaxSignedAge. Rejections:
+// unauthenticated, wrong_identity.
+func (v *Verifier) Authority(now time.Time, kind string, message any, p *Proof) (Verdict, *lease.Rejection) {
+	if p != nil && p.SignedAt.After(now.Add(MaxSignedAge)) && !v.off() {
+		return Verdict{}, reject(lease.RejectUnauthenticated, "%s is signed at %s, in the future", kind, p.SignedAt.Format(time.RFC3339))
+	}
+	at := now
+	if p != nil {
+		at = p.SignedAt
+	}
+	id, pub, verdict, rej, done := v.signer(at, kind, p)
+	if done {
+		return verdict, rej
+	}
+	if _, ok := SubmitterOf(id); !ok || p.Delegation != nil {
+		return Verdict{}, reject(lease.RejectWrongIdentity, "%s must be signed by a submitter's own SVID, not by %s", kind, id)
+	}
+	if rej := v.content(pub, kind, message, p); rej != nil {
+		return Verdict{}, rej
+	}
+	return Verdict{Signed: true, ID: id}, nil
+}
+
 // own judges a message signed with the sender's own SVID, whose ID must
 // satisfy is (described by who).
 func (v *Verifier) own(now time.Time, kind string, message any, p *Proof, is func(spiffeid.ID) bool, who string) (Verdict, *lease.Rejection) {
