@@ -76,6 +76,10 @@ type LaunchInput struct {
 	// under (SelectWorkerResult.Incarnation); an agent of another
 	// incarnation starts nothing. 0: not known (no check).
 	Incarnation int64 `json:"incarnation,omitempty"`
+	// Authority is the task's submitter's signature over
+	// TaskAuthorityOf(Envelope, Lease.EnvelopeDigest): an agent with
+	// identity on launches nothing without it (Agent.LaunchAttempt).
+	Authority *identity.Proof `json:"authority,omitempty"`
 }
 
 // LaunchFailure is the detail of a launch_failed error of the launch

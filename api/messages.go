@@ -252,8 +252,29 @@ type TaskInput struct {
 	// EnvelopeDigest is Envelope.Digest(); the workflow checks it.
 	EnvelopeDigest string      `json:"envelope_digest"`
 	Options        TaskOptions `json:"options"`
+	// Authority is the submitter's signature over TaskAuthorityOf(Envelope,
+	// EnvelopeDigest) (kind TaskAuthorityKind). The task verifies it when
+	// it starts and hands it to every launch; with identity on, a task
+	// without one runs nothing.
+	Authority *identity.Proof `json:"authority,omitempty"`
 	// Carry is nil on the first run; continue-as-new carries the state.
 	Carry *TaskCarry `json:"carry,omitempty"`
+}
+
+// TaskAuthority is what a submitter signs for each task it submits: this
+// envelope, as this task of this run. It is what lets work start: the run
+// admits, the task runs and an agent launches only work its submitter
+// signed (identity.Verifier.Authority).
+type TaskAuthority struct {
+	RunID          string `json:"run_id"`
+	TaskID         string `json:"task_id"`
+	EnvelopeDigest string `json:"envelope_digest"`
+}
+
+// TaskAuthorityOf is the authority a submitter signs for env, whose
+// digest is digest.
+func TaskAuthorityOf(env envelope.Envelope, digest string) TaskAuthority {
+	return TaskAuthority{RunID: env.RunID, TaskID: env.TaskID, EnvelopeDigest: digest}
 }
 
 // TaskCarry is the task state continue-as-new carries forward, so attempt
@@ -498,6 +519,9 @@ type AddTaskInput struct {
 	Envelope       envelope.Envelope `json:"envelope"`
 	EnvelopeDigest string            `json:"envelope_digest"`
 	Options        TaskOptions       `json:"options"`
+	// Authority is the submitter's signature over the task's
+	// TaskAuthority, which the run hands to the task (TaskInput.Authority).
+	Authority *identity.Proof `json:"authority,omitempty"`
 	// Proof is the submitter's signature over the rest of the input
 	// (identity.Verifier.Submitter); in an AddTasksInput, the batch's
 	// proof covers its tasks instead.

@@ -136,6 +136,9 @@ const (
 	// UpdateSubmitResult (SubmitResultInput → SubmitResultResult) hands an
 	// attempt's result to the task; the validator is the fence check.
 	UpdateSubmitResult = "submit-result"
+	// TaskAuthorityKind is the kind a submitter signs a TaskAuthority
+	// under.
+	TaskAuthorityKind = "task-authority"
 	// LaunchFailedReport is the kind a worker signs a LaunchFailure under.
 	LaunchFailedReport = "launch-failed"
 	// SignalAttemptFailed (AttemptFailedSignal) reports an attempt that

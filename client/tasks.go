@@ -38,6 +38,9 @@ func (c *Client) SubmitTask(ctx context.Context, env envelope.Envelope, opts api
 		// A start operation runs once: a retry needs its own.
 		in := api.AddTaskInput{Envelope: env, EnvelopeDigest: digest, Options: opts}
 		var err error
+		if in.Authority, err = c.sign(api.TaskAuthorityKind, api.TaskAuthorityOf(env, digest)); err != nil {
+			return err
+		}
 		if in.Proof, err = c.sign(api.UpdateAddTask, in); err != nil {
 			return err
 		}
@@ -102,7 +105,11 @@ func (c *Client) SubmitTasks(ctx context.Context, envs []envelope.Envelope, opts
 		if env.RunID != envs[0].RunID || env.WorldID != envs[0].WorldID {
 			return res, &Error{Type: api.ErrTypeInvalidArgument, Message: fmt.Sprintf("envelope %d (%s): run %s/world %s, but the batch is for run %s/world %s", i, env.TaskID, env.RunID, env.WorldID, envs[0].RunID, envs[0].WorldID)}
 		}
-		in.Tasks[i] = api.AddTaskInput{Envelope: env, EnvelopeDigest: digest, Options: opts}
+		authority, err := c.sign(api.TaskAuthorityKind, api.TaskAuthorityOf(env, digest))
+		if err != nil {
+			return res, err
+		}
+		in.Tasks[i] = api.AddTaskInput{Envelope: env, EnvelopeDigest: digest, Options: opts, Authority: authority}
 	}
 	run := envs[0].RunID
 	if err := c.checkRunOpen(ctx, run); err != nil {

@@ -37,6 +37,10 @@ const (
 	// RejectReplayed: a validly signed message sent again (not newer than
 	// the last one accepted, or older than the replay window).
 	RejectReplayed RejectReason = "replayed"
+	// RejectInvalidInput: work whose own description is broken (an
+	// envelope that does not validate or digest as named, a workflow ID
+	// that is not its task's), refused where it would run.
+	RejectInvalidInput RejectReason = "invalid_input"
 )
 
 // Claim is what every message from an attempt asserts about itself:
