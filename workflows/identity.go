@@ -49,13 +49,38 @@ func (i *identityInbound) ValidateUpdate(ctx workflow.Context, in *interceptor.U
 	return i.Next.ValidateUpdate(workflow.WithValue(ctx, verifierKey{}, i.v), in)
 }
 
-// continued reports whether this run was started by continue-as-new (the
-// server sets that, no client can): only then is a carried state in the
-// input the workflow's own. A client that starts a workflow with a state
-// of its choosing (a registered worker, a task's lease, a run's evidence)
-// would otherwise skip every validator.
+// continued reports whether this run was started by continue-as-new:
+// only then is a carried state in the input the workflow's own. A client
+// that starts a workflow with a state of its choosing (a registered
+// worker, a task's lease, a run's evidence) would otherwise skip every
+// validator. The server also links a retry's or a cron run's execution to
+// the one before, with the client's input: startedAsWdcStartsIt refuses
+// those first.
 func continued(ctx workflow.Context) bool {
 	return workflow.GetInfo(ctx).ContinuedExecutionRunID != ""
+}
+
+// startedAsWdcStartsIt refuses a workflow started with a retry policy or a
+// cron schedule, or as a retry: wdc starts its workflows with neither, and
+// a retry's or cron run's input (the starting client's) would pass for a
+// carried state. It returns nil or a non-retryable application error of
+// type lease.RejectInvalidInput; the workflow then does nothing.
+func startedAsWdcStartsIt(ctx workflow.Context) error {
+	info := workflow.GetInfo(ctx)
+	var why string
+	switch {
+	case info.CronSchedule != "":
+		why = fmt.Sprintf("a cron schedule (%q)", info.CronSchedule)
+	case info.RetryPolicy != nil:
+		why = "a retry policy"
+	case info.Attempt > 1:
+		why = fmt.Sprintf("retry attempt %d", info.Attempt)
+	default:
+		return nil
+	}
+	msg := fmt.Sprintf("%s %s was started with %s; wdc starts its workflows with none, so this one runs nothing", info.WorkflowType.Name, info.WorkflowExecution.ID, why)
+	workflow.GetLogger(ctx).Warn("workflow refused", "detail", msg)
+	return temporal.NewNonRetryableApplicationError(msg, string(lease.RejectInvalidInput), nil)
 }
 
 // verifierOf is the control plane's verifier in ctx (nil: identity off,
@@ -90,6 +115,19 @@ func authenticateSubmitter(ctx workflow.Context, kind string, message any, p *id
 	}
 	verdict, rej := verifierOf(ctx).Submitter(workflow.Now(ctx), kind, message, p)
 	return identityVerdict(ctx, kind, verdict, rej)
+}
+
+// authenticateAuthority is the run's check of a task's authority before
+// it admits the task: identity.Verifier.Authority over the task's
+// api.TaskAuthority, so the run never starts a task that would refuse
+// itself (authorizeStart). It returns nil or an application error whose
+// type is the reason.
+func authenticateAuthority(ctx workflow.Context, in api.AddTaskInput) error {
+	if !verifierOf(ctx).Enabled() {
+		return nil
+	}
+	verdict, rej := verifierOf(ctx).Authority(workflow.Now(ctx), api.TaskAuthorityKind, api.TaskAuthorityOf(in.Envelope, in.EnvelopeDigest), in.Authority)
+	return identityVerdict(ctx, api.TaskAuthorityKind, verdict, rej)
 }
 
 // signerOf is the SPIFFE ID a proof names ("" for none): what a handler

@@ -30,6 +30,9 @@ import (
 // The run ends once it is closed (close update, or CloseWhenDone) and every
 // task has ended.
 func WdcRun(ctx workflow.Context, in api.RunInput) (api.RunState, error) {
+	if err := startedAsWdcStartsIt(ctx); err != nil {
+		return api.RunState{}, err
+	}
 	if in.Carry != nil && !continued(ctx) {
 		workflow.GetLogger(ctx).Warn("carry ignored: only continue-as-new carries a run's state", "run", in.RunID)
 		in.Carry = nil
@@ -535,6 +538,10 @@ func (r *runWorkflow) validateAddTask(ctx workflow.Context, in api.AddTaskInput)
 		countRejected(ctx, err)
 		return err
 	}
+	if err := authenticateAuthority(ctx, in); err != nil {
+		countRejected(ctx, err)
+		return err
+	}
 	if t := r.task(in.Envelope.TaskID); t != nil && t.State != api.TaskAborted {
 		return nil // idempotent re-add
 	}
@@ -670,6 +677,12 @@ func (r *runWorkflow) validateAddTasks(ctx workflow.Context, in api.AddTasksInpu
 	if err := authenticateSubmitter(ctx, api.UpdateAddTasks, unsigned, in.Proof); err != nil {
 		countRejected(ctx, err)
 		return err
+	}
+	for i, t := range in.Tasks {
+		if err := authenticateAuthority(ctx, t); err != nil {
+			countRejected(ctx, err)
+			return fmt.Errorf("tasks[%d] (%s): %w", i, t.Envelope.TaskID, err)
+		}
 	}
 	return nil
 }
@@ -845,7 +858,7 @@ func TaskStart(runID string, in api.AddTaskInput) (workflow.ChildWorkflowOptions
 			StaticDetails:         api.TaskDetails(in.Envelope, in.EnvelopeDigest),
 			Memo:                  api.TaskMemo(runID, in.EnvelopeDigest, opts.LeaseTTL),
 		}, api.TaskInput{
-			Envelope: in.Envelope, EnvelopeDigest: in.EnvelopeDigest, Options: opts,
+			Envelope: in.Envelope, EnvelopeDigest: in.EnvelopeDigest, Options: opts, Authority: in.Authority,
 		}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/wdc-runtime/wdc/activities"
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/envelope"
+	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/lease"
 )
 
@@ -37,14 +38,21 @@ var (
 // an attempt's fate (invariant 1) — and tells its run through the
 // task-ended signal: from the local ingest of a result, in the workflow
 // task that then keeps or abandons it, else itself once it decided. The
-// run believes only what the task's own query says. Its input is
-// validated by whoever starts it (the run's
-// add-task validator), never again here, so a stricter rule in a later
-// version cannot change what a replayed history did.
+// run believes only what the task's own query says. Whoever started it,
+// a first run checks its own input (authorizeStart: its envelope, and its
+// submitter's signature) and runs nothing it refuses.
 func WdcTask(ctx workflow.Context, in api.TaskInput) (api.TaskOutcome, error) {
+	if err := startedAsWdcStartsIt(ctx); err != nil {
+		return api.TaskOutcome{}, err
+	}
 	if in.Carry != nil && !continued(ctx) {
 		workflow.GetLogger(ctx).Warn("carry ignored: only continue-as-new carries a task's state", "task", in.Envelope.TaskID)
 		in.Carry = nil
+	}
+	if in.Carry == nil {
+		if err := authorizeStart(ctx, in); err != nil {
+			return api.TaskOutcome{}, err
+		}
 	}
 	t := newTaskWorkflow(in)
 	if startedByReset(ctx) {
@@ -92,10 +100,13 @@ const (
 type taskWorkflow struct {
 	env    envelope.Envelope
 	digest string
-	opts   api.TaskOptions
-	carry  api.TaskCarry
-	state  api.TaskState
-	phase  taskPhase
+	// authority is the submitter's signature the task was started with,
+	// handed to every launch.
+	authority *identity.Proof
+	opts      api.TaskOptions
+	carry     api.TaskCarry
+	state     api.TaskState
+	phase     taskPhase
 
 	// ledger aliases carry.Ledger for brevity.
 	ledger *lease.Ledger
@@ -136,7 +147,7 @@ type taskWorkflow struct {
 }
 
 func newTaskWorkflow(in api.TaskInput) *taskWorkflow {
-	t := &taskWorkflow{env: in.Envelope, digest: in.EnvelopeDigest, opts: in.Options.WithDefaults(), state: api.TaskPending}
+	t := &taskWorkflow{env: in.Envelope, digest: in.EnvelopeDigest, authority: in.Authority, opts: in.Options.WithDefaults(), state: api.TaskPending}
 	if in.Carry != nil {
 		t.carry = *in.Carry
 	} else {
@@ -491,6 +502,6 @@ func (t *taskWorkflow) continueAsNew(ctx workflow.Context) error {
 	}
 	carry := t.carry
 	return workflow.NewContinueAsNewError(ctx, WdcTask, api.TaskInput{
-		Envelope: t.env, EnvelopeDigest: t.digest, Options: t.opts, Carry: &carry,
+		Envelope: t.env, EnvelopeDigest: t.digest, Options: t.opts, Authority: t.authority, Carry: &carry,
 	})
 }

@@ -113,7 +113,7 @@ func (t *taskWorkflow) grant(ctx workflow.Context, sel api.SelectWorkerResult) e
 	lctx, cancel := workflow.WithCancel(ctx)
 	actx := workflow.WithActivityOptions(lctx, t.launchOptions(l))
 	t.launch = workflow.ExecuteActivity(actx, agentActs.LaunchAttempt, api.LaunchInput{
-		Envelope: t.env, Lease: l, HeartbeatInterval: t.opts.HeartbeatInterval, Incarnation: sel.Incarnation,
+		Envelope: t.env, Lease: l, HeartbeatInterval: t.opts.HeartbeatInterval, Incarnation: sel.Incarnation, Authority: t.authority,
 	})
 	t.launchCancel = cancel
 	return nil

@@ -43,6 +43,9 @@ type taskSuite struct {
 	env    *testsuite.TestWorkflowEnvironment
 	envl   envelope.Envelope
 	digest string
+	// submitter, when set, signs the task's authority (as tasks submit
+	// does); nil leaves the task unsigned.
+	submitter *identity.Signer
 
 	mu sync.Mutex
 	// gen counts SetupTestWith calls: the mocks of an earlier one record
@@ -260,7 +263,13 @@ func (s *taskSuite) start(env *testsuite.TestWorkflowEnvironment, opts api.TaskO
 
 // startInput is the input of start, after it set env's start options.
 func (s *taskSuite) startInput(env *testsuite.TestWorkflowEnvironment, opts api.TaskOptions) api.TaskInput {
-	co, in := TaskStart(s.envl.RunID, api.AddTaskInput{Envelope: s.envl, EnvelopeDigest: s.digest, Options: opts})
+	add := api.AddTaskInput{Envelope: s.envl, EnvelopeDigest: s.digest, Options: opts}
+	if s.submitter != nil {
+		p, err := s.submitter.Sign(api.TaskAuthorityKind, api.TaskAuthorityOf(s.envl, s.digest), time.Now())
+		s.Require().NoError(err)
+		add.Authority = p
+	}
+	co, in := TaskStart(s.envl.RunID, add)
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: co.WorkflowID, TaskQueue: co.TaskQueue, TypedSearchAttributes: co.TypedSearchAttributes})
 	return in
 }
@@ -868,6 +877,11 @@ func (s *taskSuite) TestLaunchFailureSkipsTheLockDelayOnlyWhenItsWorkerSignedIt(
 		return sg
 	}
 	own, other := signer("worker-a"), signer("worker-b")
+	alice, err := iss.Issue(spiffeid.RequireFromString("spiffe://"+iss.TrustDomain().Name()+"/wdc/submitter/alice"), time.Hour)
+	s.Require().NoError(err)
+	s.submitter, err = identity.NewSigner(alice)
+	s.Require().NoError(err)
+	defer func() { s.submitter = nil }()
 	for _, tc := range []struct {
 		name      string
 		by        *identity.Signer

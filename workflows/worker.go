@@ -37,6 +37,9 @@ import (
 // incarnation a later entry of the same worker continues from), or
 // UnregisteredLifetime after its start when no registration was accepted.
 func WdcWorker(ctx workflow.Context, in api.WorkerInput) (api.WorkerView, error) {
+	if err := startedAsWdcStartsIt(ctx); err != nil {
+		return api.WorkerView{}, err
+	}
 	if (in.State != nil || len(in.Lost) > 0 || !in.ReconciledAt.IsZero()) && !continued(ctx) {
 		workflow.GetLogger(ctx).Warn("state ignored: only continue-as-new carries a worker's record", "worker", in.WorkerID)
 		in.State, in.Lost, in.ReconciledAt = nil, nil, time.Time{}
