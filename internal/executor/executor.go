@@ -23,6 +23,7 @@ import (
 
 	"github.com/wdc-runtime/wdc/api"
 	"github.com/wdc-runtime/wdc/envelope"
+	"github.com/wdc-runtime/wdc/fleet"
 	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/internal/blobstore"
 	"github.com/wdc-runtime/wdc/internal/logrepeat"
@@ -190,6 +191,9 @@ type Execution struct {
 	started time.Time
 	log     *slog.Logger
 	cell    *cell // holds the command's processes (contain.go)
+	// logs are the command's stdout and stderr as the executor opened
+	// them before the start; closed when the attempt ends.
+	logs Logs
 
 	// seq numbers heartbeats across both phases (running, submitting);
 	// the submission reports it (api.SubmitResultInput.HeartbeatSeq).
@@ -226,6 +230,35 @@ func TaskDir(root string, c lease.Claim) string {
 	return filepath.Join(root, c.TaskID, strconv.FormatInt(c.Attempt, 10)+"-"+strconv.FormatInt(c.Fence, 10))
 }
 
+// CheckAttempt is what an attempt must be before anything is created for
+// it, whoever sent it: a valid sealed envelope (IDs, input names, sizes),
+// a lease of the envelope's task whose IDs are valid, and the envelope's
+// digest the lease's. Errors name the field.
+func CheckAttempt(a launchers.Attempt) error {
+	if err := a.Envelope.Validate(true); err != nil {
+		return fmt.Errorf("envelope: %w", err)
+	}
+	for _, id := range []struct{ field, value string }{{"lease.task_id", a.Lease.TaskID}, {"lease.worker_id", a.Lease.WorkerID}} {
+		if err := fleet.ValidateID(id.field, id.value); err != nil {
+			return err
+		}
+	}
+	if a.Lease.TaskID != a.Envelope.TaskID {
+		return fmt.Errorf("lease.task_id %q is not the envelope's task %q", a.Lease.TaskID, a.Envelope.TaskID)
+	}
+	if a.Lease.Attempt < 1 || a.Lease.Fence < 1 {
+		return fmt.Errorf("lease: attempt %d and fence %d must be positive", a.Lease.Attempt, a.Lease.Fence)
+	}
+	digest, err := a.Envelope.Digest()
+	if err != nil {
+		return fmt.Errorf("envelope: %w", err)
+	}
+	if digest != a.Lease.EnvelopeDigest {
+		return fmt.Errorf("lease.envelope_digest %s does not match the envelope (%s)", a.Lease.EnvelopeDigest, digest)
+	}
+	return nil
+}
+
 // Start lays out the task directory, stages the inputs from the blob store,
 // starts the command and returns; heartbeating, fencing and submission run
 // in the background until the attempt ends (Done).
@@ -241,6 +274,9 @@ func Start(opts Options) (*Execution, error) {
 	}
 	if a.HeartbeatInterval <= 0 || a.HeartbeatInterval >= a.Lease.TTL {
 		return nil, fmt.Errorf("heartbeat interval %s must be positive and below the lease TTL %s", a.HeartbeatInterval, a.Lease.TTL)
+	}
+	if err := CheckAttempt(a); err != nil {
+		return nil, fmt.Errorf("attempt refused: %w", err)
 	}
 	claim := a.Claim()
 	opts.Control = Signed(opts.Control, opts.AttemptKey)
@@ -421,11 +457,11 @@ func (e *Execution) startCommand() error {
 	if err != nil {
 		return err
 	}
-	stdout, err := os.Create(filepath.Join(e.taskDir, "stdout.log"))
+	stdout, err := createLog(filepath.Join(e.taskDir, api.LogStdout))
 	if err != nil {
 		return err
 	}
-	stderr, err := os.Create(filepath.Join(e.taskDir, "stderr.log"))
+	stderr, err := createLog(filepath.Join(e.taskDir, api.LogStderr))
 	if err != nil {
 		stdout.Close()
 		return err
@@ -452,12 +488,19 @@ func (e *Execution) startCommand() error {
 		e.cell.remove()
 		return fmt.Errorf("start %s: %w", prog, err)
 	}
-	stdout.Close()
-	stderr.Close()
+	// The logs are read back through these descriptors, never by path:
+	// the command may replace the paths (with a symlink to a secret).
+	e.logs = Logs{api.LogStdout: stdout, api.LogStderr: stderr}
 	e.cmd = cmd
 	e.started = time.Now()
 	e.log.Info("attempt started", "pid", cmd.Process.Pid, "dir", e.taskDir, "containment", e.cell.host.mode)
 	return nil
+}
+
+// createLog creates a log file the command will write, refusing one that
+// exists or is a symlink.
+func createLog(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
 }
 
 // PID is the command's process (and process group) ID.
@@ -512,6 +555,7 @@ func (e *Execution) stopped() (Outcome, string) {
 // supervise runs the attempt to its end.
 func (e *Execution) supervise() {
 	defer close(e.done)
+	defer e.logs.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -690,7 +734,7 @@ func (e *Execution) finish(rep *Report) {
 		rep.OutputError = "staging outputs: " + err.Error()
 	}
 	rep.Artifacts = arts
-	logs, err := StageLogs(ctx, e.taskDir, e.opts.Blobs, blobstore.LogStagingPrefix(e.claim.TaskID, e.claim.Attempt, e.claim.Fence))
+	logs, err := StageLogs(ctx, e.logs, e.opts.Blobs, blobstore.LogStagingPrefix(e.claim.TaskID, e.claim.Attempt, e.claim.Fence))
 	if err != nil {
 		e.log.Warn("logs not kept with the result", "error", err)
 		logs = nil

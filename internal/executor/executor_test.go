@@ -526,7 +526,7 @@ func TestStartFailuresLeaveNothingRunning(t *testing.T) {
 	g.lease.EnvelopeDigest = "sha256:" + strings.Repeat("0", 64)
 	_, err = Start(Options{Attempt: launchers.Attempt{Envelope: g.env, Lease: g.lease, HeartbeatInterval: time.Second}, Root: g.root, Blobs: g.blobs, Control: g.ctl})
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "does not match the lease")
+	assert.Contains(t, err.Error(), "does not match the envelope")
 	assert.NoDirExists(t, TaskDir(g.root, claimOf(g.lease)), "no half-made task dir")
 }
 

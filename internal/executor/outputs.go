@@ -193,22 +193,29 @@ func (c *capReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// StageLogs uploads the tail (at most api.MaxLogBytes) of the task
-// directory's stdout.log and stderr.log under prefix
-// (blobstore.LogStagingPrefix) while hashing them. Missing logs are
-// skipped.
-func StageLogs(ctx context.Context, taskDir string, store *blobstore.Store, prefix string) ([]api.Artifact, error) {
+// Logs are an attempt's log files by name (api.LogStdout, api.LogStderr),
+// as the executor opened them before its command started.
+type Logs map[string]*os.File
+
+// Close closes every log file.
+func (l Logs) Close() {
+	for _, f := range l {
+		f.Close()
+	}
+}
+
+// StageLogs uploads the tail (at most api.MaxLogBytes) of each of logs
+// under prefix (blobstore.LogStagingPrefix) while hashing it. It reads
+// through the descriptors only (never a path the command could have
+// replaced) and leaves their offsets alone; a missing log is skipped.
+func StageLogs(ctx context.Context, logs Logs, store *blobstore.Store, prefix string) ([]api.Artifact, error) {
 	var out []api.Artifact
 	for _, name := range []string{api.LogStdout, api.LogStderr} {
-		f, err := os.Open(filepath.Join(taskDir, name))
-		if errors.Is(err, os.ErrNotExist) {
+		f := logs[name]
+		if f == nil {
 			continue
 		}
-		if err != nil {
-			return nil, err
-		}
 		a, err := stageTail(ctx, f, store, prefix+name, api.MaxLogBytes)
-		f.Close()
 		if err != nil {
 			return nil, fmt.Errorf("stage %s: %w", name, err)
 		}
@@ -218,18 +225,17 @@ func StageLogs(ctx context.Context, taskDir string, store *blobstore.Store, pref
 	return out, nil
 }
 
-// stageTail uploads the last max bytes of f to key, hashing them.
-func stageTail(ctx context.Context, f *os.File, store *blobstore.Store, key string, max int64) (api.Artifact, error) {
+// stageTail uploads the last limit bytes of f to key, hashing them.
+func stageTail(ctx context.Context, f *os.File, store *blobstore.Store, key string, limit int64) (api.Artifact, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return api.Artifact{}, err
 	}
-	if skip := fi.Size() - max; skip > 0 {
-		if _, err := f.Seek(skip, io.SeekStart); err != nil {
-			return api.Artifact{}, err
-		}
+	if !fi.Mode().IsRegular() {
+		return api.Artifact{}, fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
 	}
-	d, n, err := store.Stage(ctx, key, io.LimitReader(f, max))
+	start := max(fi.Size()-limit, 0)
+	d, n, err := store.Stage(ctx, key, io.NewSectionReader(f, start, limit))
 	if err != nil {
 		return api.Artifact{}, err
 	}
