@@ -28,6 +28,11 @@ type Agent struct {
 	// Signer, when set, signs each launch failure's detail
 	// (api.LaunchFailure) with the worker's SVID.
 	Signer *identity.Signer
+	// Verifier judges each launch's api.LaunchInput.Authority, its
+	// submitter's signature over the task (identity.Verifier.Authority):
+	// in mode required an unsigned launch starts nothing. Nil (identity
+	// off) launches unsigned work.
+	Verifier *identity.Verifier
 }
 
 // LaunchAttempt starts an attempt and returns once it runs; the executor
@@ -51,6 +56,12 @@ type Agent struct {
 func (a *Agent) LaunchAttempt(ctx context.Context, in api.LaunchInput) (api.LaunchResult, error) {
 	if in.Lease.WorkerID != a.WorkerID {
 		return api.LaunchResult{}, a.failed(in, fmt.Sprintf("lease is for worker %q, this agent is %q", in.Lease.WorkerID, a.WorkerID), nil)
+	}
+	if rej := a.authorize(in); rej != nil {
+		if activity.IsActivity(ctx) {
+			activity.GetLogger(ctx).Warn("launch refused", "task", in.Lease.TaskID, "attempt", in.Lease.Attempt, "fence", in.Lease.Fence, "reason", rej.Reason, "detail", rej.Message)
+		}
+		return api.LaunchResult{}, a.failed(in, fmt.Sprintf("attempt %d (fence %d) not started: %s: %s", in.Lease.Attempt, in.Lease.Fence, rej.Reason, rej.Message), nil)
 	}
 	if a.Incarnation != nil && in.Incarnation != 0 {
 		if mine := a.awaitIncarnation(ctx, in.Incarnation); mine != in.Incarnation {
@@ -87,6 +98,19 @@ func (a *Agent) LaunchAttempt(ctx context.Context, in api.LaunchInput) (api.Laun
 		return api.LaunchResult{}, a.failed(in, err.Error(), err)
 	}
 	return api.LaunchResult{TaskDir: sub.TaskDir, PID: sub.PID}, nil
+}
+
+// authorize is what a launch must be before the agent creates or starts
+// anything for it: an attempt the executor accepts (executor.CheckAttempt:
+// a valid sealed envelope of the lease's task and digest), signed by its
+// submitter (Verifier.Authority over its api.TaskAuthority). It returns
+// nil or the rejection.
+func (a *Agent) authorize(in api.LaunchInput) *lease.Rejection {
+	if err := executor.CheckAttempt(launchers.Attempt{Envelope: in.Envelope, Lease: in.Lease, HeartbeatInterval: in.HeartbeatInterval}); err != nil {
+		return &lease.Rejection{Reason: lease.RejectInvalidInput, Message: err.Error()}
+	}
+	_, rej := a.Verifier.Authority(time.Now(), api.TaskAuthorityKind, api.TaskAuthorityOf(in.Envelope, in.Lease.EnvelopeDigest), in.Authority)
+	return rej
 }
 
 // failed is LaunchAttempt's error: non-retryable launch_failed with msg

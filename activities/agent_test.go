@@ -17,9 +17,24 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/wdc-runtime/wdc/api"
+	"github.com/wdc-runtime/wdc/envelope"
 	"github.com/wdc-runtime/wdc/launchers"
 	"github.com/wdc-runtime/wdc/lease"
 )
+
+// launchOf is a well-formed launch of task t1 (run r1) on worker at
+// attempt and fence, reserved under incarnation (0: none named).
+func launchOf(t *testing.T, worker string, attempt, fence, incarnation int64) api.LaunchInput {
+	t.Helper()
+	env := envelope.Envelope{TaskID: "t1", RunID: "r1", WorldID: "w1", Command: []string{"true"}}
+	env.Normalize()
+	digest, err := env.Digest()
+	require.NoError(t, err)
+	return api.LaunchInput{
+		Envelope: env, Incarnation: incarnation, HeartbeatInterval: time.Second,
+		Lease: lease.Lease{TaskID: "t1", EnvelopeDigest: digest, WorkerID: worker, Attempt: attempt, Fence: fence, State: lease.Active, TTL: 4 * time.Second},
+	}
+}
 
 // recordingLauncher records submissions and starts nothing.
 type recordingLauncher struct{ submitted int }
@@ -44,9 +59,7 @@ func TestLaunchAttemptPastItsDeadlineStartsNothing(t *testing.T) {
 	agent := &Agent{WorkerID: "w-a", Launcher: launcher}
 	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-1500*time.Millisecond))
 	defer cancel()
-	_, err := agent.LaunchAttempt(ctx, api.LaunchInput{
-		Lease: lease.Lease{TaskID: "t1", WorkerID: "w-a", Attempt: 2, Fence: 2, State: lease.Active, TTL: 4 * time.Second}, HeartbeatInterval: time.Second,
-	})
+	_, err := agent.LaunchAttempt(ctx, launchOf(t, "w-a", 2, 2, 0))
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(err, &appErr), "got %v", err)
 	assert.Equal(t, api.ErrTypeLaunchFailed, appErr.Type())
@@ -61,9 +74,7 @@ func TestLaunchAttemptInTimeIsSubmitted(t *testing.T) {
 	var ts testsuite.WorkflowTestSuite
 	env := ts.NewTestActivityEnvironment()
 	env.RegisterActivity(&Agent{WorkerID: "w-a", Launcher: launcher})
-	_, err := env.ExecuteActivity((&Agent{}).LaunchAttempt, api.LaunchInput{
-		Lease: lease.Lease{TaskID: "t1", WorkerID: "w-a", Attempt: 2, Fence: 2, State: lease.Active, TTL: 4 * time.Second}, HeartbeatInterval: time.Second,
-	})
+	_, err := env.ExecuteActivity((&Agent{}).LaunchAttempt, launchOf(t, "w-a", 2, 2, 0))
 	require.NoError(t, err)
 	assert.Equal(t, 1, launcher.submitted)
 }
@@ -84,9 +95,7 @@ func TestLaunchAttemptRefusedByTheLauncherIsLoggedWithTheAttempt(t *testing.T) {
 	ts.SetLogger(log.NewStructuredLogger(slog.New(slog.NewJSONHandler(&buf, nil))))
 	env := ts.NewTestActivityEnvironment()
 	env.RegisterActivity(&Agent{WorkerID: "w-a", Launcher: &failingLauncher{}})
-	_, err := env.ExecuteActivity((&Agent{}).LaunchAttempt, api.LaunchInput{
-		Lease: lease.Lease{TaskID: "t1", WorkerID: "w-a", Attempt: 3, Fence: 4, State: lease.Active, TTL: 4 * time.Second}, HeartbeatInterval: time.Second,
-	})
+	_, err := env.ExecuteActivity((&Agent{}).LaunchAttempt, launchOf(t, "w-a", 3, 4, 0))
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(err, &appErr), "got %v", err)
 	assert.Equal(t, api.ErrTypeLaunchFailed, appErr.Type())
@@ -134,10 +143,7 @@ func TestLaunchAttemptOfAnotherIncarnationStartsNothing(t *testing.T) {
 				}
 				return c.mine
 			}}
-			_, err := agent.LaunchAttempt(context.Background(), api.LaunchInput{
-				Lease:       lease.Lease{TaskID: "t1", WorkerID: "w-a", Attempt: 2, Fence: 5, State: lease.Active, TTL: 4 * time.Second},
-				Incarnation: c.reserved, HeartbeatInterval: time.Second,
-			})
+			_, err := agent.LaunchAttempt(context.Background(), launchOf(t, "w-a", 2, 5, c.reserved))
 			if c.wantStarted {
 				require.NoError(t, err)
 				assert.Equal(t, 1, launcher.submitted)

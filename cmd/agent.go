@@ -41,6 +41,7 @@ func (a *app) newAgentCommand() *cobra.Command {
 		k8sf      k8sFlags
 		runAs     runAsFlags
 		svid      svidFlags
+		launchID  string
 	)
 	c := &cobra.Command{
 		Use:   "agent --worker-id ID",
@@ -164,6 +165,10 @@ an earlier agent of this work directory left behind.`,
 			if signer != nil {
 				signer.ClockOffset = a.deps.ClockOffset
 			}
+			verifier, err := launchVerifier(launchID, signer)
+			if err != nil {
+				return err
+			}
 			if launcher != launcherExternal && spoolDir != "" {
 				return usagef("--spool-dir goes with --launcher %s", launcherExternal)
 			}
@@ -262,7 +267,7 @@ an earlier agent of this work directory left behind.`,
 				}
 			}
 			opts.Registration = r
-			opts.Identity = signer
+			opts.Identity, opts.Verifier = signer, verifier
 			// StartAgent's ctx bounds its registration only.
 			sctx, cancelStart := context.WithTimeout(ctx, a.global.controlPlaneTimeout)
 			defer cancelStart()
@@ -312,6 +317,7 @@ an earlier agent of this work directory left behind.`,
 	limits.bind(f)
 	runAs.bind(f)
 	svid.bind(f, a.deps.Getenv)
+	f.StringVar(&launchID, "identity", a.deps.Getenv(envIdentity), "off, optional or required: whether a launch must carry its submitter's signature over the task, checked against the trust bundle that comes with the SVID before anything is created (env "+envIdentity+"; default required with an SVID, else off)")
 	f.StringVar(&launcher, "launcher", launcherLocal, "how attempts run: local (in this process, each in its own process group), external (hand each launch off as a 'wdc exec' command in --spool-dir, for another system to run), ray (submit each as a job to the Ray cluster at --ray-address) or k8s (a Kubernetes Job per attempt; see --k8s-*)")
 	f.StringVar(&spoolDir, "spool-dir", "", "with --launcher external: where each attempt's 'wdc exec' command is written, as <task>-a<attempt>-f<fence>.json (default <data-dir>/spool/<worker-id>)")
 	f.StringVar(&execBin, "exec-binary", "wdc", "with --launcher external, ray or k8s: "+execBinaryHelp)
@@ -319,6 +325,33 @@ an earlier agent of this work directory left behind.`,
 	rayFlags.bind(f, a.deps.Getenv)
 	k8sf.bind(f)
 	return c
+}
+
+// launchVerifier is the verifier of launches' task authorities that
+// --identity (mode; default required with an SVID, else off) and the
+// agent's SVID give: nil when off. Errors name the flag.
+func launchVerifier(mode string, signer *identity.Signer) (*identity.Verifier, error) {
+	if mode == "" {
+		mode = string(identity.ModeOff)
+		if signer != nil {
+			mode = string(identity.ModeRequired)
+		}
+	}
+	m, err := identity.ParseMode(mode)
+	if err != nil {
+		return nil, usagef("--identity: %v", err)
+	}
+	if m == identity.ModeOff {
+		return nil, nil
+	}
+	if signer == nil {
+		return nil, usagef("--identity %s: needs the worker's SVID (--svid-dir, --spiffe-socket or --ca-dir), whose trust bundle judges the launches", m)
+	}
+	v, err := signer.Verifier(m)
+	if err != nil {
+		return nil, usagef("--identity %s: %v", m, err)
+	}
+	return v, nil
 }
 
 // agentHeartbeat is the agent's worker heartbeat period: --heartbeat-interval,

@@ -66,6 +66,10 @@ type AgentOptions struct {
 	// (HeartbeaterOptions.Healthy): a cluster's worker heartbeats only
 	// while its cluster's API answers.
 	Healthy func(ctx context.Context) error
+	// Verifier, when set, judges every launch's task authority (its
+	// submitter's signature) before anything is created or started
+	// (activities.Agent.Verifier); nil launches unsigned work.
+	Verifier *identity.Verifier
 	// Identity, when set, is the worker's X.509-SVID signer: it signs the
 	// registration, and the Local and external launchers delegate a key to
 	// each attempt to sign its result (identity.Signer.Delegate).
@@ -151,7 +155,7 @@ func StartAgent(ctx context.Context, c client.Client, opts AgentOptions) (*Agent
 	}
 	// The identity of the agent's activity events, whatever the client's.
 	a.worker = sdkworker.New(c, api.AgentTaskQueue(reg.WorkerID), sdkworker.Options{Identity: api.AgentIdentity(reg.WorkerID)})
-	a.worker.RegisterActivityWithOptions(&activities.Agent{WorkerID: reg.WorkerID, Launcher: launcher, Incarnation: hb.Incarnation, Signer: opts.Identity}, activity.RegisterOptions{SkipInvalidStructFunctions: true})
+	a.worker.RegisterActivityWithOptions(&activities.Agent{WorkerID: reg.WorkerID, Launcher: launcher, Incarnation: hb.Incarnation, Signer: opts.Identity, Verifier: opts.Verifier}, activity.RegisterOptions{SkipInvalidStructFunctions: true})
 	if hb.adopter != nil {
 		// Register before polling: a launch taken meanwhile (one queued
 		// for the previous incarnation) would start a Job the
