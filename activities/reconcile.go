@@ -9,6 +9,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 
@@ -47,6 +48,13 @@ func (c *Control) ReconcileTasks(ctx context.Context, in api.ReconcileTasksInput
 		case err != nil:
 			return res, fmt.Errorf("describe %s: %w", wfID, err)
 		}
+		if why := notWdcTask(desc.GetWorkflowExecutionInfo()); why != "" {
+			// A look-alike under the task's ID: whatever it answers is not
+			// the task's outcome, and the task itself is gone.
+			activity.GetLogger(ctx).Warn("look-alike task execution ignored", "run", in.RunID, "task", id, "detail", why)
+			res.Closed = append(res.Closed, api.ReconciledTask{TaskID: id, Status: StatusNotATask})
+			continue
+		}
 		status := desc.GetWorkflowExecutionInfo().GetStatus()
 		if in.Reported && status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 			rt, err := c.reportedOutcome(ctx, in.RunID, id, desc.GetWorkflowExecutionInfo().GetExecution().GetRunId())
@@ -81,6 +89,27 @@ func (c *Control) ReconcileTasks(ctx context.Context, in api.ReconcileTasksInput
 		res.Closed = append(res.Closed, rt)
 	}
 	return res, nil
+}
+
+// StatusNotATask is api.ReconciledTask.Status for an execution under a
+// task's workflow ID that is not a task wdc runs (notWdcTask): the run
+// records the task as ended without a result.
+const StatusNotATask = "NOT_A_WDC_TASK"
+
+// notWdcTask says why an execution under a task's workflow ID is not one
+// wdc runs ("" when it is): any namespace client can start a workflow of
+// another type, or of type WdcTask on a task queue of its own, whose
+// query and result answer anything. Only WdcTask on api.ControlTaskQueue
+// runs wdc's code, which checks its own input (its submitter's signature)
+// before it runs anything.
+func notWdcTask(info *workflowpb.WorkflowExecutionInfo) string {
+	switch {
+	case info.GetType().GetName() != api.TaskWorkflowType:
+		return fmt.Sprintf("workflow %s is of type %q, not %s", info.GetExecution().GetWorkflowId(), info.GetType().GetName(), api.TaskWorkflowType)
+	case info.GetTaskQueue() != api.ControlTaskQueue:
+		return fmt.Sprintf("workflow %s runs on task queue %q, not %s", info.GetExecution().GetWorkflowId(), info.GetTaskQueue(), api.ControlTaskQueue)
+	}
+	return ""
 }
 
 // reportedOutcome is a running task's outcome as its own lease query
@@ -172,6 +201,14 @@ func (c *Control) CheckReservations(ctx context.Context, in api.CheckReservation
 	for i, r := range in.Reservations {
 		activity.RecordHeartbeat(ctx, i)
 		qctx, cancel := context.WithTimeout(ctx, checkQueryTimeout)
+		desc, err := c.Client.DescribeWorkflowExecution(qctx, api.TaskWorkflowID(r.TaskID), "")
+		if err == nil {
+			if why := notWdcTask(desc.GetWorkflowExecutionInfo()); why != "" {
+				cancel()
+				res.Stale = append(res.Stale, api.StaleReservation{ReservationRef: r, Why: why})
+				continue
+			}
+		}
 		v, err := wc.Task(qctx, r.TaskID)
 		cancel()
 		if errors.Is(err, wdcclient.ErrNotFound) {

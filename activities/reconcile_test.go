@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
@@ -51,6 +52,9 @@ func TestStaleReservation(t *testing.T) {
 type terminatedTask struct {
 	client.Client
 	status enumspb.WorkflowExecutionStatus
+	// typ and queue describe the execution (default: WdcTask on
+	// wdc-control, a task wdc runs).
+	typ, queue string
 }
 
 func (f terminatedTask) QueryWorkflow(_ context.Context, wfID, _, _ string, _ ...any) (converter.EncodedValue, error) {
@@ -59,7 +63,46 @@ func (f terminatedTask) QueryWorkflow(_ context.Context, wfID, _, _ string, _ ..
 }
 
 func (f terminatedTask) DescribeWorkflowExecution(context.Context, string, string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
-	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{Status: f.status}}, nil
+	typ, queue := api.TaskWorkflowType, api.ControlTaskQueue
+	if f.typ != "" {
+		typ = f.typ
+	}
+	if f.queue != "" {
+		queue = f.queue
+	}
+	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{
+		Status: f.status, Type: &commonpb.WorkflowType{Name: typ}, TaskQueue: queue,
+		Execution: &commonpb.WorkflowExecution{WorkflowId: api.TaskWorkflowID("t1")}}}, nil
+}
+
+// A look-alike under a task's workflow ID (another type, or WdcTask on a
+// queue of its own) answering that the task holds its lease keeps no
+// reservation, and its answer is no outcome: the run records the task
+// ended without a result.
+func TestALookAlikeTaskIsNotBelieved(t *testing.T) {
+	for _, tc := range []struct{ name, typ, queue string }{
+		{"another type", "Crafted", api.ControlTaskQueue},
+		{"WdcTask on the attacker's queue", api.TaskWorkflowType, "attacker"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ts testsuite.WorkflowTestSuite
+			env := ts.NewTestActivityEnvironment()
+			env.RegisterActivity(&Control{Client: terminatedTask{status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, typ: tc.typ, queue: tc.queue}})
+			val, err := env.ExecuteActivity("CheckReservations", api.CheckReservationsInput{WorkerID: "w", Reservations: []api.ReservationRef{{TaskID: "t1", Fence: 1}}})
+			require.NoError(t, err)
+			var res api.CheckReservationsResult
+			require.NoError(t, val.Get(&res))
+			require.Len(t, res.Stale, 1, "the look-alike's word keeps no reservation")
+
+			val, err = env.ExecuteActivity("ReconcileTasks", api.ReconcileTasksInput{RunID: "r1", TaskIDs: []string{"t1"}, Reported: true})
+			require.NoError(t, err)
+			var rec api.ReconcileTasksResult
+			require.NoError(t, val.Get(&rec))
+			require.Len(t, rec.Closed, 1)
+			require.Equal(t, StatusNotATask, rec.Closed[0].Status)
+			require.Nil(t, rec.Closed[0].Outcome, "no outcome is taken from it")
+		})
+	}
 }
 
 // The reservation of a task whose workflow was terminated is released:
