@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,6 +36,12 @@ func attackerLaunch(ctx workflow.Context, in api.LaunchInput) error {
 		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
 	})
 	return workflow.ExecuteActivity(ctx, "LaunchAttempt", in).Get(ctx, nil)
+}
+
+// lookAlikeTaskType is registered on the attacker's queue under the
+// task's own type name: it answers with a crafted outcome.
+func lookAlikeTask(ctx workflow.Context, out api.TaskOutcome) (api.TaskOutcome, error) {
+	return out, nil
 }
 
 // refusalType is the type of the application error at the root of a
@@ -77,6 +84,7 @@ func TestDoorsLetInOnlySignedWork(t *testing.T) {
 	workDir := filepath.Join(t.TempDir(), "work")
 	startAgentOn(t, c, workerID, func(o *worker.AgentOptions) {
 		o.Identity, o.Verifier, o.WorkDir = issueSigner(t, iss, workerID), v, workDir
+		o.Registration.ReservationCheckAfter = fleet.MinReservationCheckAfter // door 4: the check comes soon
 	})
 	label := testLabel(t)
 	marker := filepath.Join(t.TempDir(), "pwned")
@@ -181,6 +189,48 @@ func TestDoorsLetInOnlySignedWork(t *testing.T) {
 				nothingRan(t, env.TaskID)
 			})
 		}
+	})
+
+	t.Run("door 4: a look-alike under a task's ID", func(t *testing.T) {
+		gate := filepath.Join(t.TempDir(), "gate")
+		env, _ := crafted("door-victim")
+		env.RunID = "door-victim-run"
+		env.Command = []string{"/bin/sh", "-c", `while [ ! -e "$GATE" ]; do sleep 0.05; done`}
+		env.Env["GATE"] = gate
+		_, err := sub.SubmitTask(ctx, env, api.TaskOptions{})
+		require.NoError(t, err)
+		waitLaunched(t, wc, env.TaskID, 1)
+		wfID := api.TaskWorkflowID(env.TaskID)
+		require.NoError(t, c.TerminateWorkflow(ctx, wfID, "", "attacker"))
+
+		queue := "lookalike-" + label
+		w := sdkworker.New(c, queue, sdkworker.Options{})
+		w.RegisterWorkflowWithOptions(lookAlikeTask, workflow.RegisterOptions{Name: api.TaskWorkflowType})
+		require.NoError(t, w.Start())
+		defer w.Stop()
+		forged := api.TaskOutcome{TaskID: env.TaskID, RunID: env.RunID, State: api.TaskCompleted, Attempts: 1,
+			Result: &api.TaskResult{WorkerID: workerID, Attempt: 1, Fence: 1, Artifacts: []api.Artifact{{Name: "out.txt", Digest: "sha256:" + strings.Repeat("e", 64), SizeBytes: 1}}}}
+		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: wfID, TaskQueue: queue}, api.TaskWorkflowType, forged)
+		require.NoError(t, err)
+		require.NoError(t, run.Get(ctx, nil))
+		require.NoError(t, c.SignalWorkflow(ctx, api.RunWorkflowID(env.RunID), "", api.SignalTaskEnded, forged))
+		var rv api.RunView
+		waitFor(t, 60*time.Second, "the run recorded the victim ended", func() bool {
+			rv, err = wc.Run(ctx, env.RunID)
+			return err == nil && len(rv.Tasks) == 1 && rv.Tasks[0].State.Terminal()
+		})
+		assert.Equal(t, api.TaskAborted, rv.Tasks[0].State, "the look-alike's COMPLETED is not the task's")
+		assert.Contains(t, rv.Tasks[0].EndDetail, "NOT_A_WDC_TASK")
+		assert.Zero(t, rv.WorkerResultEvents, "no worker_result from the look-alike")
+		waitFor(t, 60*time.Second, "the victim's reservation released", func() bool {
+			wv, err := wc.Worker(ctx, workerID)
+			for _, r := range wv.Reservations {
+				if r.TaskID == env.TaskID {
+					return false
+				}
+			}
+			return err == nil
+		})
 	})
 
 	t.Run("door 3: a retry's input is no carried state", func(t *testing.T) {
