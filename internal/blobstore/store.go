@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"hash"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -357,7 +358,7 @@ func (s *Store) PutFile(ctx context.Context, path string) (digest string, size i
 		return "", 0, err
 	}
 	key, _ := ContentKey(digest)
-	if ok, err := s.Exists(ctx, key); err != nil || ok {
+	if ok, err := s.intact(ctx, key, digest, size); err != nil || ok {
 		return digest, size, err
 	}
 	f, err := os.Open(path)
@@ -412,7 +413,15 @@ func (s *Store) PromoteWithProgress(ctx context.Context, srcKey, want string, pr
 		if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != want {
 			return 0, fmt.Errorf("blob store %s: promote %s: %w: declared %s, content is %s", s.where, srcKey, ErrDigestMismatch, want, got)
 		}
-		return size, nil
+		if ok, err := s.intact(ctx, key, want, size); err != nil || ok {
+			return size, err
+		}
+		// The stored blob was altered: the staged copy, which hashes
+		// right, replaces it.
+		if r, err = s.bucket.NewReader(ctx, srcKey, readerOptions); err != nil {
+			return 0, s.fail("promote", srcKey, err)
+		}
+		defer r.Close()
 	}
 	_, size, err = s.write(ctx, key, r, want, progress)
 	if err != nil {
@@ -452,7 +461,33 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Open opens a blob for reading. Errors: ErrNotFound.
+// intact reports whether key exists and holds content of digest want and
+// size bytes; a blob that was altered in place (appended to, rewritten)
+// is not, and the next good upload of its content replaces it.
+func (s *Store) intact(ctx context.Context, key, want string, size int64) (bool, error) {
+	got, err := s.Size(ctx, key)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil || got != size {
+		return false, err
+	}
+	r, err := s.bucket.NewReader(ctx, key, readerOptions)
+	if err != nil {
+		return false, s.fail("read", key, err)
+	}
+	defer r.Close()
+	h := sha256.New()
+	if _, err := io.CopyBuffer(h, r, make([]byte, copyBuf)); err != nil {
+		return false, s.fail("read", key, err)
+	}
+	return "sha256:"+hex.EncodeToString(h.Sum(nil)) == want, nil
+}
+
+// Open opens a blob for reading. The reader hashes what it serves: at the
+// end it returns an error wrapping ErrDigestMismatch instead of io.EOF
+// when the content is not the digest's (the store was altered). Errors:
+// ErrNotFound.
 func (s *Store) Open(ctx context.Context, digest string) (io.ReadCloser, error) {
 	key, err := ContentKey(digest)
 	if err != nil {
@@ -461,14 +496,35 @@ func (s *Store) Open(ctx context.Context, digest string) (io.ReadCloser, error) 
 	r, err := s.bucket.NewReader(ctx, key, readerOptions)
 	if gcerrors.Code(err) == gcerrors.NotFound && s.dir != "" {
 		if lr, lerr := s.bucket.NewReader(ctx, legacyKey(key), readerOptions); lerr == nil {
-			return lr, nil
+			return &verifyingReader{rc: lr, h: sha256.New(), want: digest}, nil
 		}
 	}
 	if err != nil {
 		return nil, s.fail("read", key, err)
 	}
-	return r, nil
+	return &verifyingReader{rc: r, h: sha256.New(), want: digest}, nil
 }
+
+// verifyingReader hashes what it reads and fails at the end when the
+// content is not want's.
+type verifyingReader struct {
+	rc   io.ReadCloser
+	h    hash.Hash
+	want string
+}
+
+func (v *verifyingReader) Read(p []byte) (int, error) {
+	n, err := v.rc.Read(p)
+	v.h.Write(p[:n])
+	if err == io.EOF {
+		if got := "sha256:" + hex.EncodeToString(v.h.Sum(nil)); got != v.want {
+			return n, fmt.Errorf("blob %s: %w: content is %s (the store was altered)", v.want, ErrDigestMismatch, got)
+		}
+	}
+	return n, err
+}
+
+func (v *verifyingReader) Close() error { return v.rc.Close() }
 
 // CopyTo writes the blob to dst atomically (temp + fsync + rename),
 // verifying its hash on the way. dst's directory must exist.

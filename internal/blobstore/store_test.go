@@ -167,3 +167,55 @@ func TestCloudSchemesHaveDrivers(t *testing.T) {
 	_, err := Open(context.Background(), "nosuch://b")
 	assert.ErrorContains(t, err, "no driver registered", "what an unknown scheme says")
 }
+
+// A blob altered in place (a command with write access to the store
+// appended to it) is never served as its digest's content, and the next
+// good upload of that content replaces it, by each way content arrives.
+func TestAnAlteredBlobIsRefusedAndReplaced(t *testing.T) {
+	ctx := context.Background()
+	for _, upload := range []struct {
+		name string
+		put  func(t *testing.T, s *Store)
+	}{
+		{"Put", func(t *testing.T, s *Store) {
+			_, _, err := s.Put(ctx, strings.NewReader("hello\n"))
+			require.NoError(t, err)
+		}},
+		{"PutFile", func(t *testing.T, s *Store) {
+			p := filepath.Join(t.TempDir(), "hello")
+			require.NoError(t, os.WriteFile(p, []byte("hello\n"), 0o644))
+			_, _, err := s.PutFile(ctx, p)
+			require.NoError(t, err)
+		}},
+		{"a staged output promoted", func(t *testing.T, s *Store) {
+			_, _, err := s.Stage(ctx, "staging/t1/1-1/out", strings.NewReader("hello\n"))
+			require.NoError(t, err)
+			_, err = s.Promote(ctx, "staging/t1/1-1/out", helloDigest)
+			require.NoError(t, err)
+		}},
+	} {
+		for _, alter := range []struct{ name, content string }{{"appended to", "hello\nevil\n"}, {"rewritten, same size", "HELLO\n"}} {
+			t.Run(upload.name+"/"+alter.name, func(t *testing.T) {
+				s, err := OpenDir(ctx, t.TempDir())
+				require.NoError(t, err)
+				upload.put(t, s)
+				key, _ := ContentKey(helloDigest)
+				require.NoError(t, os.WriteFile(filepath.Join(s.LocalDir(), key), []byte(alter.content), 0o644))
+
+				r, err := s.Open(ctx, helloDigest)
+				require.NoError(t, err)
+				_, err = io.ReadAll(r)
+				r.Close()
+				require.ErrorIs(t, err, ErrDigestMismatch, "the altered blob is not served")
+
+				upload.put(t, s)
+				r, err = s.Open(ctx, helloDigest)
+				require.NoError(t, err)
+				b, err := io.ReadAll(r)
+				r.Close()
+				require.NoError(t, err)
+				assert.Equal(t, "hello\n", string(b), "the good upload replaced it")
+			})
+		}
+	}
+}

@@ -230,7 +230,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 			return res, err
 		}
 		ag, err := worker.StartAgent(ctx, opts.Client, worker.AgentOptions{
-			Identity: signer,
+			Identity: signer, Verifier: verifier,
 			Registration: fleet.Registration{
 				WorkerID: id, Capacity: resource.List{CPUMillis: 2000, MemoryBytes: 1 << 30}, Labels: label,
 				StaleAfter: 15 * time.Second, OfflineAfter: 60 * time.Second,
