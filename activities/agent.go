@@ -57,7 +57,7 @@ func (a *Agent) LaunchAttempt(ctx context.Context, in api.LaunchInput) (api.Laun
 	if in.Lease.WorkerID != a.WorkerID {
 		return api.LaunchResult{}, a.failed(in, fmt.Sprintf("lease is for worker %q, this agent is %q", in.Lease.WorkerID, a.WorkerID), nil)
 	}
-	if rej := a.authorize(in); rej != nil {
+	if rej := a.authorize(ctx, in); rej != nil {
 		if activity.IsActivity(ctx) {
 			activity.GetLogger(ctx).Warn("launch refused", "task", in.Lease.TaskID, "attempt", in.Lease.Attempt, "fence", in.Lease.Fence, "reason", rej.Reason, "detail", rej.Message)
 		}
@@ -103,15 +103,54 @@ func (a *Agent) LaunchAttempt(ctx context.Context, in api.LaunchInput) (api.Laun
 // authorize is what a launch must be before the agent creates or starts
 // anything for it: an attempt the executor accepts (executor.CheckAttempt:
 // a valid sealed envelope of the lease's task and digest), signed by its
-// submitter (Verifier.Authority over its api.TaskAuthority). It returns
+// submitter (Verifier.Authority over its api.TaskAuthority) and, with
+// identity on, scheduled by the task itself (scheduledByTask). It returns
 // nil or the rejection.
-func (a *Agent) authorize(in api.LaunchInput) *lease.Rejection {
+func (a *Agent) authorize(ctx context.Context, in api.LaunchInput) *lease.Rejection {
 	if err := executor.CheckAttempt(launchers.Attempt{Envelope: in.Envelope, Lease: in.Lease, HeartbeatInterval: in.HeartbeatInterval}); err != nil {
 		return &lease.Rejection{Reason: lease.RejectInvalidInput, Message: err.Error()}
 	}
-	_, rej := a.Verifier.Authority(time.Now(), api.TaskAuthorityKind, api.TaskAuthorityOf(in.Envelope, in.Lease.EnvelopeDigest), in.Authority)
-	return rej
+	if _, rej := a.Verifier.Authority(time.Now(), api.TaskAuthorityKind, api.TaskAuthorityOf(in.Envelope, in.Lease.EnvelopeDigest), in.Authority); rej != nil {
+		return rej
+	}
+	if !a.Verifier.Enabled() || !activity.IsActivity(ctx) {
+		return nil
+	}
+	return scheduledByTask(ctx, in.Lease.TaskID)
 }
+
+// scheduledByTask refuses a launch that task taskID's own execution did
+// not schedule: the server names the workflow that scheduled an activity
+// (no client can), and only WdcTask on api.ControlTaskQueue runs wdc's
+// code, which checked its input at start and launches only its current
+// lease. Any other workflow (an attacker's own, or a look-alike under the
+// task's ID on a queue of its own) could replay a signed envelope under a
+// lease of its making. It returns nil or the rejection (wrong_task; or
+// unauthenticated when the scheduler cannot be described).
+func scheduledByTask(ctx context.Context, taskID string) *lease.Rejection {
+	info := activity.GetInfo(ctx)
+	want := api.TaskWorkflowID(taskID)
+	if info.WorkflowType == nil || info.WorkflowType.Name != api.TaskWorkflowType || info.WorkflowExecution.ID != want {
+		typ := ""
+		if info.WorkflowType != nil {
+			typ = info.WorkflowType.Name
+		}
+		return &lease.Rejection{Reason: lease.RejectWrongTask, Message: fmt.Sprintf("scheduled by workflow %s of type %q, not by task %s (%s)", info.WorkflowExecution.ID, typ, taskID, want)}
+	}
+	dctx, cancel := context.WithTimeout(ctx, describeTimeout)
+	defer cancel()
+	desc, err := activity.GetClient(ctx).DescribeWorkflowExecution(dctx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID)
+	if err != nil {
+		return &lease.Rejection{Reason: lease.RejectUnauthenticated, Message: fmt.Sprintf("the scheduling workflow %s cannot be described: %v", want, err)}
+	}
+	if q := desc.GetWorkflowExecutionInfo().GetTaskQueue(); q != api.ControlTaskQueue {
+		return &lease.Rejection{Reason: lease.RejectWrongTask, Message: fmt.Sprintf("scheduled by a look-alike of %s on task queue %q, not %s", want, q, api.ControlTaskQueue)}
+	}
+	return nil
+}
+
+// describeTimeout bounds scheduledByTask's description of the task.
+const describeTimeout = 10 * time.Second
 
 // failed is LaunchAttempt's error: non-retryable launch_failed with msg
 // and cause, detailed by the api.LaunchFailure of in's claim, signed by

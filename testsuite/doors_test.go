@@ -172,6 +172,10 @@ func TestDoorsLetInOnlySignedWork(t *testing.T) {
 				in.Authority, err = issueSigner(t, iss, workerID).Sign(api.TaskAuthorityKind, api.TaskAuthorityOf(in.Envelope, digest), time.Now())
 				require.NoError(t, err)
 			}, "wrong_identity"},
+			{"signed by the submitter, scheduled by another workflow", func(in *api.LaunchInput) {
+				in.Authority, err = alice.Sign(api.TaskAuthorityKind, api.TaskAuthorityOf(in.Envelope, digest), time.Now())
+				require.NoError(t, err)
+			}, "wrong_task"},
 			{"an input named outside the task directory", func(in *api.LaunchInput) {
 				in.Envelope.Inputs = []envelope.Input{{Name: "../../escape", Digest: digest}}
 				in.Lease.EnvelopeDigest, _ = in.Envelope.Digest()
@@ -189,6 +193,22 @@ func TestDoorsLetInOnlySignedWork(t *testing.T) {
 				nothingRan(t, env.TaskID)
 			})
 		}
+		t.Run("signed, scheduled by a look-alike under the task's ID", func(t *testing.T) {
+			lw := sdkworker.New(c, queue+"-task", sdkworker.Options{})
+			lw.RegisterWorkflowWithOptions(attackerLaunch, workflow.RegisterOptions{Name: api.TaskWorkflowType})
+			require.NoError(t, lw.Start())
+			defer lw.Stop()
+			in := in
+			in.Authority, err = alice.Sign(api.TaskAuthorityKind, api.TaskAuthorityOf(in.Envelope, digest), time.Now())
+			require.NoError(t, err)
+			run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: api.TaskWorkflowID(env.TaskID), TaskQueue: queue + "-task"}, api.TaskWorkflowType, in)
+			require.NoError(t, err)
+			err = run.Get(ctx, nil)
+			require.Error(t, err)
+			assert.Equal(t, api.ErrTypeLaunchFailed, refusalType(err), "%v", err)
+			assert.Contains(t, err.Error(), "look-alike")
+			nothingRan(t, env.TaskID)
+		})
 	})
 
 	t.Run("door 4: a look-alike under a task's ID", func(t *testing.T) {
