@@ -165,10 +165,6 @@ an earlier agent of this work directory left behind.`,
 			if signer != nil {
 				signer.ClockOffset = a.deps.ClockOffset
 			}
-			verifier, err := launchVerifier(launchID, signer)
-			if err != nil {
-				return err
-			}
 			if launcher != launcherExternal && spoolDir != "" {
 				return usagef("--spool-dir goes with --launcher %s", launcherExternal)
 			}
@@ -180,6 +176,10 @@ an earlier agent of this work directory left behind.`,
 				}
 			}
 			runAsUser, err := runAs.lookup()
+			if err != nil {
+				return err
+			}
+			verifier, err := launchVerifier(launchID, signer)
 			if err != nil {
 				return err
 			}
@@ -317,7 +317,7 @@ an earlier agent of this work directory left behind.`,
 	limits.bind(f)
 	runAs.bind(f)
 	svid.bind(f, a.deps.Getenv)
-	f.StringVar(&launchID, "identity", a.deps.Getenv(envIdentity), "off, optional or required: whether a launch must carry its submitter's signature over the task, checked against the trust bundle that comes with the SVID before anything is created (env "+envIdentity+"; default required with an SVID, else off)")
+	f.StringVar(&launchID, "identity", a.deps.Getenv(envIdentity), "off, optional or required: whether a launch must carry its submitter's signature over the task, checked against the trust bundle that comes with the SVID before anything is created (env "+envIdentity+"; default required with an SVID; without one, give off explicitly)")
 	f.StringVar(&launcher, "launcher", launcherLocal, "how attempts run: local (in this process, each in its own process group), external (hand each launch off as a 'wdc exec' command in --spool-dir, for another system to run), ray (submit each as a job to the Ray cluster at --ray-address) or k8s (a Kubernetes Job per attempt; see --k8s-*)")
 	f.StringVar(&spoolDir, "spool-dir", "", "with --launcher external: where each attempt's 'wdc exec' command is written, as <task>-a<attempt>-f<fence>.json (default <data-dir>/spool/<worker-id>)")
 	f.StringVar(&execBin, "exec-binary", "wdc", "with --launcher external, ray or k8s: "+execBinaryHelp)
@@ -332,10 +332,10 @@ an earlier agent of this work directory left behind.`,
 // agent's SVID give: nil when off. Errors name the flag.
 func launchVerifier(mode string, signer *identity.Signer) (*identity.Verifier, error) {
 	if mode == "" {
-		mode = string(identity.ModeOff)
-		if signer != nil {
-			mode = string(identity.ModeRequired)
+		if signer == nil {
+			return nil, usagef("identity: no SVID: give --svid-dir, --spiffe-socket or --ca-dir (%s) so that the worker signs what it sends and checks what it launches, or --identity off to run without (anyone with namespace access can then speak for this worker and have it run any command)", envCADir)
 		}
+		mode = string(identity.ModeRequired)
 	}
 	m, err := identity.ParseMode(mode)
 	if err != nil {

@@ -35,7 +35,7 @@ type trustFlags struct {
 }
 
 func (f *trustFlags) bind(fs *pflag.FlagSet, getenv func(string) string) {
-	fs.StringVar(&f.mode, "identity", getenv(envIdentity), "off, optional or required: whether registrations and results must be signed by the worker's SVID and the attempt's delegated key (env "+envIdentity+"; default required with --trust-bundle, --spiffe-socket or --ca-dir, else off)")
+	fs.StringVar(&f.mode, "identity", getenv(envIdentity), "off, optional or required: whether registrations and results must be signed by the worker's SVID and the attempt's delegated key (env "+envIdentity+"; default required with --trust-bundle, --spiffe-socket or --ca-dir; without them, give off explicitly)")
 	fs.StringVar(&f.bundle, "trust-bundle", getenv(envTrustBundle), "PEM file of the trust domain's X.509 authorities: the issuer's ca.pem ('wdc workers enroll') or a SPIRE bundle (env "+envTrustBundle+")")
 	bindSocket(fs, &f.socket, getenv, "the trust bundle comes from a SPIRE agent's Workload API at this socket, kept current as SPIRE rotates it")
 	bindTrustDomain(fs, &f.domain, getenv)
@@ -67,10 +67,10 @@ func (f *trustFlags) verifier(ctx context.Context) (v *identity.Verifier, close 
 	}
 	mode := f.mode
 	if mode == "" {
-		mode = string(identity.ModeOff)
-		if f.bundle != "" || f.socket != "" {
-			mode = string(identity.ModeRequired)
+		if f.bundle == "" && f.socket == "" {
+			return nil, close, usagef("identity: no trust bundle: give --trust-bundle, --spiffe-socket or --ca-dir (%s) so that registrations, results and submissions must be signed, or --identity off to run without (anyone with namespace access can then speak for any worker and start any work)", envCADir)
 		}
+		mode = string(identity.ModeRequired)
 	}
 	m, err := identity.ParseMode(mode)
 	if err != nil {

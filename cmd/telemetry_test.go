@@ -19,12 +19,12 @@ func TestTelemetryFlagsAreChecked(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
-	code, _, stderr = run(t, "control-plane", "--metrics-address", ln.Addr().String())
+	code, _, stderr = run(t, "control-plane", "--identity", "off", "--metrics-address", ln.Addr().String())
 	assert.Equal(t, ExitUsage, code)
 	assert.Contains(t, stderr, "--metrics-address "+ln.Addr().String())
 
 	// With --log-format json the exit error is a JSON log line too.
-	code, _, stderr = run(t, "control-plane", "--metrics-address", ln.Addr().String(), "--log-format", "json")
+	code, _, stderr = run(t, "control-plane", "--identity", "off", "--metrics-address", ln.Addr().String(), "--log-format", "json")
 	assert.Equal(t, ExitUsage, code)
 	var line map[string]any
 	require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(stderr)), &line), stderr)

@@ -65,7 +65,7 @@ func TestCommandsWithoutAControlPlaneSaySoAndStartNothing(t *testing.T) {
 		{"runs start", []string{"runs", "start", "nocp-run", "--world-id", "w", env, "--data-dir", dir}},
 		{"runs commit", []string{"runs", "commit", "nocp-run", "--expected-parent-time", "0", "--event", "1"}},
 		{"runs close", []string{"runs", "close", "nocp-run"}},
-		{"agent", []string{"agent", "--worker-id", "nocp-agent", "--cpu", "1", "--memory", "1Gi", "--data-dir", dir}},
+		{"agent", []string{"agent", "--identity", "off", "--worker-id", "nocp-agent", "--cpu", "1", "--memory", "1Gi", "--data-dir", dir}},
 		{"exec", []string{"exec", "--task-id", "nocp-task", "--attempt", "1", "--fence", "1", "--worker-id", "nocp-w1",
 			"--envelope-digest", "sha256:" + strings.Repeat("a", 64), "--data-dir", dir, "--work-dir", filepath.Join(dir, "exec")}},
 		{"workers render-launch --task", []string{"workers", "render-launch", "--task", "nocp-task", "--data-dir", dir}},
@@ -171,7 +171,7 @@ func TestAControlPlaneThatNeverAnswersIsBounded(t *testing.T) {
 func TestAgentWithAnUnusableStoreStopsAtStartup(t *testing.T) {
 	url := "s3://nowhere?endpoint=http://127.0.0.1:1&use_path_style=true&region=us-east-1&disable_https=true"
 	began := time.Now()
-	code, _, stderr := cli(t, "agent", "--worker-id", "bad-store", "--blob-url", url, "--data-dir", t.TempDir())
+	code, _, stderr := cli(t, "agent", "--identity", "off", "--worker-id", "bad-store", "--blob-url", url, "--data-dir", t.TempDir())
 	assert.NotEqual(t, 0, code)
 	assert.Contains(t, stderr, "artifact store not usable")
 	assert.Contains(t, stderr, "127.0.0.1:1")

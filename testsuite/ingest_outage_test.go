@@ -37,7 +37,7 @@ func TestStoreOutageDuringIngestLeavesTheRunOnTheKeptResult(t *testing.T) {
 	endpoint.Host = proxy.Addr()
 	q.Set("endpoint", endpoint.String())
 	u.RawQuery = q.Encode()
-	s.spawn(t, "control-plane", "control-plane", "--data-dir", s.cpDir, "--blob-url", u.String())
+	s.spawn(t, "control-plane", "control-plane", "--identity", "off", "--data-dir", s.cpDir, "--blob-url", u.String())
 	waitFor(t, 20*time.Second, "the control plane polling wdc-control", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -199,7 +199,7 @@ func spawnAgentVia(t *testing.T, id, address string, env ...string) *exec.Cmd {
 	logPath := filepath.Join(t.TempDir(), id+".log")
 	logFile, err := os.Create(logPath)
 	require.NoError(t, err)
-	c := exec.Command(os.Args[0], "agent", "--worker-id", id, "--cpu", "1", "--memory", "1Gi",
+	c := exec.Command(os.Args[0], "agent", "--identity", "off", "--worker-id", id, "--cpu", "1", "--memory", "1Gi",
 		"--label", "suite-test="+testLabel(t), "--data-dir", suite.dataDir,
 		"--address", address, "--log-level", "info")
 	c.Env = append(append(os.Environ(), envRunCLI+"=1"), env...)

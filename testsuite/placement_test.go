@@ -107,7 +107,7 @@ func spawnAgentEnvArgs(t *testing.T, id string, env []string, args ...string) *e
 	logPath := filepath.Join(t.TempDir(), id+".log")
 	logFile, err := os.Create(logPath)
 	require.NoError(t, err)
-	argv := append([]string{"agent", "--worker-id", id, "--cpu", "1", "--memory", "1Gi",
+	argv := append([]string{"agent", "--identity", "off", "--worker-id", id, "--cpu", "1", "--memory", "1Gi",
 		"--label", "suite-test=" + testLabel(t), "--data-dir", suite.dataDir,
 		"--address", suite.srv.FrontendHostPort(), "--log-level", "info"}, args...)
 	c := exec.Command(os.Args[0], argv...)

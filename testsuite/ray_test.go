@@ -247,13 +247,13 @@ func completedAfterOneRetry(t *testing.T, env envelope.Envelope) lease.RetryDire
 // An agent whose dashboard does not answer, or runs a Ray too old for
 // submission_id, does not register: it exits 1 naming the dashboard.
 func TestRayAgentNeedsAnAnsweringDashboard(t *testing.T) {
-	code, _, stderr := cli(t, "agent", "--worker-id", "ray-none", "--launcher", "ray", "--ray-address", "http://127.0.0.1:1",
+	code, _, stderr := cli(t, "agent", "--identity", "off", "--worker-id", "ray-none", "--launcher", "ray", "--ray-address", "http://127.0.0.1:1",
 		"--data-dir", t.TempDir(), "--control-plane-timeout", "2s")
 	assert.Equal(t, 1, code, stderr)
 	assert.Contains(t, stderr, "ray dashboard http://127.0.0.1:1 does not answer GET /api/version")
 
 	old := startRay(t, raytest.Options{RayVersion: "1.13.0"})
-	code, _, stderr = cli(t, "agent", "--worker-id", "ray-old", "--launcher", "ray", "--ray-address", old.URL(), "--data-dir", t.TempDir())
+	code, _, stderr = cli(t, "agent", "--identity", "off", "--worker-id", "ray-old", "--launcher", "ray", "--ray-address", old.URL(), "--data-dir", t.TempDir())
 	assert.Equal(t, 1, code, stderr)
 	assert.Contains(t, stderr, "ray version 1.13.0: older than 2.0")
 	_, err := suite.wdc.Worker(context.Background(), "ray-old")

@@ -107,7 +107,7 @@ func (s *s3Setup) spawn(t *testing.T, name string, args ...string) (*exec.Cmd, s
 // bucket and the extra flags, and waits until it polls.
 func (s *s3Setup) startControlPlane(t *testing.T, extra ...string) string {
 	t.Helper()
-	_, log := s.spawn(t, "control-plane", append([]string{"control-plane", "--data-dir", s.cpDir, "--blob-url", s.url}, extra...)...)
+	_, log := s.spawn(t, "control-plane", append([]string{"control-plane", "--identity", "off", "--data-dir", s.cpDir, "--blob-url", s.url}, extra...)...)
 	waitFor(t, 20*time.Second, "the control plane polling wdc-control", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -318,7 +318,7 @@ func TestHundredMiBThroughS3WithoutASharedDirectory(t *testing.T) {
 	s := newS3Setup(t, nsS3Big)
 	cpLog := s.startControlPlane(t)
 	agentDir, submitDir := s.dir(t, "agent"), s.dir(t, "submitter")
-	_, agentLog := s.spawn(t, "agent", "agent", "--worker-id", "s3big-a", "--cpu", "1", "--memory", "1Gi",
+	_, agentLog := s.spawn(t, "agent", "agent", "--identity", "off", "--worker-id", "s3big-a", "--cpu", "1", "--memory", "1Gi",
 		"--label", "suite-test="+testLabel(t), "--data-dir", agentDir, "--blob-url", s.url)
 	waitFor(t, 20*time.Second, "the agent ACTIVE", func() bool {
 		v, err := s.wc.Worker(context.Background(), "s3big-a")

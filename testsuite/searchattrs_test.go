@@ -26,7 +26,7 @@ func TestControlPlaneNeedsSearchAttributes(t *testing.T) {
 
 	var out, errb bytes.Buffer
 	code := cmd.Main(cmd.Deps{Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }},
-		[]string{"control-plane", "--address", srv.FrontendHostPort(), "--data-dir", t.TempDir()})
+		[]string{"control-plane", "--identity", "off", "--address", srv.FrontendHostPort(), "--data-dir", t.TempDir()})
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errb.String(), "lacks wdc's search attributes")
 	assert.Contains(t, errb.String(), "temporal operator search-attribute create --namespace default --name WdcAttempt --type Int")

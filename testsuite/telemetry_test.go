@@ -257,13 +257,13 @@ func assertAttemptLines(t *testing.T, who string, lines []map[string]any, taskID
 // the attempt.
 func TestControlPlaneAndAgentTelemetry(t *testing.T) {
 	dataDir := t.TempDir()
-	cp := spawnTelemetry(t, "control-plane", "control-plane", "--data-dir", dataDir, "--log-level", "debug")
+	cp := spawnTelemetry(t, "control-plane", "control-plane", "--identity", "off", "--data-dir", dataDir, "--log-level", "debug")
 	nsc := dialNamespace(t, nsTelemetry)
 	wc := &wdcclient.Client{C: nsc}
 	waitFor(t, 30*time.Second, "the control plane ready", func() bool { return httpStatus(cp.metrics, "/readyz") == http.StatusOK })
 	assert.Equal(t, http.StatusOK, httpStatus(cp.metrics, "/healthz"))
 
-	ag := spawnTelemetry(t, "agent", "agent", "--worker-id", "telemetry-a", "--cpu", "1", "--memory", "1Gi",
+	ag := spawnTelemetry(t, "agent", "agent", "--identity", "off", "--worker-id", "telemetry-a", "--cpu", "1", "--memory", "1Gi",
 		"--label", "suite-test="+testLabel(t), "--data-dir", dataDir, "--log-level", "info")
 	waitFor(t, 30*time.Second, "the agent ready (registered)", func() bool { return httpStatus(ag.metrics, "/readyz") == http.StatusOK })
 	// Every wdc series is there from the start, at zero (one per reason).

@@ -63,10 +63,11 @@ func (i *identities) controlPlaneArgs() []string {
 	return []string{"--identity", string(i.mode), "--trust-bundle", filepath.Join(i.dir, "ca", identity.CACertFile)}
 }
 
-// agentArgs enrolls agent id and returns its --svid-dir.
+// agentArgs enrolls agent id and returns its --svid-dir (--identity off
+// with identity off).
 func (i *identities) agentArgs(id string) ([]string, error) {
 	if i == nil {
-		return nil, nil
+		return []string{"--identity", string(identity.ModeOff)}, nil
 	}
 	svid, err := i.iss.IssueWorker(id, 24*time.Hour)
 	if err != nil {

@@ -108,7 +108,7 @@ type proc struct {
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
 	c := newHosts(t, "a", "b", "c")
-	cp := c.a.start(t, "control-plane", "control-plane", "--address", c.address)
+	cp := c.a.start(t, "control-plane", "control-plane", "--identity", "off", "--address", c.address)
 	cp.waitOut(t, 60*time.Second, "control plane polling")
 	return c
 }
@@ -549,7 +549,7 @@ func (c *cluster) startRound(t *testing.T, label string, agentFlags ...string) *
 	r := &round{c: c, label: label, agents: map[string]*host{}}
 	for _, h := range []*host{c.b, c.c} {
 		id := h.name + "-" + label
-		args := append([]string{"agent", "--worker-id", id, "--cpu", "1", "--memory", "1Gi", "--label", "hosts-round=" + label,
+		args := append([]string{"agent", "--identity", "off", "--worker-id", id, "--cpu", "1", "--memory", "1Gi", "--label", "hosts-round=" + label,
 			"--data-dir", filepath.Join(h.dir, "data"), "--address", c.address, "--log-level", "info"}, agentFlags...)
 		p := h.start(t, "agent-"+id, args...)
 		r.agents[id], r.procs = h, append(r.procs, p)

@@ -294,7 +294,9 @@ func topoTask(t *testing.T, id, script string) envelope.Envelope {
 // wdcCmd is this test binary as `wdc ARGS --address … --data-dir …`.
 func (c *cluster) wdcCmd(args ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], append(args, "--address", c.address(), "--data-dir", c.dataDir)...)
-	cmd.Env = append(os.Environ(), envRunCLI+"=1")
+	// This topology runs with identity off (its subject is PostgreSQL and
+	// the official server): control planes and agents must say so.
+	cmd.Env = append(os.Environ(), envRunCLI+"=1", "WDC_IDENTITY=off")
 	return cmd
 }
 
