@@ -104,10 +104,14 @@ func (s *s3Setup) spawn(t *testing.T, name string, args ...string) (*exec.Cmd, s
 }
 
 // startControlPlane runs `wdc control-plane` with its own data dir, the
-// bucket and the extra flags, and waits until it polls.
+// bucket and the extra flags (identity flags among them; none: --identity
+// off), and waits until it polls.
 func (s *s3Setup) startControlPlane(t *testing.T, extra ...string) string {
 	t.Helper()
-	_, log := s.spawn(t, "control-plane", append([]string{"control-plane", "--identity", "off", "--data-dir", s.cpDir, "--blob-url", s.url}, extra...)...)
+	if len(extra) == 0 {
+		extra = []string{"--identity", "off"}
+	}
+	_, log := s.spawn(t, "control-plane", append([]string{"control-plane", "--data-dir", s.cpDir, "--blob-url", s.url}, extra...)...)
 	waitFor(t, 20*time.Second, "the control plane polling wdc-control", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
