@@ -42,6 +42,7 @@ func (a *app) newAgentCommand() *cobra.Command {
 		runAs     runAsFlags
 		svid      svidFlags
 		launchID  string
+		uidRange  string
 	)
 	c := &cobra.Command{
 		Use:   "agent --worker-id ID",
@@ -169,13 +170,17 @@ an earlier agent of this work directory left behind.`,
 				return usagef("--spool-dir goes with --launcher %s", launcherExternal)
 			}
 			if launcher != launcherLocal {
-				for _, name := range []string{"work-dir", "max-output-file-bytes", "max-output-bytes", "max-output-files", "run-as-user", "run-as-group"} {
+				for _, name := range []string{"work-dir", "max-output-file-bytes", "max-output-bytes", "max-output-files", "run-as-user", "run-as-group", "run-as-uid-range"} {
 					if c.Flags().Changed(name) {
 						return usagef("--%s: applies to attempts run here, not with --launcher %s (give it to `wdc exec`)", name, launcher)
 					}
 				}
 			}
 			runAsUser, err := runAs.lookup()
+			if err != nil {
+				return err
+			}
+			uids, err := lookupUIDRange(uidRange, runAsUser)
 			if err != nil {
 				return err
 			}
@@ -229,11 +234,16 @@ an earlier agent of this work directory left behind.`,
 			if err := checkWorkDir(runAsUser, workDir); err != nil {
 				return err
 			}
-			a.protectProcess(launcher == launcherLocal && runAsUser == nil)
+			if uids != nil {
+				if err := uids.RunAs(uids.First).CheckWorkDir(workDir); err != nil {
+					return usagef("--run-as-uid-range %d-%d: the work dir: %s", uids.First, uids.Last, err)
+				}
+			}
+			a.protectProcess(launcher == launcherLocal && runAsUser == nil && uids == nil)
 			log := a.logger()
 			opts := worker.AgentOptions{
 				WorkDir: workDir, Blobs: store, HeartbeatInterval: heartbeat,
-				Limits: lim, RunAs: runAsUser,
+				Limits: lim, RunAs: runAsUser, UIDs: uids,
 				Logger: log, HandOff: handOff, Metrics: a.metrics,
 				OnReport: func(rep executor.Report) {
 					fmt.Fprintf(a.deps.Stdout, "attempt %s ended: %s\n", rep.Claim, describeReport(rep))
@@ -316,6 +326,7 @@ an earlier agent of this work directory left behind.`,
 	f.DurationVar(&heartbeat, "heartbeat-interval", 0, "worker heartbeat period (default: --stale-after / 4, 2s with the default --stale-after)")
 	limits.bind(f)
 	runAs.bind(f)
+	f.StringVar(&uidRange, "run-as-uid-range", "", "run each attempt's command as a uid of its own from FIRST-LAST (gid the same, no supplementary groups; root only), its task directory 0700 to that uid and given back when the attempt ends: attempts cannot read each other's envelopes, inputs or outputs, and at most LAST-FIRST+1 run at once (instead of --run-as-user)")
 	svid.bind(f, a.deps.Getenv)
 	f.StringVar(&launchID, "identity", a.deps.Getenv(envIdentity), "off, optional or required: whether a launch must carry its submitter's signature over the task, checked against the trust bundle that comes with the SVID before anything is created (env "+envIdentity+"; default required with an SVID; without one, give off explicitly)")
 	f.StringVar(&launcher, "launcher", launcherLocal, "how attempts run: local (in this process, each in its own process group), external (hand each launch off as a 'wdc exec' command in --spool-dir, for another system to run), ray (submit each as a job to the Ray cluster at --ray-address) or k8s (a Kubernetes Job per attempt; see --k8s-*)")
@@ -325,6 +336,26 @@ an earlier agent of this work directory left behind.`,
 	rayFlags.bind(f, a.deps.Getenv)
 	k8sf.bind(f)
 	return c
+}
+
+// lookupUIDRange parses --run-as-uid-range (nil when not given). Errors:
+// a malformed range, one given with --run-as-user, or a process that is
+// not root (usage errors naming the flag).
+func lookupUIDRange(s string, runAsUser *executor.RunAs) (*executor.UIDRange, error) {
+	if s == "" {
+		return nil, nil
+	}
+	r, err := executor.ParseUIDRange(s)
+	if err != nil {
+		return nil, usagef("%s", err)
+	}
+	switch {
+	case runAsUser != nil:
+		return nil, usagef("--run-as-uid-range and --run-as-user: give one")
+	case os.Geteuid() != 0:
+		return nil, usagef("--run-as-uid-range %s: switching user needs root (this process is uid %d)", s, os.Geteuid())
+	}
+	return &r, nil
 }
 
 // launchVerifier is the verifier of launches' task authorities that

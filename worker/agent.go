@@ -42,6 +42,9 @@ type AgentOptions struct {
 	// RunAs is the user Local attempts' commands run as
 	// (executor.Options.RunAs; nil: the agent's own).
 	RunAs *executor.RunAs
+	// UIDs, instead of RunAs, gives each Local attempt a uid of its own
+	// (local.Options.UIDs).
+	UIDs *executor.UIDRange
 	// OnReport is called with every attempt's final report.
 	OnReport func(executor.Report)
 	// Metrics receives the agent's metrics: api.MetricAttemptsRunning
@@ -142,7 +145,7 @@ func StartAgent(ctx context.Context, c client.Client, opts AgentOptions) (*Agent
 			Liveness: hb.LivenessDeadline,
 			WorkerID: reg.WorkerID, WorkDir: opts.WorkDir, Blobs: opts.Blobs,
 			Control: &executor.TemporalControl{Client: c}, Limits: opts.Limits, Faults: opts.Faults,
-			Logger: log, OnReport: opts.OnReport, Metrics: opts.Metrics, RunAs: opts.RunAs, Signer: opts.Identity,
+			Logger: log, OnReport: opts.OnReport, Metrics: opts.Metrics, RunAs: opts.RunAs, UIDs: opts.UIDs, Signer: opts.Identity,
 		})
 	}
 	if err != nil {

@@ -363,7 +363,9 @@ func (e *Execution) prepare() error {
 	if err := os.MkdirAll(filepath.Dir(e.taskDir), 0o755); err != nil {
 		return err
 	}
-	if err := os.Mkdir(e.taskDir, 0o755); err != nil {
+	// 0700 until it is complete: no other user reads envelope.json (its
+	// env) meanwhile; the end of prepare opens it as its user needs.
+	if err := os.Mkdir(e.taskDir, 0o700); err != nil {
 		return fmt.Errorf("task dir %s: %w", e.taskDir, err)
 	}
 	env := e.opts.Attempt.Envelope
@@ -393,6 +395,8 @@ func (e *Execution) prepare() error {
 		if err := r.handOver(e.taskDir); err != nil {
 			return err
 		}
+	} else if err := os.Chmod(e.taskDir, 0o755); err != nil {
+		return err
 	}
 	for i, in := range env.Inputs {
 		dst := filepath.Join(e.taskDir, "inputs", filepath.FromSlash(in.Name))
@@ -497,6 +501,16 @@ func (e *Execution) startCommand() error {
 	return nil
 }
 
+// takeBack gives a private attempt's task directory back (RunAs.takeBack)
+// once its command and report are done, before Done.
+func (e *Execution) takeBack() {
+	if r := e.opts.RunAs; r != nil {
+		if err := r.takeBack(e.taskDir); err != nil {
+			e.log.Warn("task directory not given back from the attempt's uid", "dir", e.taskDir, "error", err)
+		}
+	}
+}
+
 // createLog creates a log file the command will write, refusing one that
 // exists or is a symlink.
 func createLog(path string) (*os.File, error) {
@@ -555,6 +569,7 @@ func (e *Execution) stopped() (Outcome, string) {
 // supervise runs the attempt to its end.
 func (e *Execution) supervise() {
 	defer close(e.done)
+	defer e.takeBack()
 	defer e.logs.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -23,6 +23,42 @@ type RunAs struct {
 	UID, GID uint32
 	// User names the user as it was given, for messages.
 	User string
+	// Private: the uid is this attempt's alone (UIDRange), so its task
+	// directory is made 0700 to it and given back to the executor's user
+	// when the attempt ends, before the uid serves another attempt.
+	Private bool
+}
+
+// UIDRange is the uids an agent gives its attempts one each (`wdc agent
+// --run-as-uid-range FIRST-LAST`, as Nomad's dynamic workload users): an
+// attempt's command runs as uid u and gid u, no supplementary group, and
+// no two running attempts share one.
+type UIDRange struct {
+	First, Last uint32
+}
+
+// ParseUIDRange parses "FIRST-LAST" (inclusive; both above 0 and at most
+// 2^31-1). Errors name the flag.
+func ParseUIDRange(s string) (UIDRange, error) {
+	a, b, ok := strings.Cut(s, "-")
+	first, err1 := strconv.ParseUint(strings.TrimSpace(a), 10, 31)
+	last, err2 := strconv.ParseUint(strings.TrimSpace(b), 10, 31)
+	switch {
+	case !ok || err1 != nil || err2 != nil:
+		return UIDRange{}, fmt.Errorf("--run-as-uid-range %q: want FIRST-LAST, e.g. 70000-70999", s)
+	case first == 0 || last < first:
+		return UIDRange{}, fmt.Errorf("--run-as-uid-range %q: want 0 < FIRST <= LAST", s)
+	}
+	return UIDRange{First: uint32(first), Last: uint32(last)}, nil
+}
+
+// Size is how many uids the range holds: at most that many attempts run
+// at once.
+func (r UIDRange) Size() int { return int(r.Last-r.First) + 1 }
+
+// RunAs is the user of uid u of the range.
+func (r UIDRange) RunAs(u uint32) *RunAs {
+	return &RunAs{UID: u, GID: u, User: "uid " + strconv.FormatUint(uint64(u), 10), Private: true}
 }
 
 // LookupRunAs resolves --run-as-user (a user name or a numeric UID) and
@@ -117,10 +153,15 @@ func searchable(m fs.FileMode, ouid, ogid, uid, gid uint32) bool {
 // inputs/ stay the executor's and readable, so the command cannot change
 // what was staged. Ancestors created for the task are made searchable.
 func (r *RunAs) handOver(taskDir string) error {
-	for _, d := range []string{filepath.Dir(taskDir), taskDir} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			return err
-		}
+	if err := os.Chmod(filepath.Dir(taskDir), 0o755); err != nil {
+		return err
+	}
+	mode := os.FileMode(0o755)
+	if r.Private {
+		mode = 0o700 // no other attempt's uid may enter
+	}
+	if err := os.Chmod(taskDir, mode); err != nil {
+		return err
 	}
 	for _, d := range []string{taskDir, filepath.Join(taskDir, "outputs")} {
 		if err := os.Lchown(d, int(r.UID), int(r.GID)); err != nil {
@@ -128,6 +169,25 @@ func (r *RunAs) handOver(taskDir string) error {
 		}
 	}
 	return nil
+}
+
+// takeBack gives a private attempt's task directory back to the
+// executor's user (every entry the uid owns, never following a symlink),
+// so the next attempt under the same uid cannot read it.
+func (r *RunAs) takeBack(taskDir string) error {
+	if !r.Private {
+		return nil
+	}
+	uid, gid := os.Geteuid(), os.Getegid()
+	return filepath.WalkDir(taskDir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil // gone meanwhile: nothing to give back
+		}
+		if err := os.Lchown(p, uid, gid); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	})
 }
 
 // ProtectProcess makes this process non-dumpable (prctl PR_SET_DUMPABLE

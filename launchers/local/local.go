@@ -41,6 +41,10 @@ type Options struct {
 	Liveness func() time.Time
 	// RunAs is the user the commands run as (executor.Options.RunAs).
 	RunAs *executor.RunAs
+	// UIDs, when set instead of RunAs, gives each attempt a uid of its
+	// own from the range for as long as it runs (executor.UIDRange); an
+	// attempt that finds every uid taken is not started.
+	UIDs *executor.UIDRange
 	// Signer, when set, is the worker's identity: each attempt's executor
 	// signs its result with a key it delegates to that attempt alone.
 	Signer *identity.Signer
@@ -56,6 +60,8 @@ type Launcher struct {
 	mu       sync.Mutex
 	attempts map[lease.Claim]*executor.Execution
 	starting map[lease.Claim]*start
+	// uids are the uids of Options.UIDs in use, by attempt.
+	uids map[lease.Claim]uint32
 	// shutDown is why Shutdown ran: Submit then starts nothing.
 	shutDown string
 }
@@ -93,7 +99,10 @@ func New(opts Options) (*Launcher, error) {
 	} else if len(killed) > 0 {
 		opts.Logger.Warn("killed processes orphaned by a previous agent", "work_dir", opts.WorkDir, "pids", describePIDs(killed))
 	}
-	return &Launcher{opts: opts, attempts: map[lease.Claim]*executor.Execution{}, starting: map[lease.Claim]*start{}}, nil
+	if opts.UIDs != nil && opts.RunAs != nil {
+		return nil, errors.New("local launcher: give RunAs or UIDs, not both")
+	}
+	return &Launcher{opts: opts, attempts: map[lease.Claim]*executor.Execution{}, starting: map[lease.Claim]*start{}, uids: map[lease.Claim]uint32{}}, nil
 }
 
 // Submit starts the attempt's executor and returns its task directory and
@@ -141,6 +150,11 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 	// Staging is stopped by a Cancel; the launch deadline is BeforeExec's.
 	sctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancel(nil)
+	runAs, err := l.takeUID(claim)
+	if err != nil {
+		l.mu.Unlock()
+		return launchers.Submission{}, err
+	}
 	st := &start{done: make(chan struct{}), cancel: cancel}
 	l.starting[claim] = st
 	l.mu.Unlock()
@@ -153,7 +167,7 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 		AttemptKey: key,
 		Attempt:    a, Root: l.opts.WorkDir, Blobs: l.opts.Blobs, Control: l.opts.Control,
 		Limits: l.opts.Limits, Faults: l.opts.Faults, Logger: l.opts.Logger, OnReport: l.opts.OnReport, Liveness: l.opts.Liveness,
-		Metrics: l.opts.Metrics, Context: sctx, RunAs: l.opts.RunAs,
+		Metrics: l.opts.Metrics, Context: sctx, RunAs: runAs,
 		BeforeExec: l.beforeExec(ctx, a),
 	})
 	var cancelled *executor.Rejected
@@ -163,6 +177,9 @@ func (l *Launcher) Submit(ctx context.Context, a launchers.Attempt) (launchers.S
 
 	l.mu.Lock()
 	delete(l.starting, claim)
+	if err != nil {
+		delete(l.uids, claim)
+	}
 	if err == nil {
 		st.sub = launchers.Submission{TaskDir: ex.Dir(), PID: ex.PID()}
 		l.attempts[claim] = ex
@@ -275,5 +292,29 @@ func (l *Launcher) forget(claim lease.Claim, ex *executor.Execution) {
 	defer l.mu.Unlock()
 	if l.attempts[claim] == ex {
 		delete(l.attempts, claim)
+		delete(l.uids, claim)
+	}
+}
+
+// takeUID is the user claim's command runs as: Options.RunAs, or the
+// lowest uid of Options.UIDs no other attempt holds (l.mu held). Errors:
+// every uid of the range is taken.
+func (l *Launcher) takeUID(claim lease.Claim) (*executor.RunAs, error) {
+	r := l.opts.UIDs
+	if r == nil {
+		return l.opts.RunAs, nil
+	}
+	taken := make(map[uint32]bool, len(l.uids))
+	for _, u := range l.uids {
+		taken[u] = true
+	}
+	for u := r.First; ; u++ {
+		if !taken[u] {
+			l.uids[claim] = u
+			return r.RunAs(u), nil
+		}
+		if u == r.Last {
+			return nil, fmt.Errorf("attempt %s not started: all %d uids of --run-as-uid-range %d-%d are in use", claim, r.Size(), r.First, r.Last)
+		}
 	}
 }
