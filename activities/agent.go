@@ -61,7 +61,10 @@ func (a *Agent) LaunchAttempt(ctx context.Context, in api.LaunchInput) (api.Laun
 		if activity.IsActivity(ctx) {
 			activity.GetLogger(ctx).Warn("launch refused", "task", in.Lease.TaskID, "attempt", in.Lease.Attempt, "fence", in.Lease.Fence, "reason", rej.Reason, "detail", rej.Message)
 		}
-		return api.LaunchResult{}, a.failed(in, fmt.Sprintf("attempt %d (fence %d) not started: %s: %s", in.Lease.Attempt, in.Lease.Fence, rej.Reason, rej.Message), nil)
+		// Unsigned: the worker vouches only for launches of the task's
+		// own execution. A signed failure of this claim, taken to the
+		// genuine launch, would let its task skip the lock-delay.
+		return api.LaunchResult{}, unsignedFailure(in, fmt.Sprintf("attempt %d (fence %d) not started: %s: %s", in.Lease.Attempt, in.Lease.Fence, rej.Reason, rej.Message))
 	}
 	if a.Incarnation != nil && in.Incarnation != 0 {
 		if mine := a.awaitIncarnation(ctx, in.Incarnation); mine != in.Incarnation {
@@ -165,6 +168,12 @@ func (a *Agent) failed(in api.LaunchInput, msg string, cause error) error {
 		}
 	}
 	return temporal.NewNonRetryableApplicationError(msg, api.ErrTypeLaunchFailed, cause, f)
+}
+
+// unsignedFailure is failed without the worker's signature, for a launch
+// the agent refused to vouch for (authorize).
+func unsignedFailure(in api.LaunchInput, msg string) error {
+	return temporal.NewNonRetryableApplicationError(msg, api.ErrTypeLaunchFailed, nil, api.LaunchFailure{Claim: lease.ClaimOf(in.Lease), Detail: msg})
 }
 
 // incarnationWait bounds how long a launch reserved under a newer

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/wdc-runtime/wdc/identity"
 	"log/slog"
 	"strings"
 	"testing"
@@ -157,4 +159,37 @@ func TestLaunchAttemptOfAnotherIncarnationStartsNothing(t *testing.T) {
 			assert.Zero(t, launcher.submitted, "nothing was submitted to the launcher")
 		})
 	}
+}
+
+// A launch the agent refuses to vouch for (unsigned, here) fails with an
+// unsigned LaunchFailure: a signed one for the claim, taken to the task's
+// genuine launch, would let the task skip its lock-delay. A launch that
+// passes and then fails to start is signed, as before.
+func TestARefusedLaunchFailsUnsigned(t *testing.T) {
+	td := spiffeid.RequireTrustDomainFromString(identity.DefaultTrustDomain)
+	iss, err := identity.NewIssuer(td)
+	require.NoError(t, err)
+	svid, err := iss.IssueWorker("w-a", time.Hour)
+	require.NoError(t, err)
+	signer, err := identity.NewSigner(svid)
+	require.NoError(t, err)
+	v, err := identity.NewVerifier(identity.ModeRequired, td, iss.Bundle())
+	require.NoError(t, err)
+	launcher := &recordingLauncher{}
+	agent := &Agent{WorkerID: "w-a", Launcher: launcher, Signer: signer, Verifier: v}
+	_, err = agent.LaunchAttempt(context.Background(), launchOf(t, "w-a", 1, 1, 0))
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(err, &appErr), "got %v", err)
+	assert.Contains(t, appErr.Message(), "unauthenticated")
+	var f api.LaunchFailure
+	require.NoError(t, appErr.Details(&f))
+	assert.Nil(t, f.Proof, "the refusal is not signed")
+	assert.Zero(t, launcher.submitted)
+
+	past, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	_, err = (&Agent{WorkerID: "w-a", Launcher: launcher, Signer: signer}).LaunchAttempt(past, launchOf(t, "w-a", 1, 1, 0))
+	require.True(t, errors.As(err, &appErr), "got %v", err)
+	require.NoError(t, appErr.Details(&f))
+	assert.NotNil(t, f.Proof, "a launch the agent vouches for fails signed")
 }

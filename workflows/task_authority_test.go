@@ -68,6 +68,13 @@ func (s *taskSuite) TestATaskRefusesInputItWasNotGiven() {
 			in.Envelope.Command = []string{"cat", "/etc/shadow"}
 			in.EnvelopeDigest, _ = in.Envelope.Digest()
 		}},
+		{name: "signed more than MaxAuthorityAge before it started", identity: true, want: lease.RejectReplayed, change: func(in *api.TaskInput, _ *client.StartWorkflowOptions) {
+			p, err := alice.Sign(api.TaskAuthorityKind, api.TaskAuthorityOf(in.Envelope, in.EnvelopeDigest), time.Now().Add(-MaxAuthorityAge-time.Minute))
+			s.Require().NoError(err)
+			in.Authority = p
+		}},
+		{name: "options out of range, identity off", want: lease.RejectInvalidInput,
+			change: func(in *api.TaskInput, _ *client.StartWorkflowOptions) { in.Options.MaxAttempts = 1 << 20 }},
 		{name: "under another workflow ID, identity off", want: lease.RejectInvalidInput,
 			change: func(_ *api.TaskInput, o *client.StartWorkflowOptions) { o.ID = "wdc-task/someone-else" }},
 		{name: "a task ID with '..', identity off", want: lease.RejectInvalidInput, change: func(in *api.TaskInput, o *client.StartWorkflowOptions) {

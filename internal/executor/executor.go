@@ -316,6 +316,7 @@ func Start(opts Options) (*Execution, error) {
 		return nil, fmt.Errorf("not started: its fence deadline is %s away (%s)", time.Until(d).Round(time.Millisecond), why)
 	}
 	if err := e.startCommand(); err != nil {
+		e.takeBack() // its uid may serve another attempt next
 		return nil, err
 	}
 	go e.supervise()

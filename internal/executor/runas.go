@@ -190,6 +190,32 @@ func (r *RunAs) takeBack(taskDir string) error {
 	})
 }
 
+// TakeBackFromRange gives every entry under dir that a uid of r owns to
+// this process's user (never following a symlink): what an agent that
+// died left to its attempts' uids. A missing dir is nothing to do.
+func TakeBackFromRange(dir string, r UIDRange) error {
+	uid, gid := os.Geteuid(), os.Getegid()
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Uid >= r.First && st.Uid <= r.Last {
+			if err := os.Lchown(p, uid, gid); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
 // ProtectProcess makes this process non-dumpable (prctl PR_SET_DUMPABLE
 // 0): a process of the same user without CAP_SYS_PTRACE — a task's
 // command run as the executor's own user — can no longer read its

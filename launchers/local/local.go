@@ -102,6 +102,13 @@ func New(opts Options) (*Launcher, error) {
 	if opts.UIDs != nil && opts.RunAs != nil {
 		return nil, errors.New("local launcher: give RunAs or UIDs, not both")
 	}
+	if opts.UIDs != nil {
+		// A previous agent may have died before it gave an attempt's
+		// directory back: nothing a uid of the range wrote stays its.
+		if err := executor.TakeBackFromRange(opts.WorkDir, *opts.UIDs); err != nil {
+			return nil, fmt.Errorf("local launcher: give back the work dir from --run-as-uid-range: %w", err)
+		}
+	}
 	return &Launcher{opts: opts, attempts: map[lease.Claim]*executor.Execution{}, starting: map[lease.Claim]*start{}, uids: map[lease.Claim]uint32{}}, nil
 }
 

@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -70,8 +71,7 @@ func TestEachAttemptRunsUnderAUIDOfItsOwn(t *testing.T) {
 	attempt := func(task, other string) launchers.Attempt {
 		otherDir := executor.TaskDir(work, lease.Claim{TaskID: other, WorkerID: "w-a", Attempt: 1, Fence: 1})
 		env := envelope.Envelope{TaskID: task, RunID: "r1", WorldID: "w1",
-			Command: []string{"/bin/sh", "-c", `id -u > outputs/uid; cat "$OTHER/envelope.json" > outputs/stolen 2>/dev/null; echo $? > outputs/rc; ` +
-				`while [ ! -e "$GATE" ]; do sleep 0.05; done`},
+			Command: []string{"/bin/sh", "-c", `id -u > outputs/uid; while [ ! -e "$GATE" ]; do sleep 0.05; done`},
 			Env: map[string]string{"PATH": "/usr/bin:/bin", "OTHER": otherDir, "GATE": gate, "SECRET": "hunter2-" + task}}
 		env.Normalize()
 		d, err := env.Digest()
@@ -104,16 +104,27 @@ func TestEachAttemptRunsUnderAUIDOfItsOwn(t *testing.T) {
 		}, 10*time.Second, 20*time.Millisecond, p)
 		return strings.TrimSpace(string(b))
 	}
-	seen := map[string]bool{}
+	seen := map[string]uint32{}
 	for _, dir := range []string{subA.TaskDir, subB.TaskDir} {
 		uid := read(filepath.Join(dir, "outputs", "uid"))
-		seen[uid] = true
 		u, mode := owner(dir)
+		seen[uid] = u
 		assert.Equal(t, uid, strconv.FormatUint(uint64(u), 10), "the task directory is its attempt's uid's")
 		assert.Equal(t, os.FileMode(0o700), mode, "and no one else's")
-		assert.NotEqual(t, "0", read(filepath.Join(dir, "outputs", "rc")), "reading the other attempt's envelope failed")
 	}
-	assert.Equal(t, map[string]bool{"70000": true, "70001": true}, seen, "one uid each")
+	require.Len(t, seen, 2, "one uid each")
+	// While both run, each one's uid tries the other's envelope (its env
+	// secrets), outputs and inputs.
+	asUID := func(uid uint32, script string) error {
+		c := exec.Command("/bin/sh", "-c", script)
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
+		return c.Run()
+	}
+	uidA, uidB := seen[read(filepath.Join(subA.TaskDir, "outputs", "uid"))], seen[read(filepath.Join(subB.TaskDir, "outputs", "uid"))]
+	require.NoError(t, asUID(uidA, "cat "+filepath.Join(subA.TaskDir, "envelope.json")+" >/dev/null"), "an attempt's uid reads its own envelope")
+	assert.Error(t, asUID(uidA, "cat "+filepath.Join(subB.TaskDir, "envelope.json")), "nor another's envelope")
+	assert.Error(t, asUID(uidB, "touch "+filepath.Join(subA.TaskDir, "outputs", "planted")), "nor write into another's outputs")
+	assert.Error(t, asUID(uidB, "ls "+filepath.Join(subA.TaskDir, "inputs")), "nor list another's inputs")
 
 	require.NoError(t, os.WriteFile(gate, nil, 0o644))
 	require.Eventually(t, func() bool { return l.Running() == 0 }, 20*time.Second, 20*time.Millisecond)
@@ -122,13 +133,25 @@ func TestEachAttemptRunsUnderAUIDOfItsOwn(t *testing.T) {
 			u, _ := owner(p)
 			assert.Zero(t, u, "%s is given back when the attempt ends", p)
 		}
-		stolen, err := os.ReadFile(filepath.Join(dir, "outputs", "stolen"))
-		require.NoError(t, err)
-		assert.NotContains(t, string(stolen), "hunter2")
 	}
 	// The uids are free again.
 	sub, err := l.Submit(context.Background(), attempt("tc", "ta"))
 	require.NoError(t, err)
 	assert.NotEmpty(t, sub.TaskDir)
 	require.Eventually(t, func() bool { return l.Running() == 0 }, 20*time.Second, 20*time.Millisecond)
+
+	// An agent that died before giving a directory back: the next one
+	// takes it back when it starts.
+	left := filepath.Join(work, "td", "1-1")
+	require.NoError(t, os.MkdirAll(left, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(left, "envelope.json"), []byte("{}"), 0o600))
+	for _, p := range []string{left, filepath.Join(left, "envelope.json")} {
+		require.NoError(t, os.Lchown(p, 70001, 70001))
+	}
+	_, err = New(Options{WorkerID: "w-a", WorkDir: work, Blobs: blobs, Control: ctl, UIDs: &uids})
+	require.NoError(t, err)
+	for _, p := range []string{left, filepath.Join(left, "envelope.json")} {
+		u, _ := owner(p)
+		assert.Zero(t, u, "%s taken back at start", p)
+	}
 }
