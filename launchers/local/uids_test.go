@@ -72,7 +72,7 @@ func TestEachAttemptRunsUnderAUIDOfItsOwn(t *testing.T) {
 		otherDir := executor.TaskDir(work, lease.Claim{TaskID: other, WorkerID: "w-a", Attempt: 1, Fence: 1})
 		env := envelope.Envelope{TaskID: task, RunID: "r1", WorldID: "w1",
 			Command: []string{"/bin/sh", "-c", `id -u > outputs/uid; while [ ! -e "$GATE" ]; do sleep 0.05; done`},
-			Env: map[string]string{"PATH": "/usr/bin:/bin", "OTHER": otherDir, "GATE": gate, "SECRET": "hunter2-" + task}}
+			Env:     map[string]string{"PATH": "/usr/bin:/bin", "OTHER": otherDir, "GATE": gate, "SECRET": "hunter2-" + task}}
 		env.Normalize()
 		d, err := env.Digest()
 		require.NoError(t, err)
