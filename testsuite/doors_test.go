@@ -12,7 +12,10 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -24,6 +27,7 @@ import (
 	"github.com/wdc-runtime/wdc/identity"
 	"github.com/wdc-runtime/wdc/lease"
 	"github.com/wdc-runtime/wdc/worker"
+	"github.com/wdc-runtime/wdc/workflows"
 )
 
 // attackerLaunchType is a workflow of the attacker's own that schedules
@@ -118,6 +122,25 @@ func TestDoorsLetInOnlySignedWork(t *testing.T) {
 		require.Equal(t, api.TaskCompleted, out.State)
 		require.NotNil(t, out.Result)
 		assert.Equal(t, workerID, out.Result.WorkerID)
+
+		// The task judged its input once, as a validator does: replayed
+		// under a control plane that would now refuse it (another trust
+		// bundle), its history replays unchanged.
+		other, err := identity.NewIssuer(td)
+		require.NoError(t, err)
+		strict, err := identity.NewVerifier(identity.ModeRequired, td, other.Bundle())
+		require.NoError(t, err)
+		var h historypb.History
+		iter := c.GetWorkflowHistory(ctx, api.TaskWorkflowID(env.TaskID), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for iter.HasNext() {
+			ev, err := iter.Next()
+			require.NoError(t, err)
+			h.Events = append(h.Events, ev)
+		}
+		r, err := sdkworker.NewWorkflowReplayerWithOptions(sdkworker.WorkflowReplayerOptions{Interceptors: []interceptor.WorkerInterceptor{workflows.Interceptor(strict)}})
+		require.NoError(t, err)
+		worker.RegisterWorkflows(r)
+		require.NoError(t, r.ReplayWorkflowHistory(nil, &h))
 	})
 
 	t.Run("door 1: a task workflow started directly", func(t *testing.T) {

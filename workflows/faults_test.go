@@ -173,18 +173,6 @@ func (s *taskSuite) TestFault7SelectionAvoidsEveryWorkerThatLostALease() {
 	s.Equal([]string{"worker-a", "worker-b"}, s.grants[2].AvoidWorkers)
 }
 
-// Fault 9: the submit handler does not re-run the fence check (only the
-// validator does, and validators are not replayed), so a later, stricter
-// check cannot change what a replayed history did; and the task trusts
-// its starter's validation of envelope and options.
-func (s *taskSuite) TestFault9TaskDoesNotRevalidateItsInput() {
-	// An option the current validation refuses (max_attempts over the
-	// limit) on a task that started under older rules keeps running.
-	s.submit(time.Second, "t1/1/1", s.claim("worker-a", 1))
-	res := s.execute(api.TaskOptions{MaxAttempts: api.MaxAttemptsLimit + 1})
-	s.Equal(api.TaskCompleted, res.State)
-}
-
 // A worker-lost (or attempt-failed) for the current lease and a cancel in
 // one workflow task: the lost lease is released once and the task ends
 // CANCELLED. (Found in review: the watch took the cancel branch on a lease

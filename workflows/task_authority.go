@@ -12,40 +12,45 @@ import (
 	"github.com/wdc-runtime/wdc/lease"
 )
 
-// verifyTaskStart is the change ID of the task's own check of its input
-// at start (version 1: authorizeStart). WdcTask is pinned to its build;
-// the ID keeps the histories recorded before it replaying, and retires
-// with the other WdcTask change IDs (docs/upgrading.md).
-const verifyTaskStart = "verify-task-start"
-
 // authorizeStart is the task's judgement of the input it was started with,
 // whoever started it (a run's StartTasks, or any namespace client): the
 // workflow ID is the envelope's task's, the envelope is valid (sealed) and
 // digests to EnvelopeDigest, its options are valid, and the submitter
 // signed the task's api.TaskAuthority no more than MaxAuthorityAge before
 // the task started (identity.Verifier.Authority; accepted unsigned only
-// with identity off or optional). The verdict is recorded once
-// (recordVerdict). It returns nil, or a non-retryable application error
-// whose type is the reason: the task then runs nothing.
+// with identity off or optional). Like an update's validator it judges
+// once, when the first workflow task is new, never on replay: it issues
+// no command, so histories recorded before it replay, and a later change
+// of the control plane's trust bundle or revocations cannot change what a
+// replay does. It returns nil, or a non-retryable application error whose
+// type is the reason: the task then runs nothing.
 func authorizeStart(ctx workflow.Context, in api.TaskInput) error {
-	if workflow.GetVersion(ctx, verifyTaskStart, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if workflow.IsReplaying(ctx) {
 		return nil
 	}
-	wfID, started := workflow.GetInfo(ctx).WorkflowExecution.ID, workflow.GetInfo(ctx).WorkflowStartTime
-	rej := recordVerdict(ctx, api.TaskAuthorityKind, "workflow", wfID, func(v *identity.Verifier, now time.Time) (identity.Verdict, *lease.Rejection) {
-		if rej := checkTaskInput(wfID, in); rej != nil {
-			return identity.Verdict{}, rej
-		}
-		if p := in.Authority; v.Enabled() && p != nil && p.SignedAt.Before(started.Add(-MaxAuthorityAge)) {
-			return identity.Verdict{}, &lease.Rejection{Reason: lease.RejectReplayed, Message: fmt.Sprintf("the authority is signed at %s, more than %s before the task started (%s): submit it again",
-				p.SignedAt.UTC().Format(time.RFC3339), MaxAuthorityAge, started.UTC().Format(time.RFC3339))}
-		}
-		return v.Authority(now, api.TaskAuthorityKind, api.TaskAuthorityOf(in.Envelope, in.EnvelopeDigest), in.Authority)
-	})
-	if rej == nil {
-		return nil
+	info := workflow.GetInfo(ctx)
+	v := verifierOf(ctx)
+	verdict, rej := judgeStart(v, workflow.Now(ctx), info.WorkflowExecution.ID, info.WorkflowStartTime, in)
+	if rej != nil {
+		workflow.GetLogger(ctx).Warn("task refused its input", "workflow", info.WorkflowExecution.ID, "reason", rej.Reason, "detail", rej.Message)
+		count(ctx, api.MetricResultsRejected, string(rej.Reason))
+		return temporal.NewNonRetryableApplicationError("task not started: "+rej.Message, string(rej.Reason), nil)
 	}
-	return temporal.NewNonRetryableApplicationError("task not started: "+rej.Message, string(rej.Reason), nil)
+	_ = identityVerdict(ctx, api.TaskAuthorityKind, verdict, nil) // counts an unsigned one in optional mode
+	return nil
+}
+
+// judgeStart is authorizeStart's verdict on in, started as workflow wfID
+// at started, by v at now.
+func judgeStart(v *identity.Verifier, now time.Time, wfID string, started time.Time, in api.TaskInput) (identity.Verdict, *lease.Rejection) {
+	if rej := checkTaskInput(wfID, in); rej != nil {
+		return identity.Verdict{}, rej
+	}
+	if p := in.Authority; v.Enabled() && p != nil && p.SignedAt.Before(started.Add(-MaxAuthorityAge)) {
+		return identity.Verdict{}, &lease.Rejection{Reason: lease.RejectReplayed, Message: fmt.Sprintf("the authority is signed at %s, more than %s before the task started (%s): submit it again",
+			p.SignedAt.UTC().Format(time.RFC3339), MaxAuthorityAge, started.UTC().Format(time.RFC3339))}
+	}
+	return v.Authority(now, api.TaskAuthorityKind, api.TaskAuthorityOf(in.Envelope, in.EnvelopeDigest), in.Authority)
 }
 
 // MaxAuthorityAge is how long before a task's start (its first run's, which
