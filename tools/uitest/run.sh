@@ -82,7 +82,8 @@ read -r task worker reason < <(node -e '
   console.log(r.task_id, r.worker_1, r.retry_reason);' "$tmp/demo.json")
 echo "uitest: demo task $task on $address (attempt 1 on $worker: $reason); Web UI $ui"
 
-bin/wdc control-plane --address "$address" --data-dir "$tmp/data" >"$tmp/control-plane.log" 2>&1 &
+# start-dev's issuer, as the quickstart exports it: identity required.
+WDC_CA_DIR="$tmp/dev.db.ca" bin/wdc control-plane --address "$address" --data-dir "$tmp/data" >"$tmp/control-plane.log" 2>&1 &
 pids+=($!)
 waitfor "$tmp/control-plane.log" "control plane polling" 30
 
