@@ -42,17 +42,9 @@ var (
 // a first run checks its own input (authorizeStart: its envelope, and its
 // submitter's signature) and runs nothing it refuses.
 func WdcTask(ctx workflow.Context, in api.TaskInput) (api.TaskOutcome, error) {
-	if err := startedAsWdcStartsIt(ctx); err != nil {
+	in, err := admitInput(ctx, in)
+	if err != nil {
 		return api.TaskOutcome{}, err
-	}
-	if in.Carry != nil && !continued(ctx) {
-		workflow.GetLogger(ctx).Warn("carry ignored: only continue-as-new carries a task's state", "task", in.Envelope.TaskID)
-		in.Carry = nil
-	}
-	if in.Carry == nil {
-		if err := authorizeStart(ctx, in); err != nil {
-			return api.TaskOutcome{}, err
-		}
 	}
 	t := newTaskWorkflow(in)
 	if startedByReset(ctx) {

@@ -12,6 +12,24 @@ import (
 	"github.com/wdc-runtime/wdc/lease"
 )
 
+// admitInput is the input a task's run may act on: nothing from a workflow
+// started with a retry policy or cron schedule (startedAsWdcStartsIt); a
+// carry only from continue-as-new; and a first run's input only once
+// authorizeStart accepted it. Errors: the refusal, non-retryable.
+func admitInput(ctx workflow.Context, in api.TaskInput) (api.TaskInput, error) {
+	if err := startedAsWdcStartsIt(ctx); err != nil {
+		return in, err
+	}
+	if in.Carry != nil && !continued(ctx) {
+		workflow.GetLogger(ctx).Warn("carry ignored: only continue-as-new carries a task's state", "task", in.Envelope.TaskID)
+		in.Carry = nil
+	}
+	if in.Carry == nil {
+		return in, authorizeStart(ctx, in)
+	}
+	return in, nil
+}
+
 // authorizeStart is the task's judgement of the input it was started with,
 // whoever started it (a run's StartTasks, or any namespace client): the
 // workflow ID is the envelope's task's, the envelope is valid (sealed) and
