@@ -133,12 +133,8 @@ func (a *Agent) authorize(ctx context.Context, in api.LaunchInput) *lease.Reject
 func scheduledByTask(ctx context.Context, taskID string) *lease.Rejection {
 	info := activity.GetInfo(ctx)
 	want := api.TaskWorkflowID(taskID)
-	if info.WorkflowType == nil || info.WorkflowType.Name != api.TaskWorkflowType || info.WorkflowExecution.ID != want {
-		typ := ""
-		if info.WorkflowType != nil {
-			typ = info.WorkflowType.Name
-		}
-		return &lease.Rejection{Reason: lease.RejectWrongTask, Message: fmt.Sprintf("scheduled by workflow %s of type %q, not by task %s (%s)", info.WorkflowExecution.ID, typ, taskID, want)}
+	if info.WorkflowExecution.ID != want {
+		return &lease.Rejection{Reason: lease.RejectWrongTask, Message: fmt.Sprintf("scheduled by workflow %s, not by task %s (%s)", info.WorkflowExecution.ID, taskID, want)}
 	}
 	dctx, cancel := context.WithTimeout(ctx, describeTimeout)
 	defer cancel()
@@ -146,8 +142,8 @@ func scheduledByTask(ctx context.Context, taskID string) *lease.Rejection {
 	if err != nil {
 		return &lease.Rejection{Reason: lease.RejectUnauthenticated, Message: fmt.Sprintf("the scheduling workflow %s cannot be described: %v", want, err)}
 	}
-	if q := desc.GetWorkflowExecutionInfo().GetTaskQueue(); q != api.ControlTaskQueue {
-		return &lease.Rejection{Reason: lease.RejectWrongTask, Message: fmt.Sprintf("scheduled by a look-alike of %s on task queue %q, not %s", want, q, api.ControlTaskQueue)}
+	if why := notWdcTask(desc.GetWorkflowExecutionInfo()); why != "" {
+		return &lease.Rejection{Reason: lease.RejectWrongTask, Message: "scheduled by a look-alike: " + why}
 	}
 	return nil
 }
