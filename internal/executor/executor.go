@@ -369,14 +369,7 @@ func (e *Execution) prepare() error {
 	if err := os.Mkdir(e.taskDir, 0o700); err != nil {
 		return fmt.Errorf("task dir %s: %w", e.taskDir, err)
 	}
-	env := e.opts.Attempt.Envelope
-	digest, err := env.Digest()
-	if err != nil {
-		return err
-	}
-	if digest != e.claim.EnvelopeDigest {
-		return fmt.Errorf("envelope digest %s does not match the lease's %s", digest, e.claim.EnvelopeDigest)
-	}
+	env := e.opts.Attempt.Envelope // its digest is the lease's (CheckAttempt)
 	canon, err := env.CanonicalJSON()
 	if err != nil {
 		return err
